@@ -1,0 +1,43 @@
+"""headwater: a streaming-first agent development kit.
+
+One event stream per run; partial events for the screen, one aggregate per
+model call as the record. See DESIGN.md for the contracts.
+"""
+
+from .agents.agent import Agent as Agent
+from .events import Event as Event
+from .events import EventActions as EventActions
+from .events import ToolStreamEvent as ToolStreamEvent
+from .live import LiveRequestQueue as LiveRequestQueue
+from .run_config import RunConfig as RunConfig
+from .run_config import StreamingMode as StreamingMode
+from .runner import Runner as Runner
+from .tools.context import ToolContext as ToolContext
+from .tools.function_tool import FunctionTool as FunctionTool
+from .tools.function_tool import tool as tool
+from .types import Content as Content
+from .types import FunctionCall as FunctionCall
+from .types import FunctionResponse as FunctionResponse
+from .types import Part as Part
+from .types import Usage as Usage
+
+__all__ = (
+    "Agent",
+    "Content",
+    "Event",
+    "EventActions",
+    "FunctionCall",
+    "FunctionResponse",
+    "FunctionTool",
+    "LiveRequestQueue",
+    "Part",
+    "RunConfig",
+    "Runner",
+    "StreamingMode",
+    "ToolContext",
+    "ToolStreamEvent",
+    "Usage",
+    "tool",
+)
+
+__version__ = "0.1.0"

@@ -1,0 +1,58 @@
+"""``InvocationContext``: the state of one run, shared by the runner and the agent flow."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..context import CallbackContext
+from ..events import EventActions
+from ..run_config import RunConfig
+from ..sessions.base import Session
+from ..settings import Settings
+from ..types import Usage
+
+
+@dataclass(slots=True)
+class RunStats:
+    """What one run has spent so far.
+
+    Attributes:
+        llm_calls: model calls started.
+        tool_calls: tool calls executed (or refused by a budget).
+        usage: token usage summed over the run's model aggregates.
+    """
+
+    llm_calls: int = 0
+    tool_calls: int = 0
+    usage: Usage = field(default_factory=Usage)
+
+
+@dataclass(slots=True)
+class InvocationContext:
+    """One run of an agent on a session.
+
+    ``session.events`` is the persisted history: the runner appends each
+    non-partial event to it before the flow resumes, so the next model request
+    is built from exactly what was committed.
+    """
+
+    invocation_id: str
+    app_name: str
+    session: Session
+    run_config: RunConfig
+    settings: Settings
+    stats: RunStats = field(default_factory=RunStats)
+
+    @property
+    def user_id(self) -> str:
+        """The session owner."""
+        return self.session.user_id
+
+    def callback_context(self, agent_name: str, actions: EventActions | None = None
+                         ) -> CallbackContext:
+        """A context for callbacks and instruction providers of ``agent_name``."""
+        return CallbackContext(
+            invocation_id=self.invocation_id, agent_name=agent_name, app_name=self.app_name,
+            user_id=self.session.user_id, session_id=self.session.id,
+            session_state=self.session.state, actions=actions,
+        )

@@ -1,0 +1,140 @@
+"""The exception tree of headwater, drawn once.
+
+::
+
+    HeadwaterError
+    ├── UserError                  a programming mistake; the message says what to do
+    │   └── SessionNotFoundError   (also a SessionError)
+    ├── ModelError                 anything a model or its provider did wrong
+    │   ├── ModelHTTPError         status_code, retryable
+    │   ├── ProviderTruncated      the stream broke after the first chunk
+    │   ├── ProviderTimeout        connect, idle or total deadline passed
+    │   ├── ToolCallAssemblyError  tool-call fragments that do not form a call
+    │   └── ModelProtocolViolation a model broke the partial/aggregate contract
+    ├── ToolError                  a tool failed (becomes an error result, never a crash)
+    ├── SessionError               the session store refused or failed
+    │   ├── SessionNotFoundError
+    │   ├── SessionBusyError       another run holds the session
+    │   └── PartialEventError      a partial event was offered to the store
+    └── BudgetExceeded             a run hit one of its budgets
+
+On the wire an error is one of the codes in :data:`ERROR_CODES`; raw provider
+text and tracebacks never leave the process.
+"""
+
+from __future__ import annotations
+
+from typing import Final, Literal
+
+ErrorCode = Literal[
+    "provider_unavailable",
+    "provider_rejected",
+    "provider_truncated",
+    "provider_timeout",
+    "provider_error",
+    "model_protocol_violation",
+    "tool_call_incomplete",
+    "budget_exceeded",
+    "too_many_streams",
+    "rate_limited",
+    "session_busy",
+    "cancelled",
+    "server_shutdown",
+    "internal",
+]
+
+ERROR_CODES: Final[frozenset[str]] = frozenset(ErrorCode.__args__)  # type: ignore[attr-defined]
+
+
+class HeadwaterError(Exception):
+    """Base of every error headwater raises on purpose."""
+
+    code: ErrorCode = "internal"
+
+
+class UserError(HeadwaterError):
+    """A programming mistake in how headwater is used; the message says what to do."""
+
+
+class ModelError(HeadwaterError):
+    """A model or its provider failed; ``code`` is the wire error code."""
+
+    code: ErrorCode = "provider_error"
+
+
+class ModelHTTPError(ModelError):
+    """The provider answered with an HTTP error status.
+
+    Attributes:
+        status_code: the HTTP status.
+        retryable: whether a new attempt may succeed (429, 5xx, …).
+    """
+
+    def __init__(self, message: str, *, status_code: int, retryable: bool) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+        self.retryable = retryable
+        self.code = "provider_unavailable" if retryable else "provider_rejected"
+
+
+class ProviderTruncated(ModelError):
+    """The provider stream broke after content had been received.
+
+    Nothing of that model call is persisted; the turn ends with an error event.
+    """
+
+    code: ErrorCode = "provider_truncated"
+
+
+class ProviderTimeout(ModelError):
+    """A connect, idle or total deadline passed while talking to the provider."""
+
+    code: ErrorCode = "provider_timeout"
+
+
+class ToolCallAssemblyError(ModelError):
+    """Tool-call fragments did not assemble into a well-formed call; no tool runs."""
+
+    code: ErrorCode = "tool_call_incomplete"
+
+
+class ModelProtocolViolation(ModelError):
+    """A model broke the partial/aggregate contract (DESIGN.md §1).
+
+    Attributes:
+        invariant: a short name of the broken invariant, e.g. ``"no_final"``.
+    """
+
+    code: ErrorCode = "model_protocol_violation"
+
+    def __init__(self, invariant: str, message: str) -> None:
+        super().__init__(f"{invariant}: {message}")
+        self.invariant = invariant
+
+
+class ToolError(HeadwaterError):
+    """A tool failed. The runner turns it into an error result the model sees."""
+
+
+class SessionError(HeadwaterError):
+    """The session store refused an operation or failed."""
+
+
+class SessionNotFoundError(SessionError, UserError):
+    """No session with that app, user and id exists (or it belongs to someone else)."""
+
+
+class SessionBusyError(SessionError):
+    """Another run holds this session; try again when it ends."""
+
+    code: ErrorCode = "session_busy"
+
+
+class PartialEventError(SessionError, UserError):
+    """A partial event was offered to a session store; partials are never persisted."""
+
+
+class BudgetExceeded(HeadwaterError):
+    """A run hit one of its budgets (model calls, tool calls, …)."""
+
+    code: ErrorCode = "budget_exceeded"

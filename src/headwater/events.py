@@ -1,0 +1,186 @@
+"""The event contract (DESIGN.md §1): the one stream every run yields.
+
+Partial events (text deltas, tool progress) are for the screen only; non-partial
+events are the record, persisted before the caller sees them.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pydantic import TypeAdapter
+
+from .errors import ErrorCode
+from .types import Content, FunctionCall, FunctionResponse, Usage
+
+_ID_PREFIX = os.urandom(6).hex()
+_ID_COUNTER = itertools.count(1)
+
+
+def new_id(prefix: str = "e") -> str:
+    """A process-unique, cheap identifier (random per process, then a counter)."""
+    return f"{prefix}-{_ID_PREFIX}-{next(_ID_COUNTER):x}"
+
+
+@dataclass(slots=True)
+class ToolStreamEvent:
+    """What a progress-streaming tool yields.
+
+    Everything before ``done`` is progress for the caller only; the ``done``
+    event's ``response`` is the one result the model sees.
+    """
+
+    type: Literal["part_start", "part_delta", "part_end", "done"]
+    index: int | None = None
+    delta: str | None = None
+    response: Any = None  # raw tool value; only the ``done`` event's reaches the model
+
+
+@dataclass(slots=True)
+class ToolProgress:
+    """The payload of a partial tool-progress event.
+
+    Attributes:
+        call_id: the function call this progress belongs to.
+        tool_name: the tool's name.
+        event: the tool's own :class:`ToolStreamEvent`.
+        sequence: per-call sequence number, from 1.
+        coalesced: how many earlier progress events this one replaced (bounds).
+    """
+
+    call_id: str
+    tool_name: str
+    event: ToolStreamEvent
+    sequence: int = 1
+    coalesced: int = 0
+
+
+@dataclass(slots=True)
+class ApprovalRequest:
+    """A tool call waiting for a human decision.
+
+    ``args_sha256`` is the SHA-256 of the canonical JSON of the arguments; an
+    answer must quote it, so an answer for different arguments is refused.
+    """
+
+    call_id: str
+    tool_name: str
+    args: dict[str, Any]  # raw JSON object
+    args_sha256: str
+
+
+@dataclass(slots=True)
+class EventActions:
+    """Side effects an event carries; applied atomically with the event."""
+
+    state_delta: dict[str, Any] = field(default_factory=dict)  # raw JSON values
+    artifact_delta: dict[str, int] = field(default_factory=dict)
+    transfer_to_agent: str | None = None
+    escalate: bool = False
+    skip_summarization: bool = False
+    end_invocation: bool = False
+    requested_approvals: list[ApprovalRequest] = field(default_factory=list)
+
+    def merge(self, other: EventActions) -> None:
+        """Fold another event's actions into this one (later values win)."""
+        self.state_delta.update(other.state_delta)
+        self.artifact_delta.update(other.artifact_delta)
+        self.transfer_to_agent = other.transfer_to_agent or self.transfer_to_agent
+        self.escalate = self.escalate or other.escalate
+        self.skip_summarization = self.skip_summarization or other.skip_summarization
+        self.end_invocation = self.end_invocation or other.end_invocation
+        self.requested_approvals.extend(other.requested_approvals)
+
+
+@dataclass(slots=True, kw_only=True)
+class Event:
+    """One item of a run's stream.
+
+    Attributes:
+        id: unique id of the event.
+        invocation_id: the run that produced it.
+        author: ``"user"`` or the name of the agent.
+        branch: agent path (and tool call) the event came from.
+        timestamp: seconds since the epoch.
+        content: role and parts; ``None`` for pure error or control events.
+        partial: ``True`` for screen-only events; never persisted.
+        turn_complete: live mode: the model finished its turn.
+        interrupted: the turn was cut short (live barge-in or explicit stop).
+        error_code: one of the fixed error codes, when the event reports an error.
+        error_message: a human-readable message (never raw provider text).
+        finish_reason: why the model stopped (``"stop"``, ``"length"``, …).
+        usage: token usage, on model aggregates only.
+        long_running_tool_ids: calls still pending after this event.
+        tool_progress: for partial tool-progress events.
+        actions: state delta and control actions.
+    """
+
+    id: str = field(default_factory=new_id)
+    invocation_id: str = ""
+    author: str = ""
+    branch: str | None = None
+    timestamp: float = field(default_factory=time.time)
+    content: Content | None = None
+    partial: bool = False
+    turn_complete: bool = False
+    interrupted: bool = False
+    error_code: ErrorCode | None = None
+    error_message: str | None = None
+    finish_reason: str | None = None
+    usage: Usage | None = None
+    long_running_tool_ids: list[str] = field(default_factory=list)
+    tool_progress: ToolProgress | None = None
+    actions: EventActions = field(default_factory=EventActions)
+
+    @property
+    def text(self) -> str:
+        """The answer text of this event (thoughts excluded), or ``""``."""
+        return self.content.text if self.content is not None else ""
+
+    @property
+    def function_calls(self) -> list[FunctionCall]:
+        """The function calls this event carries."""
+        return self.content.function_calls if self.content is not None else []
+
+    @property
+    def function_responses(self) -> list[FunctionResponse]:
+        """The function responses this event carries."""
+        return self.content.function_responses if self.content is not None else []
+
+    def is_final_response(self) -> bool:
+        """Whether this event ends its author's answer (DESIGN.md §1).
+
+        True when ``skip_summarization`` is set or a long-running tool call is
+        pending; otherwise only for an event that is not partial and carries no
+        function calls and no function responses. (headwater has no
+        code-execution parts, so the "trailing code-execution result" clause of
+        ADK never applies.)
+        """
+        if self.actions.skip_summarization or self.long_running_tool_ids:
+            return True
+        if self.partial:
+            return False
+        content = self.content
+        if content is None:
+            return True
+        for part in content.parts:
+            if part.function_call is not None or part.function_response is not None:
+                return False
+        return True
+
+
+_EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
+
+
+def event_to_json(event: Event) -> bytes:
+    """Serialise an event (blobs as base64)."""
+    return _EVENT_ADAPTER.dump_json(event, exclude_defaults=True)
+
+
+def event_from_json(data: str | bytes) -> Event:
+    """Parse an event serialised by :func:`event_to_json`."""
+    return _EVENT_ADAPTER.validate_json(data)

@@ -1,0 +1,17 @@
+"""Model adapters and the model interface (DESIGN.md §3)."""
+
+from .aggregator import StreamAggregator as StreamAggregator
+from .base import BaseLlm as BaseLlm
+from .base import LlmRequest as LlmRequest
+from .base import LlmResponse as LlmResponse
+from .registry import get_model as get_model
+from .registry import register_model as register_model
+
+__all__ = (
+    "BaseLlm",
+    "LlmRequest",
+    "LlmResponse",
+    "StreamAggregator",
+    "get_model",
+    "register_model",
+)

@@ -1,0 +1,96 @@
+"""``StreamAggregator``: the one place the partial/aggregate protocol is built.
+
+Every adapter feeds provider chunks into a fresh aggregator per attempt. Text
+and thought deltas come back as partial responses at once; tool-call fragments,
+finish reason and usage are kept for the one final response of :meth:`finish`.
+"""
+
+from __future__ import annotations
+
+from ..errors import ErrorCode
+from ..types import Content, Part, Usage
+from ._toolcalls import ToolCallAssembler
+from .base import LlmResponse
+
+
+class StreamAggregator:
+    """Builds partials and the one aggregate of a model call.
+
+    Not reusable: make a new one per model call and per retry attempt.
+    """
+
+    __slots__ = (
+        "_calls",
+        "_error_code",
+        "_error_message",
+        "_text",
+        "_thought",
+        "finish_reason",
+        "usage",
+    )
+
+    def __init__(self) -> None:
+        self._text: list[str] = []
+        self._thought: list[str] = []
+        self._calls = ToolCallAssembler()
+        self.finish_reason: str | None = None
+        self.usage: Usage | None = None
+        self._error_code: ErrorCode | None = None
+        self._error_message: str | None = None
+
+    @property
+    def has_content(self) -> bool:
+        """Whether anything the caller could have seen (or a call) has arrived."""
+        return bool(self._text or self._thought or self._calls)
+
+    def text(self, delta: str) -> LlmResponse | None:
+        """Record an answer-text delta; returns its partial, or ``None`` if empty."""
+        if not delta:
+            return None
+        self._text.append(delta)
+        return LlmResponse(content=Content("model", [Part(text=delta)]), partial=True)
+
+    def thought(self, delta: str) -> LlmResponse | None:
+        """Record a reasoning delta (kept as a thought part, never as answer text)."""
+        if not delta:
+            return None
+        self._thought.append(delta)
+        return LlmResponse(content=Content("model", [Part(text=delta, thought=True)]), partial=True)
+
+    def tool_call(
+        self,
+        *,
+        index: int | None = None,
+        call_id: str | None = None,
+        name: str | None = None,
+        arguments: str | None = None,
+    ) -> None:
+        """Record a tool-call fragment; nothing is emitted until :meth:`finish`."""
+        self._calls.feed(index=index, call_id=call_id, name=name, arguments=arguments)
+
+    def error(self, code: ErrorCode, message: str) -> None:
+        """Record an in-band provider error; the final response will carry it."""
+        self._error_code = code
+        self._error_message = message
+
+    def finish(self) -> LlmResponse:
+        """The aggregate: all text, all calls, finish reason, usage and error.
+
+        Raises:
+            ToolCallAssemblyError: a tool call did not assemble.
+        """
+        parts: list[Part] = []
+        if self._thought:
+            parts.append(Part(text="".join(self._thought), thought=True))
+        if self._text:
+            parts.append(Part(text="".join(self._text)))
+        if self._calls and self._error_code is None:
+            parts.extend(Part(function_call=call) for call in self._calls.finish())
+        return LlmResponse(
+            content=Content("model", parts) if parts else None,
+            partial=False,
+            finish_reason=self.finish_reason,
+            usage=self.usage,
+            error_code=self._error_code,
+            error_message=self._error_message,
+        )

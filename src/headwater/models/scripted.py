@@ -1,0 +1,227 @@
+"""``ScriptedModel``: a deterministic offline model, scripted turn by turn.
+
+It is the embedded default of the demo and the examples (always labelled as
+scripted) and the workhorse of tests (``headwater.testing`` re-exports it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import ErrorCode, UserError
+from ..events import new_id
+from ..types import Usage
+from .aggregator import StreamAggregator
+from .base import BaseLlm, LlmRequest, LlmResponse
+
+
+@dataclass(slots=True)
+class ScriptedCall:
+    """A function call the model will make.
+
+    Attributes:
+        name: tool name.
+        args: arguments (a JSON object).
+        id: call id; generated when ``None``.
+        fragments: into how many pieces the argument JSON is split on the wire.
+    """
+
+    name: str
+    args: dict[str, Any] = field(default_factory=dict)  # raw JSON object
+    id: str | None = None
+    fragments: int = 1
+
+
+@dataclass(slots=True)
+class ScriptedTurn:
+    """What the model does on one call.
+
+    Attributes:
+        text: answer text, as the pieces it streams in.
+        thoughts: reasoning pieces (thought parts), streamed before the text.
+        calls: function calls, on the final response only.
+        usage: token usage of the call.
+        finish_reason: reported on the final response.
+        error: an in-band provider error ``(code, message)`` on the final response.
+        raise_error: raised after ``raise_after`` partials instead of finishing.
+        raise_after: partials emitted before ``raise_error`` is raised.
+        delay: seconds to wait before each streamed item (``0``: no wait).
+        responses: raw responses to yield as they are, bypassing the aggregator
+            (for scripting broken streams in contract tests).
+    """
+
+    text: Sequence[str] = ()
+    thoughts: Sequence[str] = ()
+    calls: Sequence[ScriptedCall] = ()
+    usage: Usage | None = None
+    finish_reason: str | None = "stop"
+    error: tuple[ErrorCode, str] | None = None
+    raise_error: BaseException | None = None
+    raise_after: int = 0
+    delay: float = 0.0
+    responses: Sequence[LlmResponse] | None = None
+
+
+@dataclass(slots=True)
+class StreamRecord:
+    """What happened to one ``generate_content`` stream.
+
+    Attributes:
+        stream: the ``stream`` flag it was called with.
+        emitted: responses yielded so far.
+        completed: the stream ran to its end.
+        closed: the stream was finalised (completed, closed early or failed).
+    """
+
+    stream: bool
+    emitted: int = 0
+    completed: bool = False
+    closed: bool = False
+
+    @property
+    def closed_early(self) -> bool:
+        """Closed before its end: the consumer broke off, was cancelled or failed."""
+        return self.closed and not self.completed
+
+
+Responder = Callable[[LlmRequest], ScriptedTurn]
+
+
+class ScriptedModel(BaseLlm):
+    """A model that plays back scripted turns, one per call, in order.
+
+    When the queue is empty, ``responder`` (if given) decides the turn from
+    the request; otherwise the call fails with ``UserError`` saying the script
+    ran out. Every request and every stream's fate are recorded.
+
+    Args:
+        turns: the turns to play, in order.
+        model: the model name reported in requests and errors.
+        responder: fallback that builds a turn from the request.
+    """
+
+    def __init__(
+        self,
+        turns: Sequence[ScriptedTurn] = (),
+        *,
+        model: str = "scripted",
+        responder: Responder | None = None,
+    ) -> None:
+        super().__init__(model)
+        self._turns: deque[ScriptedTurn] = deque(turns)
+        self.responder = responder
+        self.requests: list[LlmRequest] = []
+        self.streams: list[StreamRecord] = []
+
+    def add(self, turn: ScriptedTurn) -> ScriptedModel:
+        """Queue a turn; returns ``self`` for chaining."""
+        self._turns.append(turn)
+        return self
+
+    def reply(self, *text: str, **options: Any) -> ScriptedModel:
+        """Queue a text turn streamed as the given pieces."""
+        return self.add(ScriptedTurn(text=text, **options))
+
+    def call(
+        self, name: str, args: dict[str, Any] | None = None, *, fragments: int = 1,
+        call_id: str | None = None, **options: Any,
+    ) -> ScriptedModel:
+        """Queue a turn that calls one tool (``text=`` may precede the call)."""
+        scripted = ScriptedCall(name=name, args=args or {}, id=call_id, fragments=fragments)
+        return self.add(ScriptedTurn(calls=(scripted,), **options))
+
+    @property
+    def pending(self) -> int:
+        """Turns still queued."""
+        return len(self._turns)
+
+    def _next_turn(self, request: LlmRequest) -> ScriptedTurn:
+        if self._turns:
+            return self._turns.popleft()
+        if self.responder is not None:
+            return self.responder(request)
+        raise UserError(
+            f"ScriptedModel {self.model!r} has no scripted turn left for call "
+            f"#{len(self.requests)}; queue one with reply()/call()/add() or pass responder="
+        )
+
+    async def generate_content(
+        self, request: LlmRequest, stream: bool = False
+    ) -> AsyncIterator[LlmResponse]:
+        """Play the next turn: partials then one aggregate, or one response.
+
+        Raises:
+            UserError: no turn is queued and there is no responder.
+            BaseException: the turn's ``raise_error``.
+        """
+        self.requests.append(_snapshot(request))
+        turn = self._next_turn(request)
+        record = StreamRecord(stream=stream)
+        self.streams.append(record)
+        try:
+            source = turn.responses if turn.responses is not None else _play(turn, stream)
+            for response in source:
+                if turn.delay:
+                    await asyncio.sleep(turn.delay)
+                if turn.raise_error is not None and record.emitted >= turn.raise_after:
+                    raise turn.raise_error
+                record.emitted += 1
+                yield response
+            record.completed = True
+        finally:
+            record.closed = True
+
+
+def _play(turn: ScriptedTurn, stream: bool) -> list[LlmResponse]:
+    agg = StreamAggregator()
+    partials: list[LlmResponse] = []
+    for piece in turn.thoughts:
+        if (p := agg.thought(piece)) is not None:
+            partials.append(p)
+    for piece in turn.text:
+        if (p := agg.text(piece)) is not None:
+            partials.append(p)
+    for index, scripted in enumerate(turn.calls):
+        call_id = scripted.id or new_id("call")
+        for i, piece in enumerate(_split(json.dumps(scripted.args), scripted.fragments)):
+            agg.tool_call(index=index, call_id=call_id if i == 0 else None,
+                          name=scripted.name if i == 0 else None, arguments=piece)
+    agg.finish_reason = turn.finish_reason
+    agg.usage = turn.usage
+    if turn.error is not None:
+        agg.error(*turn.error)
+    final = agg.finish()
+    return [*partials, final] if stream else [final]
+
+
+def _split(text: str, pieces: int) -> list[str]:
+    pieces = max(1, min(pieces, len(text)))
+    size, extra = divmod(len(text), pieces)
+    out, start = [], 0
+    for i in range(pieces):
+        end = start + size + (1 if i < extra else 0)
+        out.append(text[start:end])
+        start = end
+    return out
+
+
+def _snapshot(request: LlmRequest) -> LlmRequest:
+    return LlmRequest(model=request.model, system_instruction=request.system_instruction,
+                      contents=list(request.contents), tools=list(request.tools),
+                      config=dict(request.config))
+
+
+def echo_responder(request: LlmRequest) -> ScriptedTurn:
+    """A responder that answers every request by quoting the last user text."""
+    last = next((c.text for c in reversed(request.contents) if c.role == "user" and c.text), "")
+    return ScriptedTurn(text=("(scripted) ", "You said: ", last or "nothing"))
+
+
+def from_spec(name: str) -> ScriptedModel:
+    """Factory for ``"scripted:<name>"``: a scripted model that echoes the user."""
+    return ScriptedModel(model=name, responder=echo_responder)

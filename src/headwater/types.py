@@ -1,0 +1,142 @@
+"""Content types shared by every layer: content, parts, function calls, usage.
+
+They are plain slotted dataclasses: cheap to build on the per-chunk path and
+serialised by pydantic (``TypeAdapter``) where they are persisted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal
+
+from pydantic import ConfigDict
+
+Role = Literal["user", "model", "system"]
+
+_BYTES_AS_BASE64 = ConfigDict(ser_json_bytes="base64", val_json_bytes="base64")
+
+
+@dataclass(slots=True)
+class Blob:
+    """Inline binary data (audio, image, …) with its MIME type."""
+
+    __pydantic_config__: ClassVar[ConfigDict] = _BYTES_AS_BASE64
+
+    mime_type: str
+    data: bytes
+
+
+@dataclass(slots=True)
+class FunctionCall:
+    """A model's request to run a tool.
+
+    Attributes:
+        id: the call id, unique within a session; responses refer to it.
+        name: the tool name.
+        args: the parsed arguments (raw JSON object).
+    """
+
+    id: str
+    name: str
+    args: dict[str, Any] = field(default_factory=dict)  # raw JSON object
+
+
+@dataclass(slots=True)
+class FunctionResponse:
+    """A tool's result for the call with the same ``id``.
+
+    ``response`` is a JSON object; error results carry an ``"error"`` key.
+    """
+
+    id: str
+    name: str
+    response: dict[str, Any] = field(default_factory=dict)  # raw JSON object
+
+
+@dataclass(slots=True)
+class Part:
+    """One part of a content: text (maybe a thought), a call, a response or a blob."""
+
+    __pydantic_config__: ClassVar[ConfigDict] = _BYTES_AS_BASE64
+
+    text: str | None = None
+    thought: bool = False
+    function_call: FunctionCall | None = None
+    function_response: FunctionResponse | None = None
+    inline_data: Blob | None = None
+
+    @staticmethod
+    def from_text(text: str) -> Part:
+        """A text part."""
+        return Part(text=text)
+
+
+@dataclass(slots=True)
+class Content:
+    """A message: a role and its parts."""
+
+    __pydantic_config__: ClassVar[ConfigDict] = _BYTES_AS_BASE64
+
+    role: Role = "user"
+    parts: list[Part] = field(default_factory=list)
+
+    @staticmethod
+    def from_text(text: str, role: Role = "user") -> Content:
+        """A content with one text part."""
+        return Content(role=role, parts=[Part(text=text)])
+
+    @property
+    def text(self) -> str:
+        """The concatenated answer text (thought parts excluded)."""
+        return "".join(p.text for p in self.parts if p.text is not None and not p.thought)
+
+    @property
+    def thought_text(self) -> str:
+        """The concatenated thought text."""
+        return "".join(p.text for p in self.parts if p.text is not None and p.thought)
+
+    @property
+    def function_calls(self) -> list[FunctionCall]:
+        """The function calls among the parts, in order."""
+        return [p.function_call for p in self.parts if p.function_call is not None]
+
+    @property
+    def function_responses(self) -> list[FunctionResponse]:
+        """The function responses among the parts, in order."""
+        return [p.function_response for p in self.parts if p.function_response is not None]
+
+
+@dataclass(slots=True)
+class Usage:
+    """Token usage of one model call (or a total over a run)."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    total_tokens: int = 0
+    cached_input_tokens: int = 0
+    reasoning_tokens: int = 0
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+            total_tokens=self.total_tokens + other.total_tokens,
+            cached_input_tokens=self.cached_input_tokens + other.cached_input_tokens,
+            reasoning_tokens=self.reasoning_tokens + other.reasoning_tokens,
+        )
+
+
+def as_content(message: str | Content, role: Role = "user") -> Content:
+    """Accept a plain string where a content is expected."""
+    if isinstance(message, str):
+        return Content.from_text(message, role=role)
+    return message
+
+
+@dataclass(slots=True)
+class ToolDeclaration:
+    """What a model is told about a tool: name, description, JSON schema of the arguments."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any] = field(default_factory=dict)  # raw JSON schema
