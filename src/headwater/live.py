@@ -35,7 +35,7 @@ class LiveRequest:
 
 
 class QueueFull(UserError):
-    """A content or control request found the queue full (policy ``"error"``, or no blob to drop)."""
+    """A request found the queue full (policy ``"error"``, or not a blob that could be dropped)."""
 
 
 class LiveRequestQueue:

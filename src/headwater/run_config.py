@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field
 
 
-class StreamingMode(str, Enum):
+class StreamingMode(StrEnum):
     """How a model call reaches the caller.
 
     ``NONE``: one aggregate per model call. ``SSE``: partial deltas, then the

@@ -25,8 +25,8 @@ from .invocation import InvocationContext
 logger = logging.getLogger("headwater.tools")
 security_logger = logging.getLogger("headwater.security")
 
-BeforeToolCallback = Callable[..., "dict[str, Any] | None | Awaitable[dict[str, Any] | None]"]
-AfterToolCallback = Callable[..., "dict[str, Any] | None | Awaitable[dict[str, Any] | None]"]
+BeforeToolCallback = Callable[..., "dict[str, Any] | Awaitable[dict[str, Any] | None] | None"]
+AfterToolCallback = Callable[..., "dict[str, Any] | Awaitable[dict[str, Any] | None] | None"]
 
 
 def error_result(code: str, message: str) -> dict[str, Any]:

@@ -29,8 +29,8 @@ from .invocation import InvocationContext
 logger = logging.getLogger("headwater.agents")
 
 InstructionProvider = Callable[[CallbackContext], "str | Awaitable[str]"]
-BeforeModelCallback = Callable[..., "LlmResponse | None | Awaitable[LlmResponse | None]"]
-AfterModelCallback = Callable[..., "LlmResponse | None | Awaitable[LlmResponse | None]"]
+BeforeModelCallback = Callable[..., "LlmResponse | Awaitable[LlmResponse | None] | None"]
+AfterModelCallback = Callable[..., "LlmResponse | Awaitable[LlmResponse | None] | None"]
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
 _C = TypeVar("_C")
@@ -175,10 +175,10 @@ class Agent:
         calls = model_event.function_calls
         if not calls or model_event.error_code is not None:
             return
-        responses, actions = await self._executor.execute(ctx, calls)
+        results, actions = await self._executor.execute(ctx, calls)
         yield Event(
             invocation_id=ctx.invocation_id, author=self.name,
-            content=Content("user", [Part(function_response=r) for r in responses]),
+            content=Content("user", [Part(function_response=r) for r in results]),
             actions=actions,
         )
 
@@ -208,7 +208,8 @@ class Agent:
                 yield Event(invocation_id=invocation_id, author=author,
                             content=response.content, partial=True)
         if final is None:
-            raise ModelProtocolViolation("no_final", "the stream ended without a non-partial response")
+            raise ModelProtocolViolation("no_final",
+                                         "the stream ended without a non-partial response")
         _check_final(final, texts, thoughts)
         yield final
 
@@ -262,7 +263,8 @@ def _check_final(final: LlmResponse, texts: list[str], thoughts: list[str]) -> N
             "final_text_mismatch", "the final text is not the concatenation of the partials")
     if thoughts and "".join(thoughts) != (content.thought_text if content else ""):
         raise ModelProtocolViolation(
-            "final_text_mismatch", "the final thought text is not the concatenation of the partials")
+            "final_text_mismatch",
+            "the final thought text is not the concatenation of the partials")
 
 
 def history(ctx: InvocationContext) -> list[Content]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -65,7 +65,7 @@ class BaseLlm(ABC):
     @abstractmethod
     def generate_content(
         self, request: LlmRequest, stream: bool = False
-    ) -> AsyncIterator[LlmResponse]:
+    ) -> AsyncGenerator[LlmResponse, None]:
         """Run one model call.
 
         Args:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -152,7 +152,7 @@ class ScriptedModel(BaseLlm):
 
     async def generate_content(
         self, request: LlmRequest, stream: bool = False
-    ) -> AsyncIterator[LlmResponse]:
+    ) -> AsyncGenerator[LlmResponse, None]:
         """Play the next turn: partials then one aggregate, or one response.
 
         Raises:

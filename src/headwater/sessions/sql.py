@@ -44,12 +44,12 @@ from sqlalchemy import (
     Table,
     Text,
     delete,
-    event,
     insert,
     select,
     text,
     update,
 )
+from sqlalchemy import event as sa_event
 from sqlalchemy.engine import URL, Connection, make_url
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
@@ -350,8 +350,8 @@ class SqlSessionService(BaseSessionService):
             write = conn.get_execution_options().get(_WRITE, False)
             conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
 
-        event.listen(engine.sync_engine, "connect", on_connect)
-        event.listen(engine.sync_engine, "begin", on_begin)
+        sa_event.listen(engine.sync_engine, "connect", on_connect)
+        sa_event.listen(engine.sync_engine, "begin", on_begin)
         return engine
 
     async def _create_tables(self, engine: AsyncEngine) -> None:

@@ -14,7 +14,8 @@ from pydantic import BaseModel, ConfigDict, Field, create_model
 from ..errors import UserError
 from .context import ToolContext
 
-_SECTION = re.compile(r"^\s*(Args|Arguments|Parameters|Returns|Yields|Raises|Examples?|Note)\s*:\s*$")
+_SECTION = re.compile(
+    r"^\s*(Args|Arguments|Parameters|Returns|Yields|Raises|Examples?|Notes?)\s*:\s*$")
 _ARG_LINE = re.compile(r"^\s*(\*{0,2}\w+)\s*(?:\([^)]*\))?\s*:\s*(.*)$")
 
 
@@ -91,7 +92,7 @@ def inspect_function(
         default = ... if param.default is param.empty else param.default
         fields[param.name] = (annotation, Field(default, description=arg_docs.get(param.name)))
     try:
-        model = create_model(  # type: ignore[call-overload]
+        model = create_model(
             f"{name}_arguments",
             __config__=ConfigDict(extra="forbid", arbitrary_types_allowed=False),
             **fields,

@@ -84,7 +84,7 @@ class FunctionTool(BaseTool):
             name=self.name, description=self.description,
             parameters=json_schema(self._args_model),
         )
-        functools.update_wrapper(self, func)  # type: ignore[arg-type]
+        functools.update_wrapper(self, func)
 
     def declaration(self) -> ToolDeclaration:
         return self._declaration

@@ -1,0 +1,90 @@
+"""Shared test setup: a no-network guard and the PostgreSQL URL fixture.
+
+Tests never reach the network (CONVENTIONS §7): from `pytest_configure` on,
+connecting a socket, or resolving a name, outside loopback raises
+`RuntimeError` before any packet is sent. Loopback and unix sockets stay open,
+so `FakeProvider`, local PostgreSQL and Redis work.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import socket
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+_LOCAL_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost"})
+_patches: list[tuple[Any, str, Any]] = []
+
+
+def _is_local(host: object, *, unspecified_ok: bool = False) -> bool:
+    if isinstance(host, bytes):
+        host = host.decode("ascii", "replace")
+    if not isinstance(host, str):
+        return False
+    if host.lower() in _LOCAL_NAMES or host.lower().endswith(".localhost"):
+        return True
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return False  # a real host name: resolving it would already reach a DNS server
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return ip.is_loopback or (unspecified_ok and ip.is_unspecified)
+
+
+def _refuse(target: object) -> RuntimeError:
+    return RuntimeError(
+        f"tests never reach the network: refused {target!r}; "
+        "use loopback (127.0.0.1, ::1, localhost), e.g. headwater.testing.FakeProvider"
+    )
+
+
+def _guard_connect(original: Callable[..., Any]) -> Callable[..., Any]:
+    def connect(self: socket.socket, address: Any, *args: Any) -> Any:
+        inet = self.family in (socket.AF_INET, socket.AF_INET6)
+        if inet and not (isinstance(address, tuple) and _is_local(address[0])):
+            raise _refuse(address)
+        return original(self, address, *args)
+
+    return connect
+
+
+def _guard_getaddrinfo(original: Callable[..., Any]) -> Callable[..., Any]:
+    def getaddrinfo(host: Any, *args: Any, **kwargs: Any) -> Any:
+        if host not in (None, "", b"") and not _is_local(host, unspecified_ok=True):
+            raise _refuse(host)
+        return original(host, *args, **kwargs)
+
+    return getaddrinfo
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for owner, name, guard in (
+        (socket.socket, "connect", _guard_connect),
+        (socket.socket, "connect_ex", _guard_connect),
+        (socket, "getaddrinfo", _guard_getaddrinfo),
+    ):
+        original = getattr(owner, name)
+        _patches.append((owner, name, original))
+        setattr(owner, name, guard(original))
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    while _patches:
+        owner, name, original = _patches.pop()
+        setattr(owner, name, original)
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> str:
+    """The PostgreSQL URL to test against; skips locally, fails in CI, when unset."""
+    url = os.environ.get("HEADWATER_TEST_POSTGRES_URL")
+    if url:
+        return url
+    if os.environ.get("CI", "").lower() not in ("", "0", "false"):
+        pytest.fail("CI is set but HEADWATER_TEST_POSTGRES_URL is not; .ci/run exports it")
+    pytest.skip("set HEADWATER_TEST_POSTGRES_URL to run against PostgreSQL")
