@@ -118,7 +118,9 @@ class SqlSessionService(BaseSessionService):
     The engine (a connection pool) is created on first use and belongs to the
     event loop that used it; used from another loop, the service disposes it
     and opens a new one. Connections stay open until :meth:`close`; a call
-    after ``close`` opens new ones.
+    after ``close`` opens new ones. Call ``close`` on the loop that used the
+    service: PostgreSQL connections of a loop that has already stopped cannot
+    be closed cleanly (asyncpg then warns about unclosed connections).
 
     Raises:
         ImportError: a PostgreSQL URL without asyncpg installed (the message
@@ -388,12 +390,17 @@ async def _require_session(
 
 
 async def _dispose(engine: AsyncEngine, loop: asyncio.AbstractEventLoop | None) -> None:
-    """Close an engine's connections, on the loop that opened them when it still runs."""
-    if loop is not None and loop.is_running() and loop is not asyncio.get_running_loop():
+    """Close an engine's connections, on the loop that opened them if it still runs."""
+    if loop is None or loop is asyncio.get_running_loop():
+        await engine.dispose()
+    elif loop.is_running():
         # That loop runs in another thread: its connections can only close there.
         await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(engine.dispose(), loop))
+    elif engine.dialect.name == "sqlite":
+        await engine.dispose()  # aiosqlite connections live in their own threads
     else:
-        await engine.dispose()
+        # Sockets of a stopped loop cannot be closed from this one: drop the pool.
+        await engine.dispose(close=False)
 
 
 def _resolve_url(url: str) -> URL:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import re
+import types
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -83,7 +84,7 @@ def inspect_function(
                 f"tool {name!r}: *{param.name} cannot be described to a model; "
                 "declare each argument explicitly"
             )
-        if annotation is ToolContext:
+        if _is_context(annotation):
             context_param = param.name
             continue
         if isinstance(annotation, type) and issubclass(annotation, hidden_types):
@@ -102,6 +103,18 @@ def inspect_function(
         raise UserError(f"tool {name!r}: argument types cannot be described ({exc})") from exc
     return Signature(description=description, args_model=model, context_param=context_param,
                      hidden=hidden)
+
+
+def _is_context(annotation: Any) -> bool:
+    """``ToolContext``, ``ToolContext | None`` or ``Annotated[ToolContext, …]``."""
+    if annotation is ToolContext:
+        return True
+    origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:
+        return _is_context(typing.get_args(annotation)[0])
+    if origin in (typing.Union, types.UnionType):
+        return ToolContext in typing.get_args(annotation)
+    return False
 
 
 def json_schema(args_model: type[BaseModel]) -> dict[str, Any]:

@@ -1,0 +1,143 @@
+"""The ``headwater`` command.
+
+``headwater demo`` runs one streamed agent turn with a tool call in the
+terminal, on the embedded defaults: the offline scripted model (no network, no
+key) and the SQLite session store.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import re
+import sys
+from collections.abc import Sequence
+from typing import Any, TextIO
+
+from . import __version__
+from .agents.agent import Agent
+from .models.base import LlmRequest
+from .models.scripted import ScriptedCall, ScriptedModel, ScriptedTurn
+from .run_config import RunConfig, StreamingMode
+from .runner import Runner
+from .sessions.sql import SqlSessionService
+from .settings import get_settings
+from .types import Usage
+
+ORDERS = {
+    "1042": {"status": "shipped", "shipped_on": "30 September", "due": "Monday"},
+    "2001": {"status": "packing", "due": "Thursday"},
+}
+
+
+def lookup_order(order_id: str) -> dict[str, str]:
+    """Look up an order in the shop's records.
+
+    Args:
+        order_id: the order number, digits only.
+    """
+    order = ORDERS.get(order_id)
+    if order is None:
+        raise LookupError(f"no order {order_id}")
+    return order
+
+
+def support_responder(request: LlmRequest) -> ScriptedTurn:
+    """The demo's scripted 'model': calls lookup_order for an order number, then answers."""
+    last = request.contents[-1]
+    if last.function_responses:
+        result = last.function_responses[0].response
+        order_id = next((c.function_calls[0].args.get("order_id") for c in request.contents
+                         if c.function_calls), "?")
+        if "error" in result:
+            words = ["I could not find ", f"order {order_id}. ", "Please check the number."]
+        elif result.get("status") == "shipped":
+            words = [f"Order {order_id} shipped ", f"on {result['shipped_on']} ",
+                     f"and is due {result['due']}."]
+        else:
+            words = [f"Order {order_id} is ", f"{result.get('status', 'in progress')} ",
+                     f"and is due {result.get('due', 'soon')}."]
+        return ScriptedTurn(text=words, usage=Usage(48, 14, 62), delay=0.04)
+    match = re.search(r"\b(\d{3,})\b", last.text)
+    if match:
+        return ScriptedTurn(calls=[ScriptedCall("lookup_order", {"order_id": match.group(1)},
+                                                fragments=3)],
+                            usage=Usage(31, 9, 40), finish_reason="tool_calls")
+    return ScriptedTurn(text=["I can look up ", "an order for you: ", "tell me its number."],
+                        usage=Usage(20, 10, 30), delay=0.04)
+
+
+async def demo(prompt: str, database_url: str, mode: StreamingMode, out: TextIO) -> int:
+    """Run one turn and narrate the event stream; returns the exit code."""
+    service = SqlSessionService(database_url)
+    model = ScriptedModel(model="scripted-support", responder=support_responder)
+    agent = Agent(name="support", model=model, tools=[lookup_order],
+                  instruction="You are a shop's support agent.")
+    runner = Runner(agent=agent, app_name="demo", session_service=service)
+    try:
+        session = await service.create_session(app_name="demo", user_id="demo-user")
+        out.write(f"headwater demo: model 'scripted-support' (SCRIPTED, offline), "
+                  f"sessions in {database_url}\n\nyou> {prompt}\n")
+        stream = runner.run_async(user_id="demo-user", session_id=session.id,
+                                  new_message=prompt, run_config=RunConfig(streaming_mode=mode))
+        draft: str | None = None
+        async for event in stream:
+            if event.partial:
+                if draft is None:
+                    out.write(f"{event.author}> ")
+                    draft = ""
+                draft += event.text
+                out.write(event.text)
+                out.flush()
+                continue
+            if event.error_code:
+                out.write(f"\n[error] {event.error_code}: {event.error_message}\n")
+            for call in event.function_calls:
+                out.write(f"[tool call] {call.name}({json.dumps(call.args)})\n")
+            for response in event.function_responses:
+                out.write(f"[tool result] {response.name} -> {json.dumps(response.response)}\n")
+            if event.text and not event.function_calls:
+                # The aggregate replaces the draft: it is the record. When it says what the
+                # deltas said, the streamed line stands; otherwise the record is shown.
+                if draft is None:
+                    out.write(f"{event.author}> {event.text}\n")
+                elif draft == event.text:
+                    out.write("\n")
+                else:
+                    out.write(f"\n[record] {event.author}> {event.text}\n")
+                draft = None
+        stored = await service.get_session(app_name="demo", user_id="demo-user",
+                                           session_id=session.id)
+        count = len(stored.events) if stored else 0
+        u = stream.usage
+        out.write(f"\n[done] {stream.stats.llm_calls} model calls, {u.input_tokens} tokens in / "
+                  f"{u.output_tokens} out; session {session.id} holds {count} events "
+                  "(no partials)\n")
+        return 0
+    finally:
+        await service.close()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``headwater`` console script."""
+    parser = argparse.ArgumentParser(prog="headwater", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"headwater {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True)
+    run_demo = commands.add_parser("demo", help="a streamed agent turn with a tool call, "
+                                   "on the scripted model and SQLite")
+    run_demo.add_argument("--prompt", default="Where is order 1042?")
+    run_demo.add_argument("--db", default=None,
+                          help="session store URL (default: HEADWATER_DATABASE_URL or "
+                               "sqlite+aiosqlite:///.headwater/sessions.db)")
+    run_demo.add_argument("--mode", choices=["sse", "none"], default="sse")
+    args: Any = parser.parse_args(argv)
+    if args.command == "demo":
+        url = args.db or get_settings().database_url
+        return asyncio.run(demo(args.prompt, url, StreamingMode(args.mode), sys.stdout))
+    parser.error(f"unknown command {args.command}")
+    return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
