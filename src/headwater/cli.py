@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.metadata
 import json
 import re
 import sys
 from collections.abc import Sequence
 from typing import Any, TextIO
 
-from . import __version__
 from .agents.agent import Agent
 from .models.base import LlmRequest
 from .models.scripted import ScriptedCall, ScriptedModel, ScriptedTurn
@@ -122,7 +122,8 @@ async def demo(prompt: str, database_url: str, mode: StreamingMode, out: TextIO)
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``headwater`` console script."""
     parser = argparse.ArgumentParser(prog="headwater", description=__doc__.splitlines()[0])
-    parser.add_argument("--version", action="version", version=f"headwater {__version__}")
+    parser.add_argument("--version", action="version",
+                        version=f"headwater {importlib.metadata.version('headwater')}")
     commands = parser.add_subparsers(dest="command", required=True)
     run_demo = commands.add_parser("demo", help="a streamed agent turn with a tool call, "
                                    "on the scripted model and SQLite")

@@ -125,8 +125,13 @@ class BaseSessionService(ABC):
 
 
 def persistent_delta(event: Event) -> dict[str, Any]:
-    """The part of an event's state delta that is stored (``temp:`` keys are not)."""
+    """Drop ``temp:`` keys from the event's state delta (in place) and return what is stored.
+
+    Temporary state lives for one run: it reaches neither the stored state nor
+    the stored event.
+    """
     delta = event.actions.state_delta
-    if not delta:
-        return delta
-    return {k: v for k, v in delta.items() if not k.startswith(TEMP_PREFIX)}
+    if delta and any(k.startswith(TEMP_PREFIX) for k in delta):
+        delta = {k: v for k, v in delta.items() if not k.startswith(TEMP_PREFIX)}
+        event.actions.state_delta = delta
+    return delta

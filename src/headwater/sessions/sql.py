@@ -60,6 +60,7 @@ from ..settings import get_settings
 from .base import BaseSessionService, EventPage, Session
 
 SqliteSynchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
+"""SQLite ``PRAGMA synchronous``: ``NORMAL`` survives a process crash, ``FULL`` a power cut."""
 
 _SYNCHRONOUS_MODES: Final = ("OFF", "NORMAL", "FULL", "EXTRA")
 _WRITE: Final = "headwater_write"  # connection execution option: this transaction writes
@@ -165,6 +166,7 @@ class SqlSessionService(BaseSessionService):
 
         Raises:
             SessionError: ``session_id`` is already taken, or the database failed.
+            TypeError: ``state`` is not JSON-serialisable.
         """
         sid = session_id or uuid.uuid4().hex
         encoded = json.dumps(state or {})
