@@ -7,6 +7,7 @@
     │   └── SessionNotFoundError   (also a SessionError)
     ├── ModelError                 anything a model or its provider did wrong
     │   ├── ModelHTTPError         status_code, retryable
+    │   ├── ProviderUnavailable    no usable answer after every attempt (no status)
     │   ├── ProviderTruncated      the stream broke after the first chunk
     │   ├── ProviderTimeout        connect, idle or total deadline passed
     │   ├── ToolCallAssemblyError  tool-call fragments that do not form a call
@@ -75,6 +76,12 @@ class ModelHTTPError(ModelError):
         self.status_code = status_code
         self.retryable = retryable
         self.code = "provider_unavailable" if retryable else "provider_rejected"
+
+
+class ProviderUnavailable(ModelError):
+    """The provider could not be reached or kept failing before any content, on every attempt."""
+
+    code: ErrorCode = "provider_unavailable"
 
 
 class ProviderTruncated(ModelError):

@@ -23,9 +23,22 @@ class Settings(BaseSettings):
             session (in this process) before ``SessionBusyError``.
         max_result_bytes: largest JSON tool result sent to a model; longer ones
             are truncated with a marker.
+        model_max_attempts: attempts of one model call, first included; retries
+            happen only before the first content chunk.
+        model_backoff_initial, model_backoff_max: exponential backoff (with
+            full jitter) between attempts, in seconds.
+        model_retry_after_cap: the longest ``Retry-After`` honoured, in seconds.
+        model_connect_timeout: seconds to open a provider connection.
+        model_idle_timeout: seconds without a byte from the provider before the
+            call fails with ``provider_timeout``.
+        model_total_timeout: deadline of one model call, all attempts included.
+        sse_max_line_chars, sse_max_event_chars: bounds of the SSE decoder.
+        anthropic_max_tokens: ``max_tokens`` sent to Anthropic when the agent's
+            ``generate_config`` sets none (the API requires one).
     """
 
-    model_config = SettingsConfigDict(env_prefix="HEADWATER_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="HEADWATER_", extra="ignore",
+                                      protected_namespaces=())
 
     database_url: str = "sqlite+aiosqlite:///.headwater/sessions.db"
     sqlite_synchronous: Literal["OFF", "NORMAL", "FULL", "EXTRA"] = "NORMAL"
@@ -34,6 +47,16 @@ class Settings(BaseSettings):
     tool_timeout: float = Field(default=300.0, gt=0)
     session_lock_timeout: float = Field(default=10.0, ge=0)
     max_result_bytes: int = Field(default=100_000, ge=256)
+    model_max_attempts: int = Field(default=3, ge=1)
+    model_backoff_initial: float = Field(default=0.5, ge=0)
+    model_backoff_max: float = Field(default=8.0, ge=0)
+    model_retry_after_cap: float = Field(default=30.0, ge=0)
+    model_connect_timeout: float = Field(default=10.0, gt=0)
+    model_idle_timeout: float = Field(default=60.0, gt=0)
+    model_total_timeout: float = Field(default=600.0, gt=0)
+    sse_max_line_chars: int = Field(default=1 << 20, ge=1024)
+    sse_max_event_chars: int = Field(default=8 << 20, ge=1024)
+    anthropic_max_tokens: int = Field(default=4096, ge=1)
 
 
 _settings: Settings | None = None

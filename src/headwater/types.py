@@ -55,12 +55,17 @@ class FunctionResponse:
 
 @dataclass(slots=True)
 class Part:
-    """One part of a content: text (maybe a thought), a call, a response or a blob."""
+    """One part of a content: text (maybe a thought), a call, a response or a blob.
+
+    ``thought_signature`` is the provider's opaque signature of a thought part
+    (Anthropic's thinking ``signature``), sent back unchanged in later requests.
+    """
 
     __pydantic_config__: ClassVar[ConfigDict] = _BYTES_AS_BASE64
 
     text: str | None = None
     thought: bool = False
+    thought_signature: str | None = None
     function_call: FunctionCall | None = None
     function_response: FunctionResponse | None = None
     inline_data: Blob | None = None

@@ -77,12 +77,28 @@ class SSEDecoder:
                 text = text[1:]
         return self._lines(text)
 
-    def flush(self) -> list[ServerSentEvent]:
-        """End of stream. An unfinished event is discarded, as the standard says."""
+    def flush(self, dispatch_incomplete: bool = False) -> list[ServerSentEvent]:
+        """End of stream.
+
+        Args:
+            dispatch_incomplete: also dispatch a last event that lacks its closing
+                blank line (recorded bodies often do). The standard discards it,
+                which is the default; a caller that opts in must treat a
+                malformed last event as a truncated stream.
+        """
         tail = self._decoder.decode(b"", final=True)
         events = self._lines(tail) if tail else []
+        if dispatch_incomplete:
+            if self._pending:
+                line = "".join(self._pending)
+                if line:
+                    self._field(line)
+            if self._data:
+                events.append(self._dispatch())
         self._pending.clear()
         self._pending_len = 0
+        self._data = []
+        self._data_len = 0
         return events
 
     def _lines(self, text: str) -> list[ServerSentEvent]:

@@ -23,6 +23,7 @@ class StreamAggregator:
         "_calls",
         "_error_code",
         "_error_message",
+        "_sealed_thoughts",
         "_text",
         "_thought",
         "finish_reason",
@@ -32,6 +33,7 @@ class StreamAggregator:
     def __init__(self) -> None:
         self._text: list[str] = []
         self._thought: list[str] = []
+        self._sealed_thoughts: list[Part] = []
         self._calls = ToolCallAssembler()
         self.finish_reason: str | None = None
         self.usage: Usage | None = None
@@ -41,7 +43,7 @@ class StreamAggregator:
     @property
     def has_content(self) -> bool:
         """Whether anything the caller could have seen (or a call) has arrived."""
-        return bool(self._text or self._thought or self._calls)
+        return bool(self._text or self._thought or self._sealed_thoughts or self._calls)
 
     def text(self, delta: str) -> LlmResponse | None:
         """Record an answer-text delta; returns its partial, or ``None`` if empty."""
@@ -56,6 +58,12 @@ class StreamAggregator:
             return None
         self._thought.append(delta)
         return LlmResponse(content=Content("model", [Part(text=delta, thought=True)]), partial=True)
+
+    def thought_signature(self, signature: str) -> None:
+        """Close the current thought block with the provider's signature."""
+        self._sealed_thoughts.append(
+            Part(text="".join(self._thought), thought=True, thought_signature=signature))
+        self._thought = []
 
     def tool_call(
         self,
@@ -79,7 +87,7 @@ class StreamAggregator:
         Raises:
             ToolCallAssemblyError: a tool call did not assemble.
         """
-        parts: list[Part] = []
+        parts: list[Part] = list(self._sealed_thoughts)
         if self._thought:
             parts.append(Part(text="".join(self._thought), thought=True))
         if self._text:

@@ -1,0 +1,373 @@
+"""The machinery both HTTP adapters share: one streamed POST, retries, timeouts, cancel.
+
+Retries happen only before the first content chunk (connection errors, 408,
+409, 429, 5xx, 529, an in-band error before content), honouring
+``Retry-After`` up to a cap and ``x-should-retry``, with exponential backoff
+and full jitter, the same request bytes and a fresh parser each attempt. After
+the first content chunk a failure is final: a transport failure or a stream
+that ends without its terminal marker raises ``ProviderTruncated``.
+
+Every stream is consumed under ``aclosing``; closing it closes the HTTP
+response, so the provider sees its connection closed at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import json
+import random
+import time
+from abc import ABC, abstractmethod
+from collections.abc import AsyncGenerator, Mapping
+from contextlib import aclosing
+from types import TracebackType
+from typing import Any
+
+import httpx
+
+from ..errors import (
+    ModelError,
+    ModelHTTPError,
+    ProviderTimeout,
+    ProviderTruncated,
+    ProviderUnavailable,
+)
+from ..settings import Settings, get_settings
+from ._sse import ServerSentEvent, SSEDecoder
+from .aggregator import StreamAggregator
+from .base import BaseLlm, LlmRequest, LlmResponse
+
+_MAX_ERROR_BODY = 64 * 1024
+
+
+class InBandError(ModelError):
+    """The provider reported an error inside a 200 stream.
+
+    Attributes:
+        retryable: whether a new attempt may succeed (overload, server error).
+    """
+
+    def __init__(self, message: str, *, retryable: bool) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+        self.code = "provider_unavailable" if retryable else "provider_rejected"
+
+
+class MalformedChunk(ModelError):
+    """A stream event whose data is not the JSON the provider's format promises."""
+
+
+class _Retry(Exception):
+    """An attempt failed before any content; ``final`` is raised if no attempt is left."""
+
+    def __init__(self, final: ModelError, retry_after: float | None = None) -> None:
+        super().__init__(str(final))
+        self.final = final
+        self.retry_after = retry_after
+
+
+class StreamParser(ABC):
+    """Turns one provider's SSE events into partials and one aggregate (one per attempt).
+
+    Attributes:
+        agg: the aggregator of this attempt.
+        complete: a terminal marker arrived; the stream may end now.
+        ended: nothing more is expected; stop reading.
+    """
+
+    def __init__(self) -> None:
+        self.agg = StreamAggregator()
+        self.complete = False
+        self.ended = False
+
+    @abstractmethod
+    def feed(self, event: ServerSentEvent, out: list[LlmResponse]) -> None:
+        """Handle one event, appending the partials it produces to ``out``.
+
+        Raises:
+            InBandError: a provider error before any content (the attempt is retried
+                when it is retryable).
+        """
+
+    def in_band_error(self, message: str, *, retryable: bool) -> None:
+        """Record an in-band provider error: before content it fails the attempt."""
+        if not self.agg.has_content:
+            raise InBandError(message, retryable=retryable)
+        self.agg.error("provider_error", message)
+        self.complete = self.ended = True
+
+    def finish(self) -> LlmResponse:
+        """The aggregate of the attempt (raises ``ToolCallAssemblyError`` on broken calls)."""
+        return self.agg.finish()
+
+
+def retry_after_seconds(headers: Mapping[str, str]) -> float | None:
+    """The delay a server asked for (``retry-after-ms``, ``Retry-After`` seconds or date)."""
+    value = headers.get("retry-after-ms")
+    if value:
+        try:
+            return float(value) / 1000
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if not value:
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        parsed = email.utils.parsedate_to_datetime(value) if value else None
+        return max(0.0, parsed.timestamp() - time.time()) if parsed is not None else None
+
+
+def is_retryable_status(status: int, headers: Mapping[str, str]) -> bool:
+    """408, 409, 429 and 5xx are retried, unless ``x-should-retry`` says otherwise."""
+    should = headers.get("x-should-retry")
+    if should == "true":
+        return True
+    if should == "false":
+        return False
+    return status in (408, 409, 429) or status >= 500
+
+
+class HttpStreamingModel(BaseLlm):
+    """A model behind an HTTP endpoint that streams Server-Sent Events.
+
+    Args:
+        model: the provider's model name.
+        base_url: the API root.
+        api_key: the credential (``None`` for servers that need none).
+        http_client: an ``httpx.AsyncClient`` to use (the caller keeps owning
+            it); by default the model makes one and closes it in :meth:`aclose`.
+        settings: retry, timeout and decoder bounds (default: from the env).
+        headers: extra headers sent with every request.
+    """
+
+    provider = "http"
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        base_url: str,
+        api_key: str | None = None,
+        http_client: httpx.AsyncClient | None = None,
+        settings: Settings | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(model)
+        self.base_url = base_url.rstrip("/")
+        self._api_key = api_key
+        self._client = http_client
+        self._owns_client = http_client is None
+        self.settings = settings or get_settings()
+        self.extra_headers = dict(headers or {})
+
+    # -- what an adapter provides -----------------------------------------------------------
+
+    @property
+    @abstractmethod
+    def url(self) -> str:
+        """The endpoint to POST to."""
+
+    @abstractmethod
+    def auth_headers(self) -> dict[str, str]:
+        """The credential headers."""
+
+    @abstractmethod
+    def build_body(self, request: LlmRequest) -> dict[str, Any]:  # raw wire JSON
+        """The streaming request body for ``request``."""
+
+    @abstractmethod
+    def new_parser(self) -> StreamParser:
+        """A fresh parser for one attempt."""
+
+    # -- lifetime ---------------------------------------------------------------------------
+
+    def _http(self) -> httpx.AsyncClient:
+        if self._client is None:
+            self._client = httpx.AsyncClient()
+        return self._client
+
+    async def aclose(self) -> None:
+        """Close the HTTP client if this model made it."""
+        client, self._client = self._client, None
+        if client is not None and self._owns_client:
+            await client.aclose()
+
+    async def __aenter__(self) -> HttpStreamingModel:
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        await self.aclose()
+
+    def __repr__(self) -> str:  # never shows the key
+        return f"{type(self).__name__}(model={self.model!r}, base_url={self.base_url!r})"
+
+    # -- one model call ---------------------------------------------------------------------
+
+    async def generate_content(
+        self, request: LlmRequest, stream: bool = False
+    ) -> AsyncGenerator[LlmResponse, None]:
+        """Stream one model call (the wire always streams; ``stream=False`` yields the final only).
+
+        Raises:
+            ModelHTTPError: a non-retryable status, or retryable ones on every attempt.
+            ProviderUnavailable: connection failures or in-band errors on every attempt.
+            ProviderTruncated: the stream broke after content had arrived.
+            ProviderTimeout: the idle or total deadline passed.
+            ToolCallAssemblyError: tool-call fragments that do not form a call.
+        """
+        payload = json.dumps(self.build_body(request), ensure_ascii=False).encode()
+        s = self.settings
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + s.model_total_timeout
+        attempt = 0
+        while True:
+            attempt += 1
+            parser = self.new_parser()
+            try:
+                async with aclosing(self._attempt(payload, parser, deadline)) as partials:
+                    async for partial in partials:
+                        if stream:
+                            yield partial
+            except _Retry as retry:
+                delay = self._delay(attempt, retry.retry_after)
+                if attempt >= s.model_max_attempts or loop.time() + delay >= deadline:
+                    raise retry.final from None
+                await asyncio.sleep(delay)
+                continue
+            yield parser.finish()
+            return
+
+    def _delay(self, attempt: int, retry_after: float | None) -> float:
+        s = self.settings
+        if retry_after is not None:
+            return min(retry_after, s.model_retry_after_cap)
+        ceiling = min(s.model_backoff_max, s.model_backoff_initial * 2 ** (attempt - 1))
+        return random.uniform(ceiling / 2, ceiling)
+
+    async def _attempt(
+        self, payload: bytes, parser: StreamParser, deadline: float
+    ) -> AsyncGenerator[LlmResponse, None]:
+        response = await self._open(payload, deadline)
+        try:
+            if response.status_code != 200:
+                await self._fail_status(response)
+            async with aclosing(self._events(response, parser, deadline)) as partials:
+                async for partial in partials:
+                    yield partial
+        finally:
+            await response.aclose()
+
+    async def _open(self, payload: bytes, deadline: float) -> httpx.Response:
+        s = self.settings
+        client = self._http()
+        request = client.build_request(
+            "POST", self.url, content=payload,
+            headers={"content-type": "application/json", "accept": "text/event-stream",
+                     **self.auth_headers(), **self.extra_headers},
+            timeout=httpx.Timeout(s.model_idle_timeout, connect=s.model_connect_timeout),
+        )
+        try:
+            async with asyncio.timeout_at(deadline):
+                return await client.send(request, stream=True)
+        except TimeoutError:
+            raise ProviderTimeout(f"{self.provider}: no response before the deadline") from None
+        except httpx.TimeoutException as exc:
+            raise _Retry(ProviderUnavailable(
+                f"{self.provider}: {type(exc).__name__} while connecting")) from None
+        except httpx.TransportError as exc:
+            raise _Retry(ProviderUnavailable(
+                f"{self.provider}: {type(exc).__name__} before the response")) from None
+
+    async def _fail_status(self, response: httpx.Response) -> None:
+        body = b""
+        try:
+            async for chunk in response.aiter_raw():
+                body += chunk
+                if len(body) > _MAX_ERROR_BODY:
+                    break
+        except httpx.HTTPError:
+            pass
+        status = response.status_code
+        retryable = is_retryable_status(status, response.headers)
+        error = ModelHTTPError(f"{self.provider}: HTTP {status}{_error_summary(body)}",
+                               status_code=status, retryable=retryable)
+        if retryable:
+            raise _Retry(error, retry_after_seconds(response.headers))
+        raise error
+
+    async def _events(
+        self, response: httpx.Response, parser: StreamParser, deadline: float
+    ) -> AsyncGenerator[LlmResponse, None]:
+        s = self.settings
+        decoder = SSEDecoder(s.sse_max_line_chars, s.sse_max_event_chars)
+        out: list[LlmResponse] = []
+        chunks = response.aiter_bytes()
+        loop = asyncio.get_running_loop()
+        idle = s.model_idle_timeout
+        try:
+            while not parser.ended:
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    raise ProviderTimeout(f"{self.provider}: the call passed its total deadline")
+                try:
+                    if remaining < idle:
+                        async with asyncio.timeout(remaining):
+                            chunk = await anext(chunks)
+                    else:
+                        chunk = await anext(chunks)
+                except StopAsyncIteration:
+                    for event in decoder.flush(dispatch_incomplete=True):
+                        try:
+                            parser.feed(event, out)
+                        except MalformedChunk:
+                            break  # a last event cut short: the check below decides
+                    for partial in out:
+                        yield partial
+                    break
+                for event in decoder.feed(chunk):
+                    parser.feed(event, out)
+                    if out:
+                        for partial in out:
+                            yield partial
+                        out.clear()
+                    if parser.ended:
+                        break
+        except TimeoutError:
+            raise ProviderTimeout(f"{self.provider}: the call passed its total deadline") from None
+        except httpx.ReadTimeout:
+            raise ProviderTimeout(
+                f"{self.provider}: no data for {idle:g} s (idle timeout)") from None
+        except InBandError as exc:
+            if exc.retryable:
+                raise _Retry(exc) from None
+            raise
+        except httpx.TransportError as exc:
+            if parser.agg.has_content:
+                raise ProviderTruncated(
+                    f"{self.provider}: {type(exc).__name__} after the first chunk") from None
+            raise _Retry(ProviderUnavailable(
+                f"{self.provider}: {type(exc).__name__} before any content")) from None
+        if not parser.complete:
+            if parser.agg.has_content:
+                raise ProviderTruncated(
+                    f"{self.provider}: the stream ended without its terminal marker")
+            raise _Retry(ProviderUnavailable(
+                f"{self.provider}: the stream ended before any content"))
+
+
+def _error_summary(body: bytes) -> str:
+    """The provider's error type and message, shortened (logs only; never on the wire)."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return ""
+    error = data.get("error") if isinstance(data, dict) else None
+    if isinstance(error, dict):
+        kind = error.get("type") or error.get("code") or ""
+        message = str(error.get("message", ""))[:200]
+        return f" ({kind}: {message})" if kind else f" ({message})"
+    return ""

@@ -1,0 +1,205 @@
+"""``OpenAIChatModel``: the OpenAI-compatible Chat Completions wire format.
+
+Speaks ``POST {base_url}/chat/completions`` with ``stream: true`` and
+``stream_options.include_usage`` — OpenAI, vLLM, Ollama, llama.cpp server,
+LM Studio, Groq, DeepSeek. Text deltas become partials at once; tool-call
+fragments, the finish reason and the usage-only final chunk go into the one
+aggregate. ``refusal`` deltas are answer text (the user is shown what the model
+said); ``reasoning_content``/``reasoning`` deltas are thought parts.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+from typing import Any
+
+from ..errors import UserError
+from ..types import Content, Usage
+from ._http import HttpStreamingModel, MalformedChunk, StreamParser
+from ._sse import ServerSentEvent
+from .base import LlmRequest, LlmResponse
+
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+_CUT_SHORT = {"length": "the model stopped at its token limit",
+              "content_filter": "the provider's content filter stopped the answer"}
+
+
+class OpenAIChatModel(HttpStreamingModel):
+    """A model behind an OpenAI-compatible ``/chat/completions`` endpoint.
+
+    Args:
+        model: the model name, e.g. ``"gpt-4o-mini"``.
+        base_url: the API root (``…/v1``); default ``https://api.openai.com/v1``.
+        api_key: sent as ``Authorization: Bearer``; ``None`` for local servers.
+        http_client, settings, headers: see :class:`HttpStreamingModel`.
+    """
+
+    provider = "openai"
+
+    def __init__(self, model: str, *, base_url: str = DEFAULT_BASE_URL,
+                 api_key: str | None = None, **kwargs: Any) -> None:
+        super().__init__(model, base_url=base_url, api_key=api_key, **kwargs)
+
+    @property
+    def url(self) -> str:
+        return f"{self.base_url}/chat/completions"
+
+    def auth_headers(self) -> dict[str, str]:
+        return {"authorization": f"Bearer {self._api_key}"} if self._api_key else {}
+
+    def new_parser(self) -> StreamParser:
+        return _ChatParser()
+
+    def build_body(self, request: LlmRequest) -> dict[str, Any]:  # raw wire JSON
+        body: dict[str, Any] = {
+            "model": request.model or self.model,
+            "messages": to_messages(request),
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        if request.tools:
+            body["tools"] = [
+                {"type": "function", "function": {"name": t.name, "description": t.description,
+                                                  "parameters": t.parameters}}
+                for t in request.tools
+            ]
+        body.update(request.config)
+        return body
+
+
+def to_messages(request: LlmRequest) -> list[dict[str, Any]]:  # raw wire JSON
+    """History as Chat Completions messages: system, user, assistant with tool_calls, tool."""
+    messages: list[dict[str, Any]] = []
+    if request.system_instruction:
+        messages.append({"role": "system", "content": request.system_instruction})
+    for content in request.contents:
+        if content.role == "model":
+            messages.append(_assistant(content))
+            continue
+        for part in content.parts:
+            response = part.function_response
+            if response is not None:
+                messages.append({"role": "tool", "tool_call_id": response.id,
+                                 "content": json.dumps(response.response, ensure_ascii=False)})
+        user = _user_content(content)
+        if user:
+            messages.append({"role": "system" if content.role == "system" else "user",
+                             "content": user})
+    return messages
+
+
+def _assistant(content: Content) -> dict[str, Any]:  # raw wire JSON
+    message: dict[str, Any] = {"role": "assistant", "content": content.text or None}
+    calls = content.function_calls
+    if calls:
+        message["tool_calls"] = [
+            {"id": c.id, "type": "function",
+             "function": {"name": c.name, "arguments": json.dumps(c.args, ensure_ascii=False)}}
+            for c in calls
+        ]
+    return message
+
+
+def _user_content(content: Content) -> str | list[dict[str, Any]]:  # raw wire JSON
+    blobs = [p.inline_data for p in content.parts if p.inline_data is not None]
+    text = content.text
+    if not blobs:
+        return text
+    parts: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
+    for blob in blobs:
+        url = f"data:{blob.mime_type};base64,{base64.b64encode(blob.data).decode()}"
+        parts.append({"type": "image_url", "image_url": {"url": url}})
+    return parts
+
+
+class _ChatParser(StreamParser):
+    """Chat Completions chunks → partials and one aggregate."""
+
+    def feed(self, event: ServerSentEvent, out: list[LlmResponse]) -> None:
+        data = event.data
+        if data == "[DONE]":
+            self.complete = self.ended = True
+            return
+        try:
+            chunk = json.loads(data)
+        except ValueError:
+            raise MalformedChunk(f"openai: a stream chunk is not JSON ({len(data)} characters)"
+                             ) from None
+        if event.event == "error" or "error" in chunk:
+            error = chunk.get("error", chunk)
+            message = error.get("message", "error") if isinstance(error, dict) else str(error)
+            self.in_band_error(f"openai: in-band error: {str(message)[:200]}",
+                               retryable=_retryable_in_band(error))
+            return
+        agg = self.agg
+        usage = chunk.get("usage")
+        if usage:
+            agg.usage = _usage(usage)
+        for choice in chunk.get("choices") or ():
+            if choice.get("index", 0) != 0:
+                continue
+            delta = choice.get("delta") or {}
+            for key in ("reasoning_content", "reasoning"):
+                if delta.get(key) and (p := agg.thought(delta[key])) is not None:
+                    out.append(p)
+            for key in ("content", "refusal"):
+                if delta.get(key) and (p := agg.text(delta[key])) is not None:
+                    out.append(p)
+            for call in delta.get("tool_calls") or ():
+                function = call.get("function") or {}
+                agg.tool_call(index=call.get("index"), call_id=call.get("id"),
+                              name=function.get("name"), arguments=function.get("arguments"))
+            reason = choice.get("finish_reason")
+            if reason:
+                agg.finish_reason = reason
+                self.complete = True
+                if reason in _CUT_SHORT:
+                    agg.error("provider_error", f"openai: {_CUT_SHORT[reason]} ({reason})")
+
+
+def _retryable_in_band(error: Any) -> bool:
+    if not isinstance(error, dict):
+        return True
+    kind = str(error.get("type") or error.get("code") or "")
+    return not any(word in kind for word in ("invalid", "auth", "permission", "not_found"))
+
+
+def _usage(raw: dict[str, Any]) -> Usage:  # raw wire JSON
+    prompt = int(raw.get("prompt_tokens") or 0)
+    completion = int(raw.get("completion_tokens") or 0)
+    cached = (raw.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
+    reasoning = (raw.get("completion_tokens_details") or {}).get("reasoning_tokens") or 0
+    return Usage(input_tokens=prompt, output_tokens=completion,
+                 total_tokens=int(raw.get("total_tokens") or prompt + completion),
+                 cached_input_tokens=int(cached), reasoning_tokens=int(reasoning))
+
+
+def from_spec(name: str) -> OpenAIChatModel:
+    """``"openai:<model>"``: key from ``OPENAI_API_KEY``, root from ``OPENAI_BASE_URL``.
+
+    Raises:
+        UserError: ``OPENAI_API_KEY`` is not set.
+    """
+    key = os.environ.get("OPENAI_API_KEY")
+    if not key:
+        raise UserError(f"model 'openai:{name}' needs an API key: set OPENAI_API_KEY")
+    return OpenAIChatModel(name, base_url=os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL,
+                           api_key=key)
+
+
+def compatible_from_spec(spec: str) -> OpenAIChatModel:
+    """``"openai-compatible:<model>@<base_url>"``; key from ``OPENAI_COMPATIBLE_API_KEY`` if set.
+
+    Raises:
+        UserError: no ``@<base_url>`` part.
+    """
+    match = re.fullmatch(r"(.+)@(https?://.+)", spec)
+    if match is None:
+        raise UserError(f"'openai-compatible:{spec}' must look like "
+                        "'openai-compatible:<model>@<http(s)://host/v1>'")
+    name, base_url = match.groups()
+    return OpenAIChatModel(name, base_url=base_url,
+                           api_key=os.environ.get("OPENAI_COMPATIBLE_API_KEY") or None)
