@@ -24,8 +24,6 @@ DESIGN_CANDIDATES = (
 
 # module, or (module, name) -> the issue that delivers it
 PENDING: dict[str | tuple[str, str], str] = {
-    "headwater.models.openai": "issue 3",
-    "headwater.models.anthropic": "issue 3",
     ("headwater.testing", "FakeProvider"): "issue 3",
     ("headwater.testing", "VirtualClock"): "issue 5",
     "headwater.gateway": "gateway issue",
