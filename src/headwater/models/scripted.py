@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections import deque
-from collections.abc import AsyncGenerator, Callable, Sequence
+from collections.abc import AsyncGenerator, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -177,15 +177,15 @@ class ScriptedModel(BaseLlm):
             record.closed = True
 
 
-def _play(turn: ScriptedTurn, stream: bool) -> list[LlmResponse]:
+def _play(turn: ScriptedTurn, stream: bool) -> Iterator[LlmResponse]:
+    """Build each response as it is played, as a real adapter does."""
     agg = StreamAggregator()
-    partials: list[LlmResponse] = []
     for piece in turn.thoughts:
-        if (p := agg.thought(piece)) is not None:
-            partials.append(p)
+        if (p := agg.thought(piece)) is not None and stream:
+            yield p
     for piece in turn.text:
-        if (p := agg.text(piece)) is not None:
-            partials.append(p)
+        if (p := agg.text(piece)) is not None and stream:
+            yield p
     for index, scripted in enumerate(turn.calls):
         call_id = scripted.id or new_id("call")
         for i, piece in enumerate(_split(json.dumps(scripted.args), scripted.fragments)):
@@ -195,8 +195,7 @@ def _play(turn: ScriptedTurn, stream: bool) -> list[LlmResponse]:
     agg.usage = turn.usage
     if turn.error is not None:
         agg.error(*turn.error)
-    final = agg.finish()
-    return [*partials, final] if stream else [final]
+    yield agg.finish()
 
 
 def _split(text: str, pieces: int) -> list[str]:

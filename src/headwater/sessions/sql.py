@@ -276,13 +276,17 @@ class SqlSessionService(BaseSessionService):
         key = (session.app_name, session.user_id, session.id)
         try:
             async with self._transaction(write=True) as conn:
-                state = await _require_session(conn, *key, lock=True)
                 values: dict[str, Any] = {"update_time": event.timestamp}
                 if delta:
-                    merged = json.loads(state)
+                    # Read-modify-write under the row lock; without a delta the UPDATE
+                    # alone takes the lock and proves the session exists.
+                    merged = json.loads(await _require_session(conn, *key, lock=True))
                     merged.update(delta)
                     values["state"] = json.dumps(merged)
-                await conn.execute(update(_sessions).where(_session_key(*key)).values(values))
+                result = await conn.execute(
+                    update(_sessions).where(_session_key(*key)).values(values))
+                if result.rowcount == 0:
+                    raise SessionNotFoundError(f"no session {key[2]!r} for this user")
                 await conn.execute(insert(_events).values(
                     id=event.id, app_name=key[0], user_id=key[1], session_id=key[2],
                     invocation_id=event.invocation_id, author=event.author,

@@ -1,0 +1,473 @@
+"""headwater benchmarks: runner overhead, tool turns, concurrency and first-event latency.
+
+    python benchmarks/run.py [--only S1,S2] [--repeat 3] [--small] [--profile S1]
+
+Prints one JSON object on stdout (per scenario: the median of ``--repeat`` runs
+and every run's values) and a short table on stderr. What each figure measures
+is in benchmarks/README.md. No figure is asserted: the targets are reported
+next to the medians, for a human to read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import datetime
+import gc
+import json
+import os
+import platform
+import pstats
+import re
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import aclosing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from headwater import Agent, RunConfig, Runner, StreamingMode
+from headwater.models.base import BaseLlm, LlmRequest, LlmResponse
+from headwater.sessions import BaseSessionService, InMemorySessionService
+from headwater.testing import ScriptedModel
+
+APP = "bench"
+USER = "bench-user"
+SSE = RunConfig(streaming_mode=StreamingMode.SSE)
+HERE = Path(__file__).resolve()
+
+Figures = dict[str, float]
+
+
+@dataclass(frozen=True, slots=True)
+class Sizes:
+    """How big each scenario is; ``SMALL`` keeps the harness itself testable in seconds."""
+
+    s1_chunks: int = 5_000
+    s1_samples: int = 5
+    s2_chunks: int = 50
+    s2_turns_memory: int = 200
+    s2_turns_sqlite: int = 50
+    s2_warmup: int = 20
+    s3_sessions: int = 1_000
+    s3_chunks: int = 100
+    s4_chunks: int = 10
+    s4_turns: int = 200
+    s4_warmup: int = 20
+
+
+FULL = Sizes()
+SMALL = Sizes(s1_chunks=50, s1_samples=1, s2_chunks=5, s2_turns_memory=5, s2_turns_sqlite=3,
+              s2_warmup=1, s3_sessions=5, s3_chunks=10, s4_chunks=3, s4_turns=5, s4_warmup=1)
+
+TARGETS: dict[str, dict[str, str]] = {
+    "S1": {"overhead_us_per_chunk": "< 10"},
+    "S2": {"memory_ms_per_turn": "< 2"},
+    "S3": {"wall_s": "< 3", "peak_rss_mb": "< 300",
+           "interleaved_wall_s": "< 3", "interleaved_peak_rss_mb": "< 300"},
+    "S4": {"first_partial_ms": "< 1", "first_partial_after_gc_ms": "< 1"},
+}
+
+METHODS: dict[str, str] = {
+    "S1": ("one SSE turn of N 4-character chunks, in memory; per run, a warm-up turn then "
+           "s1_samples timed turns: the median (and, as *_best, the fastest, which is what "
+           "a busy shared machine disturbs least); runner = perf_counter_ns around "
+           "run_async() plus consuming every event, so ScriptedModel's StreamAggregator "
+           "building the partial LlmResponses (framework work) is INCLUDED, as are the "
+           "turn's fixed costs (session copy, user event, request, aggregate) spread over N; "
+           "bare = an async generator yielding the same N str objects to `async for`"),
+    "S2": ("mean wall time of a turn (create_session + run_async consumed to the end): one "
+           "call to a trivial async tool, then an N-chunk SSE answer; after warm-up turns; "
+           "SQLite = SqlSessionService on a file in a temp dir (WAL, synchronous=NORMAL)"),
+    "S3": ("fresh subprocess per run: asyncio.gather of one SSE turn of N chunks on each of "
+           "M in-memory sessions (created before timing); wall_s times the gather; "
+           "peak_rss_mb = the child's VmHWM at its end (interpreter included), MiB; "
+           "baseline_rss_mb = VmHWM after imports, before the workload; ru_maxrss_mb is "
+           "reported too but inherits the parent's RSS across fork+exec on Linux. "
+           "max_in_flight = most streams open at once. interleaved_* = same, but the model "
+           "yields to the event loop before each chunk, as a socket read would"),
+    "S4": ("median over turns of perf_counter_ns from calling run_async() to receiving the "
+           "first partial event (stream creation + first __anext__), fresh in-memory session "
+           "per turn, SSE, after warm-up turns; gc.collect() once before the loop. "
+           "first_partial_after_gc_ms: the same with gc.collect() right before every turn, "
+           "which leaves CPU caches cold (a pessimistic figure)"),
+}
+
+
+# -- shared pieces ------------------------------------------------------------------------
+
+
+def chunks_of(count: int) -> tuple[str, ...]:
+    """``count`` 4-character text pieces: "0000", "0001", …"""
+    return tuple(f"{i % 10_000:04d}" for i in range(count))
+
+
+def make_runner(model: BaseLlm, service: BaseSessionService | None = None,
+                tools: Sequence[Callable[..., Any]] = ()) -> Runner:
+    agent = Agent(name="bench", model=model, tools=tools)
+    return Runner(agent=agent, app_name=APP,
+                  session_service=service or InMemorySessionService())
+
+
+async def new_session(runner: Runner) -> str:
+    session = await runner.session_service.create_session(app_name=APP, user_id=USER)
+    return session.id
+
+
+async def drain(runner: Runner, session_id: str) -> int:
+    """Run one SSE turn to its end; returns how many events it yielded."""
+    count = 0
+    stream = runner.run_async(user_id=USER, session_id=session_id, new_message="go",
+                              run_config=SSE)
+    async with aclosing(stream) as events:
+        async for _ in events:
+            count += 1
+    return count
+
+
+def expect_events(got: int, want: int, what: str) -> None:
+    """A correctness guard (not a timing check): the turn really streamed what it should."""
+    if got != want:
+        raise RuntimeError(f"{what}: expected {want} events, got {got}")
+
+
+def elapsed_since(start_ns: int) -> int:
+    return time.perf_counter_ns() - start_ns
+
+
+# -- S1: per-chunk overhead ---------------------------------------------------------------
+
+
+async def _bare_stream(items: Sequence[str]) -> AsyncIterator[str]:
+    for item in items:
+        yield item
+
+
+async def time_bare(items: Sequence[str]) -> int:
+    gc.collect()
+    start = time.perf_counter_ns()
+    async for _ in _bare_stream(items):
+        pass
+    return elapsed_since(start)
+
+
+async def time_runner_turn(items: Sequence[str]) -> int:
+    runner = make_runner(ScriptedModel().reply(*items))
+    session_id = await new_session(runner)
+    gc.collect()
+    start = time.perf_counter_ns()
+    count = await drain(runner, session_id)
+    elapsed = elapsed_since(start)
+    expect_events(count, len(items) + 1, "S1")
+    return elapsed
+
+
+async def sample_ns(timed: Callable[[], Awaitable[int]], samples: int) -> list[int]:
+    """One warm-up call, then ``samples`` timed calls."""
+    await timed()
+    return [await timed() for _ in range(samples)]
+
+
+async def _s1(sizes: Sizes) -> Figures:
+    items = chunks_of(sizes.s1_chunks)
+    bare = await sample_ns(lambda: time_bare(items), sizes.s1_samples)
+    full = await sample_ns(lambda: time_runner_turn(items), sizes.s1_samples)
+    per_chunk_us = 1e-3 / len(items)
+    bare_us = statistics.median(bare) * per_chunk_us
+    full_us = statistics.median(full) * per_chunk_us
+    return {"bare_us_per_chunk": bare_us,
+            "runner_us_per_chunk": full_us,
+            "overhead_us_per_chunk": full_us - bare_us,
+            "overhead_us_per_chunk_best": (min(full) - min(bare)) * per_chunk_us}
+
+
+# -- S2: tool turns -----------------------------------------------------------------------
+
+
+async def echo(value: int) -> dict[str, int]:
+    """Return the value unchanged (the benchmark's trivial tool).
+
+    Args:
+        value: any integer.
+    """
+    return {"value": value}
+
+
+def tool_turn_model(turns: int, items: Sequence[str]) -> ScriptedModel:
+    model = ScriptedModel()
+    for _ in range(turns):
+        model.call("echo", {"value": 1}).reply(*items)
+    return model
+
+
+async def run_tool_turns(runner: Runner, turns: int, items: Sequence[str]) -> None:
+    for _ in range(turns):
+        count = await drain(runner, await new_session(runner))
+        expect_events(count, len(items) + 3, "S2")  # call, response, partials, answer
+
+
+async def ms_per_tool_turn(service: BaseSessionService, turns: int, sizes: Sizes) -> float:
+    items = chunks_of(sizes.s2_chunks)
+    runner = make_runner(tool_turn_model(turns + sizes.s2_warmup, items), service, [echo])
+    try:
+        await run_tool_turns(runner, sizes.s2_warmup, items)
+        gc.collect()
+        start = time.perf_counter_ns()
+        await run_tool_turns(runner, turns, items)
+        return elapsed_since(start) / turns / 1e6
+    finally:
+        await service.close()
+
+
+async def _s2(sizes: Sizes) -> Figures:
+    from headwater.sessions import SqlSessionService
+
+    memory = await ms_per_tool_turn(InMemorySessionService(), sizes.s2_turns_memory, sizes)
+    with tempfile.TemporaryDirectory(prefix="hw-bench-") as tmp:
+        sql = SqlSessionService(f"sqlite+aiosqlite:///{tmp}/sessions.db")
+        sqlite = await ms_per_tool_turn(sql, sizes.s2_turns_sqlite, sizes)
+    return {"memory_ms_per_turn": memory, "sqlite_ms_per_turn": sqlite}
+
+
+# -- S3: many concurrent sessions (run in a child process) --------------------------------
+
+
+class YieldingModel(BaseLlm):
+    """Plays a ScriptedModel but yields to the event loop before each response.
+
+    Without a suspension point the in-memory chain never yields, so gathered
+    turns would run one after another; a real provider suspends on every read.
+    """
+
+    def __init__(self, inner: ScriptedModel) -> None:
+        super().__init__(inner.model)
+        self.inner = inner
+
+    async def generate_content(
+        self, request: LlmRequest, stream: bool = False
+    ) -> AsyncGenerator[LlmResponse, None]:
+        async with aclosing(self.inner.generate_content(request, stream)) as responses:
+            async for response in responses:
+                await asyncio.sleep(0)
+                yield response
+
+
+class InFlight:
+    """Counts streams open at once, to show whether gathered turns really overlap."""
+
+    def __init__(self) -> None:
+        self.now = 0
+        self.max = 0
+
+    async def drain(self, runner: Runner, session_id: str) -> int:
+        self.now += 1
+        self.max = max(self.max, self.now)
+        try:
+            return await drain(runner, session_id)
+        finally:
+            self.now -= 1
+
+
+async def concurrent_turns(sessions: int, chunks: int, interleave: bool) -> Figures:
+    items = chunks_of(chunks)
+    scripted = ScriptedModel()
+    for _ in range(sessions):
+        scripted.reply(*items)
+    runner = make_runner(YieldingModel(scripted) if interleave else scripted)
+    ids = [await new_session(runner) for _ in range(sessions)]
+    in_flight = InFlight()
+    gc.collect()
+    start = time.perf_counter_ns()
+    counts = await asyncio.gather(*(in_flight.drain(runner, sid) for sid in ids))
+    wall_s = elapsed_since(start) / 1e9
+    for count in counts:
+        expect_events(count, chunks + 1, "S3")
+    return {"wall_s": wall_s, "max_in_flight": float(in_flight.max)}
+
+
+def ru_maxrss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+
+
+def peak_rss_mb() -> float:
+    """This process's own peak RSS in MiB: ``VmHWM``, else ``ru_maxrss``.
+
+    On Linux ``ru_maxrss`` survives ``exec``: a child reports at least the RSS
+    its parent had when it forked, so only ``VmHWM`` is the child's own peak.
+    """
+    try:
+        status = Path("/proc/self/status").read_text()
+    except OSError:
+        return ru_maxrss_mb()
+    found = re.search(r"^VmHWM:\s+(\d+) kB", status, re.MULTILINE)
+    return int(found.group(1)) / 1024 if found else ru_maxrss_mb()
+
+
+def s3_child(sessions: int, chunks: int, interleave: bool) -> Figures:
+    """The child's whole job: one S3 workload, then its own peak RSS."""
+    baseline = peak_rss_mb()
+    figures = asyncio.run(concurrent_turns(sessions, chunks, interleave))
+    return {**figures, "peak_rss_mb": peak_rss_mb(), "baseline_rss_mb": baseline,
+            "ru_maxrss_mb": ru_maxrss_mb()}
+
+
+def spawn_s3(sizes: Sizes, interleave: bool) -> Figures:
+    command = [sys.executable, str(HERE), "--child", "S3", "--sessions", str(sizes.s3_sessions),
+               "--chunks", str(sizes.s3_chunks)]
+    if interleave:
+        command.append("--interleave")
+    done = subprocess.run(command, capture_output=True, text=True, check=True)
+    figures: Figures = json.loads(done.stdout)
+    return figures
+
+
+def s3(sizes: Sizes) -> Figures:
+    plain = spawn_s3(sizes, interleave=False)
+    interleaved = spawn_s3(sizes, interleave=True)
+    return {**plain, **{f"interleaved_{k}": v for k, v in interleaved.items()}}
+
+
+# -- S4: time to first partial ------------------------------------------------------------
+
+
+async def first_partial_ns(runner: Runner, session_id: str, chunks: int) -> int:
+    first = 0
+    count = 0
+    start = time.perf_counter_ns()
+    stream = runner.run_async(user_id=USER, session_id=session_id, new_message="go",
+                              run_config=SSE)
+    async with aclosing(stream) as events:
+        async for event in events:
+            if not first and event.partial:
+                first = elapsed_since(start)
+            count += 1
+    expect_events(count, chunks + 1, "S4")
+    return first
+
+
+async def first_partial_samples(sizes: Sizes, collect_each: bool) -> list[int]:
+    """Warm-up turns, then one sample per turn; ``collect_each``: ``gc.collect()`` before each."""
+    items = chunks_of(sizes.s4_chunks)
+    total = sizes.s4_warmup + sizes.s4_turns
+    model = ScriptedModel()
+    for _ in range(total):
+        model.reply(*items)
+    runner = make_runner(model)
+    samples: list[int] = []
+    gc.collect()
+    for turn in range(total):
+        session_id = await new_session(runner)
+        if collect_each:
+            gc.collect()
+        sample = await first_partial_ns(runner, session_id, len(items))
+        if turn >= sizes.s4_warmup:
+            samples.append(sample)
+    return samples
+
+
+async def _s4(sizes: Sizes) -> Figures:
+    warm = await first_partial_samples(sizes, collect_each=False)
+    after_gc = await first_partial_samples(sizes, collect_each=True)
+    return {"first_partial_ms": statistics.median(warm) / 1e6,
+            "first_partial_p90_ms": statistics.quantiles(warm, n=10)[-1] / 1e6,
+            "first_partial_after_gc_ms": statistics.median(after_gc) / 1e6}
+
+
+# -- harness ------------------------------------------------------------------------------
+
+SCENARIOS: dict[str, Callable[[Sizes], Figures]] = {
+    "S1": lambda sizes: asyncio.run(_s1(sizes)),
+    "S2": lambda sizes: asyncio.run(_s2(sizes)),
+    "S3": s3,
+    "S4": lambda sizes: asyncio.run(_s4(sizes)),
+}
+
+
+def medians(runs: Sequence[Figures]) -> Figures:
+    return {key: statistics.median(run[key] for run in runs) for key in runs[0]}
+
+
+def measure(name: str, sizes: Sizes, repeat: int) -> dict[str, Any]:
+    runs = [SCENARIOS[name](sizes) for _ in range(repeat)]
+    return {"median": medians(runs), "runs": runs, "targets": TARGETS[name],
+            "method": METHODS[name]}
+
+
+def commit() -> str:
+    try:
+        done = subprocess.run(["git", "-C", str(HERE.parent), "rev-parse", "--short", "HEAD"],
+                              capture_output=True, text=True, check=True)
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return done.stdout.strip()
+
+
+def collect(names: Sequence[str], sizes: Sizes, repeat: int) -> dict[str, Any]:
+    """Run the named scenarios; the JSON-ready report."""
+    return {
+        "date": datetime.date.today().isoformat(),
+        "commit": commit(),
+        "python": platform.python_version(),
+        "cpus": os.cpu_count(),
+        "repeat": repeat,
+        "sizes": {k: getattr(sizes, k) for k in Sizes.__dataclass_fields__},
+        "scenarios": {name: measure(name, sizes, repeat) for name in names},
+    }
+
+
+def table(report: dict[str, Any]) -> str:
+    lines = [f"{'scenario':<9}{'figure':<36}{'median':>12}  target"]
+    for name, result in report["scenarios"].items():
+        for key, value in result["median"].items():
+            target = result["targets"].get(key, "")
+            lines.append(f"{name:<9}{key:<36}{value:>12.3f}  {target}")
+    return "\n".join(lines)
+
+
+def profile(name: str, sizes: Sizes) -> None:
+    """One run of a scenario under cProfile; the top functions by own time on stderr."""
+    profiler = cProfile.Profile()
+    profiler.runcall(SCENARIOS[name], sizes)
+    stats = pstats.Stats(profiler, stream=sys.stderr)
+    stats.sort_stats("tottime").print_stats(25)
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--only", default=",".join(SCENARIOS), help="e.g. S1,S2")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--small", action="store_true", help="tiny sizes: checks the harness")
+    parser.add_argument("--profile", choices=list(SCENARIOS), help="cProfile one run instead")
+    parser.add_argument("--child", choices=["S3"], help=argparse.SUPPRESS)
+    parser.add_argument("--sessions", type=int, default=FULL.s3_sessions, help=argparse.SUPPRESS)
+    parser.add_argument("--chunks", type=int, default=FULL.s3_chunks, help=argparse.SUPPRESS)
+    parser.add_argument("--interleave", action="store_true", help=argparse.SUPPRESS)
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = parse_args(argv)
+    sizes = SMALL if args.small else FULL
+    if args.child:
+        print(json.dumps(s3_child(args.sessions, args.chunks, args.interleave)))
+        return
+    if args.profile:
+        profile(args.profile, sizes)
+        return
+    names = [n.strip().upper() for n in args.only.split(",") if n.strip()]
+    unknown = sorted(set(names) - set(SCENARIOS))
+    if unknown:
+        raise SystemExit(f"unknown scenario(s) {unknown}; choose from {list(SCENARIOS)}")
+    report = collect(names, sizes, max(1, args.repeat))
+    print(json.dumps(report, indent=2))
+    print(table(report), file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

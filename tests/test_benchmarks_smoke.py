@@ -1,0 +1,69 @@
+"""The benchmark harness still runs: tiny sizes, every scenario, the JSON keys README documents.
+
+No timing is asserted (CONVENTIONS §8): figures live in benchmarks/, not in tests.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+HARNESS = Path(__file__).resolve().parents[1] / "benchmarks" / "run.py"
+
+FIGURES = {
+    "S1": {"bare_us_per_chunk", "runner_us_per_chunk", "overhead_us_per_chunk",
+           "overhead_us_per_chunk_best"},
+    "S2": {"memory_ms_per_turn", "sqlite_ms_per_turn"},
+    "S3": {f"{prefix}{key}" for prefix in ("", "interleaved_")
+           for key in ("wall_s", "max_in_flight", "peak_rss_mb", "baseline_rss_mb",
+                       "ru_maxrss_mb")},
+    "S4": {"first_partial_ms", "first_partial_p90_ms", "first_partial_after_gc_ms"},
+}
+
+
+@pytest.fixture(scope="module")
+def harness() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("headwater_benchmarks", HARNESS)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while decorating
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.slow  # S3 spawns the harness in child processes
+def test_every_scenario_reports_its_figures(harness: ModuleType) -> None:
+    report = harness.collect(list(FIGURES), harness.SMALL, repeat=1)
+
+    assert set(report) >= {"date", "commit", "python", "repeat", "sizes", "scenarios"}
+    assert set(report["scenarios"]) == set(FIGURES)
+    for name, keys in FIGURES.items():
+        result = report["scenarios"][name]
+        assert set(result["median"]) == keys, name
+        assert [set(run) for run in result["runs"]] == [keys], name
+        assert all(isinstance(v, float) for v in result["median"].values()), name
+    s3 = report["scenarios"]["S3"]["median"]
+    assert s3["interleaved_max_in_flight"] == harness.SMALL.s3_sessions  # really concurrent
+    json.dumps(report)  # the report is printable as JSON
+
+
+def test_main_prints_one_json_object_and_a_table(
+    harness: ModuleType, capsys: pytest.CaptureFixture[str]
+) -> None:
+    harness.main(["--small", "--only", "s1,S4", "--repeat", "1"])
+
+    out, err = capsys.readouterr()
+    report = json.loads(out)
+    assert list(report["scenarios"]) == ["S1", "S4"]
+    assert "overhead_us_per_chunk" in err
+    assert "first_partial_ms" in err
+
+
+def test_an_unknown_scenario_is_refused(harness: ModuleType) -> None:
+    with pytest.raises(SystemExit, match="unknown scenario"):
+        harness.main(["--small", "--only", "S9"])
