@@ -75,7 +75,9 @@ class ModelHTTPError(ModelError):
         super().__init__(message)
         self.status_code = status_code
         self.retryable = retryable
-        self.code = "provider_unavailable" if retryable else "provider_rejected"
+        # A server-side status is "unavailable" even when the server says not to retry.
+        unavailable = retryable or status_code >= 500 or status_code in (408, 429)
+        self.code = "provider_unavailable" if unavailable else "provider_rejected"
 
 
 class ProviderUnavailable(ModelError):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from typing import Any
 
@@ -89,7 +90,7 @@ def test_any_split_and_interleaving_reassembles_exactly(args: list[dict[str, Any
     for text in texts:
         cuts = sorted(data.draw(st.sets(st.integers(1, max(1, len(text) - 1)), max_size=8)))
         bounds = [0, *cuts, len(text)]
-        pieces.append([text[a:b] for a, b in zip(bounds, bounds[1:], strict=False) if a < b])
+        pieces.append([text[a:b] for a, b in itertools.pairwise(bounds) if a < b])
     assembler = ToolCallAssembler()
     for index in range(len(texts)):
         assembler.feed(index=index, call_id=f"call-{index}", name=f"tool{index}")

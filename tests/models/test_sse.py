@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import time
 
 import pytest
@@ -61,7 +62,7 @@ def test_any_split_decodes_to_the_same_events(events: list[tuple[str, list[str]]
     whole = decode([body])
     cuts = sorted(data.draw(st.sets(st.integers(0, len(body)), max_size=20)))
     bounds = [0, *cuts, len(body)]
-    pieces = [body[a:b] for a, b in zip(bounds, bounds[1:], strict=False)]
+    pieces = [body[a:b] for a, b in itertools.pairwise(bounds)]
     assert decode(pieces) == whole
     assert decode([bytes([b]) for b in body]) == whole
     assert [e.data for e in whole] == ["\n".join(lines) for _, lines in events]

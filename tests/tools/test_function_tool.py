@@ -46,7 +46,8 @@ def test_schema_from_hints_and_docstring() -> None:
     t = FunctionTool(create_ticket)
     decl = t.declaration()
     assert decl.name == "create_ticket"
-    assert decl.description == "Open a support ticket.\n\nLonger explanation that the model also reads."
+    assert decl.description == (
+        "Open a support ticket.\n\nLonger explanation that the model also reads.")
     props = decl.parameters["properties"]
     assert set(props) == {"title", "priority", "tags", "ship_to", "mode"}
     assert props["title"] == {"type": "string", "description": "one line that says what is wrong."}

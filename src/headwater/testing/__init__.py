@@ -1,21 +1,52 @@
 """Test doubles that are part of the product: users test their own agents with them.
 
 ``ScriptedModel`` plays scripted turns and records requests and stream fates;
-``check_stream_contract`` checks a model's responses against DESIGN.md §1.
+``check_stream_contract`` checks a model's responses against DESIGN.md §1;
+``FakeProvider`` is a loopback HTTP server that speaks OpenAI and Anthropic SSE
+at the byte level (and can stall, cut, reset and trickle), with renderers that
+build provider streams from an abstract turn.
 """
 
 from ..models.scripted import ScriptedCall as ScriptedCall
 from ..models.scripted import ScriptedModel as ScriptedModel
 from ..models.scripted import ScriptedTurn as ScriptedTurn
 from ..models.scripted import StreamRecord as StreamRecord
+from ._render import cut_inside_utf8 as cut_inside_utf8
+from ._render import load_transcript as load_transcript
+from ._render import render_anthropic as render_anthropic
+from ._render import render_openai as render_openai
+from ._render import split_events as split_events
 from .contract import StreamContractError as StreamContractError
 from .contract import check_stream_contract as check_stream_contract
+from .fake_provider import Close as Close
+from .fake_provider import ConnectionRecord as ConnectionRecord
+from .fake_provider import FakeProvider as FakeProvider
+from .fake_provider import RecordedRequest as RecordedRequest
+from .fake_provider import Reset as Reset
+from .fake_provider import Scenario as Scenario
+from .fake_provider import Sleep as Sleep
+from .fake_provider import Stall as Stall
+from .fake_provider import Trickle as Trickle
 
 __all__ = (
+    "Close",
+    "ConnectionRecord",
+    "FakeProvider",
+    "RecordedRequest",
+    "Reset",
+    "Scenario",
     "ScriptedCall",
     "ScriptedModel",
     "ScriptedTurn",
+    "Sleep",
+    "Stall",
     "StreamContractError",
     "StreamRecord",
+    "Trickle",
     "check_stream_contract",
+    "cut_inside_utf8",
+    "load_transcript",
+    "render_anthropic",
+    "render_openai",
+    "split_events",
 )

@@ -1,4 +1,4 @@
-"""Provider bodies at the byte level: SSE streams and JSON error bodies.
+"""What a provider sends, at the byte level: SSE streams, JSON error bodies, 400s.
 
 The framing follows the recorded streams in ``fixtures/provider-streams``:
 
@@ -10,7 +10,9 @@ The framing follows the recorded streams in ``fixtures/provider-streams``:
   (with a space, as the API sends it).
 
 Every renderer is pure and deterministic (fixed ids and timestamps) so a test can
-compare what a client received with ``b"".join(render_...(...))``.
+compare what a client received with ``b"".join(render_...(...))``. The error
+bodies and the history checks (a tool call must be answered by its result) copy
+the providers' shapes and messages, so adapters meet the 400s they will meet live.
 """
 
 from __future__ import annotations
@@ -203,8 +205,10 @@ def render_anthropic(
         "output_tokens": 1,
         "service_tier": "standard",
     }
-    message = {"id": message_id, "type": "message", "role": "assistant", "model": model,
-               "content": [], "stop_reason": None, "stop_sequence": None, "usage": start_usage}
+    message: dict[str, Any] = {
+        "id": message_id, "type": "message", "role": "assistant", "model": model,
+        "content": [], "stop_reason": None, "stop_sequence": None, "usage": start_usage,
+    }
     events = [_event("message_start", {"type": "message_start", "message": message})]
     blocks: list[tuple[dict[str, Any], list[dict[str, Any]]]] = []
     if thinking:
@@ -340,3 +344,99 @@ def error_body(
     kind = error_type or _OPENAI_TYPES.get(status, fallback)
     inner = {"message": message, "type": kind, "param": param, "code": code}
     return json.dumps({"error": inner}, ensure_ascii=False, indent=4).encode() + b"\n"
+
+
+# -- history validation, as the providers do it ------------------------------------
+
+def format_of(path: str) -> ErrorFormat | None:
+    """Whose API a path is: Anthropic for ``…/v1/messages``, OpenAI for ``…/chat/completions``."""
+    if path.endswith("/v1/messages"):
+        return "anthropic"
+    if path.endswith("/chat/completions"):
+        return "openai"
+    return None
+
+
+def history_problem(format: ErrorFormat, body: bytes) -> tuple[str, str | None] | None:
+    """Why the provider would answer 400 to this request body: ``(message, param)``, or None.
+
+    The body must be JSON. OpenAI: an assistant message's ``tool_calls`` must be
+    answered by ``tool`` messages (``tool_call_id``) before any other message, and
+    every ``tool`` message must answer an open call. Anthropic: every ``tool_use``
+    id must have a ``tool_result`` (``tool_use_id``) in the next (user) message,
+    and every ``tool_result`` a ``tool_use`` in the previous one.
+    """
+    try:
+        payload = json.loads(body)
+    except ValueError:
+        return "We could not parse the JSON body of your request.", None
+    messages = payload.get("messages") if isinstance(payload, dict) else None
+    if not isinstance(messages, list):
+        return None
+    check = _openai_history if format == "openai" else _anthropic_history
+    message = check([m if isinstance(m, dict) else {} for m in messages])
+    return None if message is None else (message, "messages")
+
+
+_OPENAI_UNANSWERED = (
+    "An assistant message with 'tool_calls' must be followed by tool messages responding to "
+    "each 'tool_call_id'. The following tool_call_ids did not have response messages: {ids}"
+)
+_OPENAI_ORPHAN = (
+    "Invalid parameter: messages with role 'tool' must be a response to a preceeding message "
+    "with 'tool_calls'."
+)
+_ANTHROPIC_UNANSWERED = (
+    "messages.{n}: `tool_use` ids were found without `tool_result` blocks immediately after: "
+    "{ids}. Each `tool_use` block must have a corresponding `tool_result` block in the next "
+    "message."
+)
+_ANTHROPIC_ORPHAN = (
+    "messages.{n}.content.{m}: unexpected `tool_use_id` found in `tool_result` blocks: {id}. "
+    "Each `tool_result` block must have a corresponding `tool_use` block in the previous "
+    "message."
+)
+
+
+def _openai_history(messages: list[dict[str, Any]]) -> str | None:  # Any: raw wire JSON
+    """Tool calls must be answered by ``tool`` messages before any other message."""
+    open_ids: list[str] = []
+    for message in messages:
+        if message.get("role") == "tool":
+            if message.get("tool_call_id") not in open_ids:
+                return _OPENAI_ORPHAN
+            open_ids.remove(message["tool_call_id"])
+            continue
+        if open_ids:
+            break
+        if message.get("role") == "assistant":
+            open_ids = [str(call.get("id")) for call in message.get("tool_calls") or ()]
+    return _OPENAI_UNANSWERED.format(ids=", ".join(open_ids)) if open_ids else None
+
+
+def _blocks(message: dict[str, Any], kind: str) -> list[dict[str, Any]]:  # Any: raw wire JSON
+    content = message.get("content")
+    if not isinstance(content, list):
+        return []
+    return [b for b in content if isinstance(b, dict) and b.get("type") == kind]
+
+
+def _anthropic_history(messages: list[dict[str, Any]]) -> str | None:  # Any: raw wire JSON
+    """Each ``tool_use`` needs a ``tool_result`` in the very next (user) message, and back."""
+    called: list[str] = []
+    for n, message in enumerate(messages):
+        results = _blocks(message, "tool_result") if message.get("role") == "user" else []
+        answered = [block.get("tool_use_id") for block in results]
+        missing = [call for call in called if call not in answered]
+        if missing:
+            return _ANTHROPIC_UNANSWERED.format(n=n - 1, ids=", ".join(missing))
+        content = message.get("content")
+        for block in results:
+            if block.get("tool_use_id") not in called and isinstance(content, list):
+                return _ANTHROPIC_ORPHAN.format(n=n, m=content.index(block),
+                                                id=block.get("tool_use_id"))
+        uses = _blocks(message, "tool_use") if message.get("role") == "assistant" else []
+        called = [str(block.get("id")) for block in uses]
+    if called:
+        return _ANTHROPIC_UNANSWERED.format(n=len(messages) - 1, ids=", ".join(called))
+    return None
