@@ -82,8 +82,8 @@ class StreamParser(ABC):
         self.ended = False
 
     @abstractmethod
-    def feed(self, event: ServerSentEvent, out: list[LlmResponse]) -> None:
-        """Handle one event, appending the partials it produces to ``out``.
+    def feed(self, event: ServerSentEvent) -> None:
+        """Handle one event, recording its deltas with ``agg.add_text``/``add_thought``.
 
         Raises:
             InBandError: a provider error before any content (the attempt is retried
@@ -251,13 +251,65 @@ class HttpStreamingModel(BaseLlm):
     async def _attempt(
         self, payload: bytes, parser: StreamParser, deadline: float
     ) -> AsyncGenerator[LlmResponse, None]:
+        """One request: its partials, one per network read (the parser keeps the rest).
+
+        Raises:
+            _Retry: a failure before any content that another attempt may fix.
+        """
         response = await self._open(payload, deadline)
         try:
             if response.status_code != 200:
                 await self._fail_status(response)
-            async with aclosing(self._events(response, parser, deadline)) as partials:
-                async for partial in partials:
+            s = self.settings
+            decoder = SSEDecoder(s.sse_max_line_chars, s.sse_max_event_chars)
+            agg = parser.agg
+            reads = response.aiter_bytes()
+            loop = asyncio.get_running_loop()
+            idle = s.model_idle_timeout
+            try:
+                while not parser.ended:
+                    remaining = deadline - loop.time()
+                    if remaining <= 0:
+                        raise TimeoutError
+                    try:
+                        if remaining < idle:
+                            async with asyncio.timeout(remaining):
+                                chunk = await anext(reads)
+                        else:
+                            chunk = await anext(reads)
+                    except StopAsyncIteration:
+                        _feed_last(parser, decoder.flush(dispatch_incomplete=True))
+                        break
+                    for event in decoder.feed(chunk):
+                        parser.feed(event)
+                        if parser.ended:
+                            break
+                    for partial in agg.take_partials():
+                        yield partial
+                for partial in agg.take_partials():
                     yield partial
+            except TimeoutError:
+                raise ProviderTimeout(
+                    f"{self.provider}: the call passed its total deadline") from None
+            except httpx.ReadTimeout:
+                raise ProviderTimeout(
+                    f"{self.provider}: no data for {idle:g} s (idle timeout)") from None
+            except InBandError as exc:
+                if exc.retryable:
+                    raise _Retry(exc) from None
+                raise
+            except httpx.TransportError as exc:
+                if agg.has_content:
+                    raise ProviderTruncated(
+                        f"{self.provider}: {type(exc).__name__} after the first chunk") from None
+                raise _Retry(ProviderUnavailable(
+                    f"{self.provider}: {type(exc).__name__} before any content")) from None
+            if not parser.complete:
+                if agg.has_content:
+                    raise ProviderTruncated(
+                        f"{self.provider}: the stream ended without its terminal marker")
+                raise _Retry(ProviderUnavailable(
+                    f"{self.provider}: the stream ended before any content"))
         finally:
             await response.aclose()
 
@@ -299,64 +351,14 @@ class HttpStreamingModel(BaseLlm):
             raise _Retry(error, retry_after_seconds(response.headers))
         raise error
 
-    async def _events(
-        self, response: httpx.Response, parser: StreamParser, deadline: float
-    ) -> AsyncGenerator[LlmResponse, None]:
-        s = self.settings
-        decoder = SSEDecoder(s.sse_max_line_chars, s.sse_max_event_chars)
-        out: list[LlmResponse] = []
-        chunks = response.aiter_bytes()
-        loop = asyncio.get_running_loop()
-        idle = s.model_idle_timeout
+
+def _feed_last(parser: StreamParser, events: list[ServerSentEvent]) -> None:
+    """The events flushed at the end of the body; a malformed last one was cut short."""
+    for event in events:
         try:
-            while not parser.ended:
-                remaining = deadline - loop.time()
-                if remaining <= 0:
-                    raise ProviderTimeout(f"{self.provider}: the call passed its total deadline")
-                try:
-                    if remaining < idle:
-                        async with asyncio.timeout(remaining):
-                            chunk = await anext(chunks)
-                    else:
-                        chunk = await anext(chunks)
-                except StopAsyncIteration:
-                    for event in decoder.flush(dispatch_incomplete=True):
-                        try:
-                            parser.feed(event, out)
-                        except MalformedChunk:
-                            break  # a last event cut short: the check below decides
-                    for partial in out:
-                        yield partial
-                    break
-                for event in decoder.feed(chunk):
-                    parser.feed(event, out)
-                    if out:
-                        for partial in out:
-                            yield partial
-                        out.clear()
-                    if parser.ended:
-                        break
-        except TimeoutError:
-            raise ProviderTimeout(f"{self.provider}: the call passed its total deadline") from None
-        except httpx.ReadTimeout:
-            raise ProviderTimeout(
-                f"{self.provider}: no data for {idle:g} s (idle timeout)") from None
-        except InBandError as exc:
-            if exc.retryable:
-                raise _Retry(exc) from None
-            raise
-        except httpx.TransportError as exc:
-            if parser.agg.has_content:
-                raise ProviderTruncated(
-                    f"{self.provider}: {type(exc).__name__} after the first chunk") from None
-            raise _Retry(ProviderUnavailable(
-                f"{self.provider}: {type(exc).__name__} before any content")) from None
-        if not parser.complete:
-            if parser.agg.has_content:
-                raise ProviderTruncated(
-                    f"{self.provider}: the stream ended without its terminal marker")
-            raise _Retry(ProviderUnavailable(
-                f"{self.provider}: the stream ended before any content"))
+            parser.feed(event)
+        except MalformedChunk:
+            return  # the terminal-marker check decides between truncated and retry
 
 
 def _error_summary(body: bytes) -> str:

@@ -5,53 +5,63 @@ and returns the events completed so far. Only CR, LF and CRLF end a line (so
 U+2028, U+2029 and U+0085 inside data survive); a leading BOM is stripped once;
 comment lines are ignored; multi-line data is joined with LF. Lines and events
 are bounded: past a bound the decoder raises instead of growing.
+
+The decoder works on bytes and leaves ``data`` as UTF-8 bytes: the adapters
+hand it straight to a JSON parser, which validates the encoding, so the text is
+decoded once. Splitting on the bytes CR and LF is exact in UTF-8 (neither
+occurs inside a multi-byte character), so a chunk boundary inside a character
+is harmless. Event names and ids are decoded (rare, short).
 """
 
 from __future__ import annotations
 
-import codecs
-import re
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from ..errors import ModelError
 
-_EOL = re.compile(r"[\r\n]")
+_BOM = b"\xef\xbb\xbf"
 
 
 class SSEDecodeError(ModelError):
     """The event stream broke a bound (a line or an event too long)."""
 
 
-@dataclass(slots=True)
-class ServerSentEvent:
-    """One dispatched event: its type (``"message"`` by default), data, last id, retry."""
+class ServerSentEvent(NamedTuple):
+    """One dispatched event: its type (``"message"`` by default), data (UTF-8), id, retry.
+
+    A named tuple: one is made per provider chunk, so it has to be cheap.
+    """
 
     event: str
-    data: str
+    data: bytes
     id: str | None = None
     retry: int | None = None
+
+    @property
+    def text(self) -> str:
+        """The data decoded (invalid UTF-8 replaced, as the standard decodes it)."""
+        return self.data.decode("utf-8", errors="replace")
 
 
 class SSEDecoder:
     """Incremental decoder; one per response body.
 
     Args:
-        max_line_chars: longest line accepted (characters).
-        max_event_chars: largest event data accepted (characters).
+        max_line_chars: longest line accepted (bytes).
+        max_event_chars: largest event data accepted (bytes).
     """
 
-    __slots__ = ("_bom_checked", "_data", "_data_len", "_decoder", "_event", "_last_id",
-                 "_max_event", "_max_line", "_pending", "_pending_len", "_retry", "_skip_lf")
+    __slots__ = ("_bom_checked", "_data", "_data_len", "_event", "_last_id", "_max_event",
+                 "_max_line", "_pending", "_pending_len", "_retry", "_skip_lf")
 
     def __init__(self, max_line_chars: int = 1 << 20, max_event_chars: int = 8 << 20) -> None:
-        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self._max_line = max_line_chars
         self._max_event = max_event_chars
         self._bom_checked = False
         self._skip_lf = False
-        self._pending: list[str] = []
+        self._pending: list[bytes] = []
         self._pending_len = 0
-        self._data: list[str] = []
+        self._data: list[bytes] = []
         self._data_len = 0
         self._event: str | None = None
         self._last_id: str | None = None
@@ -68,14 +78,21 @@ class SSEDecoder:
         Raises:
             SSEDecodeError: a line or an event exceeds its bound.
         """
-        text = self._decoder.decode(data)
-        if not text:
+        if not data:
             return []
         if not self._bom_checked:
+            head = b"".join(self._pending) + data if self._pending else data
+            self._pending.clear()
+            self._pending_len = 0
+            if len(head) < 3 and _BOM.startswith(head):
+                self._pending.append(head)  # maybe the start of a BOM: wait for more
+                self._pending_len = len(head)
+                return []
             self._bom_checked = True
-            if text[0] == "\ufeff":
-                text = text[1:]
-        return self._lines(text)
+            data = head[3:] if head.startswith(_BOM) else head
+            if not data:
+                return []
+        return self._lines(data)
 
     def flush(self, dispatch_incomplete: bool = False) -> list[ServerSentEvent]:
         """End of stream.
@@ -86,12 +103,11 @@ class SSEDecoder:
                 which is the default; a caller that opts in must treat a
                 malformed last event as a truncated stream.
         """
-        tail = self._decoder.decode(b"", final=True)
-        events = self._lines(tail) if tail else []
+        events: list[ServerSentEvent] = []
         if dispatch_incomplete:
             if self._pending:
-                line = "".join(self._pending)
-                if line:
+                line = b"".join(self._pending)
+                if line and line[:1] != b":":
                     self._field(line)
             if self._data:
                 events.append(self._dispatch())
@@ -101,73 +117,82 @@ class SSEDecoder:
         self._data_len = 0
         return events
 
-    def _lines(self, text: str) -> list[ServerSentEvent]:
-        events: list[ServerSentEvent] = []
-        pos, n = 0, len(text)
+    def _lines(self, chunk: bytes) -> list[ServerSentEvent]:
         if self._skip_lf:
             self._skip_lf = False
-            if text[0] == "\n":
-                pos = 1
-        search = _EOL.search
-        while pos < n:
-            match = search(text, pos)
-            if match is None:
-                self._pending.append(text[pos:])
-                self._pending_len += n - pos
+            if chunk[:1] == b"\n":
+                chunk = chunk[1:]
+        if b"\r" in chunk:
+            # A CR at the very end may be the first half of a CRLF split across feeds.
+            self._skip_lf = chunk[-1:] == b"\r"
+            chunk = chunk.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        pending = self._pending
+        if b"\n" not in chunk:
+            # Still inside one line: buffer the piece (no join, so byte-wise feeding is linear).
+            if chunk:
+                pending.append(chunk)
+                self._pending_len += len(chunk)
                 if self._pending_len > self._max_line:
-                    raise SSEDecodeError(
-                        f"event-stream line longer than {self._max_line} characters")
-                break
-            end = match.start()
-            line = text[pos:end]
-            if self._pending:
-                self._pending.append(line)
-                line = "".join(self._pending)
-                self._pending.clear()
-                self._pending_len = 0
-                if len(line) > self._max_line:
-                    raise SSEDecodeError(
-                        f"event-stream line longer than {self._max_line} characters")
-            if text[end] == "\r":
-                if end + 1 < n:
-                    if text[end + 1] == "\n":
-                        end += 1
-                else:
-                    self._skip_lf = True
-            pos = end + 1
-            if line:
-                self._field(line)
-            elif self._data:
+                    raise SSEDecodeError(f"event-stream line longer than {self._max_line} bytes")
+            return []
+        if pending:
+            chunk = b"".join(pending) + chunk
+            pending.clear()
+            self._pending_len = 0
+        events: list[ServerSentEvent] = []
+        blocks = chunk.split(b"\n\n")  # an event ends at a blank line
+        tail = blocks.pop()
+        limit = self._max_line
+        for block in blocks:
+            if (block[:6] == b"data: " and not self._data and self._event is None
+                    and b"\n" not in block and len(block) <= limit):
+                # The hot path: a one-line data event.
+                events.append(ServerSentEvent("message", block[6:], self._last_id, self._retry))
+                continue
+            for line in block.split(b"\n"):
+                self._line(line, events)
+            self._line(b"", events)
+        if b"\n" in tail:
+            *complete, tail = tail.split(b"\n")
+            for line in complete:
+                self._line(line, events)
+        if tail:
+            pending.append(tail)
+            self._pending_len = len(tail)
+            if len(tail) > limit:
+                raise SSEDecodeError(f"event-stream line longer than {limit} bytes")
+        return events
+
+    def _line(self, line: bytes, events: list[ServerSentEvent]) -> None:
+        if not line:
+            if self._data:
                 events.append(self._dispatch())
             else:
                 self._event = None
-        return events
+        elif len(line) > self._max_line:
+            raise SSEDecodeError(f"event-stream line longer than {self._max_line} bytes")
+        elif line[:1] != b":":
+            self._field(line)
 
-    def _field(self, line: str) -> None:
-        colon = line.find(":")
-        if colon == 0:
-            return  # a comment
-        if colon < 0:
-            name, value = line, ""
-        else:
-            name, value = line[:colon], line[colon + 1 :]
-            if value[:1] == " ":
-                value = value[1:]
-        if name == "data":
+    def _field(self, line: bytes) -> None:
+        name, colon, value = line.partition(b":")
+        if colon and value[:1] == b" ":
+            value = value[1:]
+        if name == b"data":
             self._data.append(value)
             self._data_len += len(value) + 1
             if self._data_len > self._max_event:
-                raise SSEDecodeError(f"event larger than {self._max_event} characters")
-        elif name == "event":
-            self._event = value
-        elif name == "id":
-            if "\0" not in value:
-                self._last_id = value
-        elif name == "retry" and value.isascii() and value.isdigit():
+                raise SSEDecodeError(f"event larger than {self._max_event} bytes")
+        elif name == b"event":
+            self._event = value.decode("utf-8", errors="replace")
+        elif name == b"id":
+            if b"\0" not in value:
+                self._last_id = value.decode("utf-8", errors="replace")
+        elif name == b"retry" and value.isdigit():
             self._retry = int(value)
 
     def _dispatch(self) -> ServerSentEvent:
-        data = self._data[0] if len(self._data) == 1 else "\n".join(self._data)
+        data = self._data[0] if len(self._data) == 1 else b"\n".join(self._data)
         event = ServerSentEvent(self._event or "message", data, self._last_id, self._retry)
         self._data = []
         self._data_len = 0

@@ -1,7 +1,11 @@
 """``StreamAggregator``: the one place the partial/aggregate protocol is built.
 
 Every adapter feeds provider chunks into a fresh aggregator per attempt. Text
-and thought deltas come back as partial responses at once; tool-call fragments,
+and thought deltas become partial responses — at once (:meth:`text`,
+:meth:`thought`) or batched: an HTTP adapter records every delta of one network
+read (:meth:`add_text`, :meth:`add_thought`) and takes them as one partial per
+run of the same kind (:meth:`take_partials`), so text that arrives together is
+shown together and a burst costs one partial, not hundreds. Tool-call fragments,
 finish reason and usage are kept for the one final response of :meth:`finish`.
 """
 
@@ -23,6 +27,7 @@ class StreamAggregator:
         "_calls",
         "_error_code",
         "_error_message",
+        "_pending",
         "_sealed_thoughts",
         "_text",
         "_thought",
@@ -34,6 +39,7 @@ class StreamAggregator:
         self._text: list[str] = []
         self._thought: list[str] = []
         self._sealed_thoughts: list[Part] = []
+        self._pending: list[tuple[bool, str]] = []  # (is thought, delta) not yet taken
         self._calls = ToolCallAssembler()
         self.finish_reason: str | None = None
         self.usage: Usage | None = None
@@ -50,14 +56,46 @@ class StreamAggregator:
         if not delta:
             return None
         self._text.append(delta)
-        return LlmResponse(content=Content("model", [Part(text=delta)]), partial=True)
+        return _partial(delta, False)
 
     def thought(self, delta: str) -> LlmResponse | None:
         """Record a reasoning delta (kept as a thought part, never as answer text)."""
         if not delta:
             return None
         self._thought.append(delta)
-        return LlmResponse(content=Content("model", [Part(text=delta, thought=True)]), partial=True)
+        return _partial(delta, True)
+
+    def add_text(self, delta: str) -> None:
+        """Record an answer-text delta for the next :meth:`take_partials`."""
+        if delta:
+            self._text.append(delta)
+            self._pending.append((False, delta))
+
+    def add_thought(self, delta: str) -> None:
+        """Record a reasoning delta for the next :meth:`take_partials`."""
+        if delta:
+            self._thought.append(delta)
+            self._pending.append((True, delta))
+
+    def take_partials(self) -> list[LlmResponse]:
+        """The deltas recorded since the last call, one partial per run of one kind."""
+        pending = self._pending
+        if not pending:
+            return []
+        self._pending = []
+        if len(pending) == 1:
+            thought, delta = pending[0]
+            return [_partial(delta, thought)]
+        partials: list[LlmResponse] = []
+        run: list[str] = []
+        kind = pending[0][0]
+        for thought, delta in pending:
+            if thought is not kind:
+                partials.append(_partial("".join(run), kind))
+                run, kind = [], thought
+            run.append(delta)
+        partials.append(_partial("".join(run), kind))
+        return partials
 
     def thought_signature(self, signature: str) -> None:
         """Close the current thought block with the provider's signature."""
@@ -102,3 +140,7 @@ class StreamAggregator:
             error_code=self._error_code,
             error_message=self._error_message,
         )
+
+
+def _partial(text: str, thought: bool) -> LlmResponse:
+    return LlmResponse(content=Content("model", [Part(text=text, thought=thought)]), partial=True)

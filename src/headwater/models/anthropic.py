@@ -16,11 +16,13 @@ import json
 import os
 from typing import Any
 
+from pydantic_core import from_json
+
 from ..errors import UserError
 from ..types import Content, Part, Usage
 from ._http import HttpStreamingModel, MalformedChunk, StreamParser
 from ._sse import ServerSentEvent
-from .base import LlmRequest, LlmResponse
+from .base import LlmRequest
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 API_VERSION = "2023-06-01"
@@ -127,47 +129,44 @@ class _MessagesParser(StreamParser):
         self._blocks: dict[int, str] = {}
         self._usage: dict[str, int] = {}
 
-    def feed(self, event: ServerSentEvent, out: list[LlmResponse]) -> None:
+    def feed(self, event: ServerSentEvent) -> None:
         try:
-            data = json.loads(event.data)
+            data = from_json(event.data)
         except ValueError:
             raise MalformedChunk(f"anthropic: a stream event is not JSON ({len(event.data)} chars)"
                              ) from None
         kind = data.get("type") or event.event
         handler = _HANDLERS.get(kind)
         if handler is not None:
-            handler(self, data, out)
+            handler(self, data)
 
-    def _message_start(self, data: dict[str, Any], out: list[LlmResponse]) -> None:
+    def _message_start(self, data: dict[str, Any]) -> None:
         self._overlay((data.get("message") or {}).get("usage"))
 
-    def _block_start(self, data: dict[str, Any], out: list[LlmResponse]) -> None:
+    def _block_start(self, data: dict[str, Any]) -> None:
         index = int(data.get("index", 0))
         block = data.get("content_block") or {}
         kind = block.get("type", "")
         self._blocks[index] = kind
         if kind == "tool_use":
             self.agg.tool_call(index=index, call_id=block.get("id"), name=block.get("name"))
-        elif kind == "text" and (p := self.agg.text(block.get("text") or "")) is not None:
-            out.append(p)
+        elif kind == "text":
+            self.agg.add_text(block.get("text") or "")
 
-    def _block_delta(self, data: dict[str, Any], out: list[LlmResponse]) -> None:
+    def _block_delta(self, data: dict[str, Any]) -> None:
         index = int(data.get("index", 0))
         delta = data.get("delta") or {}
         kind = delta.get("type")
-        p: LlmResponse | None = None
         if kind == "text_delta":
-            p = self.agg.text(delta.get("text", ""))
+            self.agg.add_text(delta.get("text", ""))
         elif kind == "thinking_delta":
-            p = self.agg.thought(delta.get("thinking", ""))
+            self.agg.add_thought(delta.get("thinking", ""))
         elif kind == "signature_delta":
             self.agg.thought_signature(delta.get("signature", ""))
         elif kind == "input_json_delta" and self._blocks.get(index) == "tool_use":
             self.agg.tool_call(index=index, arguments=delta.get("partial_json", ""))
-        if p is not None:
-            out.append(p)
 
-    def _message_delta(self, data: dict[str, Any], out: list[LlmResponse]) -> None:
+    def _message_delta(self, data: dict[str, Any]) -> None:
         self._overlay(data.get("usage"))
         reason = (data.get("delta") or {}).get("stop_reason")
         if reason:
@@ -175,10 +174,10 @@ class _MessagesParser(StreamParser):
             if reason in _CUT_SHORT:
                 self.agg.error("provider_error", f"anthropic: {_CUT_SHORT[reason]} ({reason})")
 
-    def _message_stop(self, data: dict[str, Any], out: list[LlmResponse]) -> None:
+    def _message_stop(self, data: dict[str, Any]) -> None:
         self.complete = self.ended = True
 
-    def _error(self, data: dict[str, Any], out: list[LlmResponse]) -> None:
+    def _error(self, data: dict[str, Any]) -> None:
         error = data.get("error") or {}
         kind = str(error.get("type", "error"))
         self.in_band_error(f"anthropic: in-band {kind}: {str(error.get('message', ''))[:200]}",

@@ -16,11 +16,13 @@ import os
 import re
 from typing import Any
 
+from pydantic_core import from_json
+
 from ..errors import UserError
 from ..types import Content, Usage
 from ._http import HttpStreamingModel, MalformedChunk, StreamParser
 from ._sse import ServerSentEvent
-from .base import LlmRequest, LlmResponse
+from .base import LlmRequest
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 _CUT_SHORT = {"length": "the model stopped at its token limit",
@@ -118,22 +120,36 @@ def _user_content(content: Content) -> str | list[dict[str, Any]]:  # raw wire J
 class _ChatParser(StreamParser):
     """Chat Completions chunks → partials and one aggregate."""
 
-    def feed(self, event: ServerSentEvent, out: list[LlmResponse]) -> None:
+    def feed(self, event: ServerSentEvent) -> None:
         data = event.data
-        if data == "[DONE]":
+        if data == b"[DONE]":
             self.complete = self.ended = True
             return
         try:
-            chunk = json.loads(data)
+            chunk = from_json(data)
         except ValueError:
-            raise MalformedChunk(f"openai: a stream chunk is not JSON ({len(data)} characters)"
-                             ) from None
-        if event.event == "error" or "error" in chunk:
+            raise MalformedChunk(f"openai: a stream chunk is not JSON ({len(data)} bytes)"
+                                 ) from None
+        if "error" in chunk or event.event == "error":
             error = chunk.get("error", chunk)
             message = error.get("message", "error") if isinstance(error, dict) else str(error)
             self.in_band_error(f"openai: in-band error: {str(message)[:200]}",
                                retryable=_retryable_in_band(error))
             return
+        choices = chunk.get("choices")
+        if choices:
+            choice = choices[0]
+            delta = choice.get("delta")
+            if len(choices) == 1 and delta and len(delta) == 1 and choice.get(
+                    "finish_reason") is None and choice.get("index", 0) == 0:
+                content = delta.get("content")
+                if content:  # the hot path: one text delta and nothing else
+                    self.agg.add_text(content)
+                    if "usage" not in chunk:
+                        return
+        self._general(chunk)
+
+    def _general(self, chunk: dict[str, Any]) -> None:  # raw wire JSON
         agg = self.agg
         usage = chunk.get("usage")
         if usage:
@@ -141,23 +157,28 @@ class _ChatParser(StreamParser):
         for choice in chunk.get("choices") or ():
             if choice.get("index", 0) != 0:
                 continue
-            delta = choice.get("delta") or {}
-            for key in ("reasoning_content", "reasoning"):
-                if delta.get(key) and (p := agg.thought(delta[key])) is not None:
-                    out.append(p)
-            for key in ("content", "refusal"):
-                if delta.get(key) and (p := agg.text(delta[key])) is not None:
-                    out.append(p)
-            for call in delta.get("tool_calls") or ():
-                function = call.get("function") or {}
-                agg.tool_call(index=call.get("index"), call_id=call.get("id"),
-                              name=function.get("name"), arguments=function.get("arguments"))
+            delta = choice.get("delta")
+            if delta and not (len(delta) == 1 and delta.get("content")):
+                self._rare(delta)
             reason = choice.get("finish_reason")
             if reason:
                 agg.finish_reason = reason
                 self.complete = True
                 if reason in _CUT_SHORT:
                     agg.error("provider_error", f"openai: {_CUT_SHORT[reason]} ({reason})")
+
+    def _rare(self, delta: dict[str, Any]) -> None:  # raw wire JSON
+        agg = self.agg
+        for key in ("reasoning_content", "reasoning"):
+            if delta.get(key):
+                agg.add_thought(delta[key])
+        for key in ("content", "refusal"):
+            if delta.get(key):
+                agg.add_text(delta[key])
+        for call in delta.get("tool_calls") or ():
+            function = call.get("function") or {}
+            agg.tool_call(index=call.get("index"), call_id=call.get("id"),
+                          name=function.get("name"), arguments=function.get("arguments"))
 
 
 def _retryable_in_band(error: Any) -> bool:
