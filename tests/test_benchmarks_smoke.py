@@ -23,11 +23,13 @@ FIGURES = {
            for key in ("wall_s", "max_in_flight", "peak_rss_mb", "baseline_rss_mb",
                        "ru_maxrss_mb")},
     "S4": {"first_partial_ms", "first_partial_p90_ms", "first_partial_after_gc_ms"},
+    "A1": {"floor_us_per_chunk", "adapter_us_per_chunk", "ratio_to_floor"},
 }
 
 
 @pytest.fixture(scope="module")
 def harness() -> ModuleType:
+    sys.path.insert(0, str(HARNESS.parent))  # run.py imports adapters.py beside it
     spec = importlib.util.spec_from_file_location("headwater_benchmarks", HARNESS)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
