@@ -101,3 +101,15 @@ def test_any_split_and_interleaving_reassembles_exactly(args: list[dict[str, Any
         assembler.feed(index=i, arguments=pieces[i][cursor[i]])
         cursor[i] += 1
     assert [c.args for c in assembler.finish()] == args
+
+
+@settings(max_examples=200, deadline=None)
+@given(args=st.dictionaries(st.text(max_size=8), json_values, min_size=1, max_size=4),
+       data=st.data())
+def test_truncated_arguments_never_assemble(args: dict[str, Any], data: st.DataObject) -> None:
+    text = json.dumps(args, ensure_ascii=data.draw(st.booleans()))
+    cut = data.draw(st.integers(1, len(text) - 1))
+    assembler = ToolCallAssembler()
+    assembler.feed(index=0, call_id="c", name="f", arguments=text[:cut])
+    with pytest.raises(ToolCallAssemblyError):
+        assembler.finish()

@@ -1,0 +1,87 @@
+"""Models named by strings, through the registry the built-ins use too."""
+
+from __future__ import annotations
+
+import pytest
+
+from headwater import Agent
+from headwater.errors import UserError
+from headwater.models import BaseLlm, LlmRequest, LlmResponse, get_model, register_model
+from headwater.models.anthropic import AnthropicModel
+from headwater.models.openai import OpenAIChatModel
+from headwater.models.registry import available_providers
+from headwater.testing import ScriptedModel
+
+
+def test_openai_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-env")
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")
+    model = get_model("openai:gpt-4o-mini")
+    assert isinstance(model, OpenAIChatModel)
+    assert (model.model, model.url) == ("gpt-4o-mini", "http://127.0.0.1:9/v1/chat/completions")
+    assert model.auth_headers() == {"authorization": "Bearer sk-env"}
+    assert "sk-env" not in repr(model)
+
+
+def test_anthropic_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant")
+    monkeypatch.delenv("ANTHROPIC_BASE_URL", raising=False)
+    model = get_model("anthropic:claude-sonnet-4-5")
+    assert isinstance(model, AnthropicModel)
+    assert model.url == "https://api.anthropic.com/v1/messages"
+    assert model.auth_headers()["x-api-key"] == "sk-ant"
+
+
+@pytest.mark.parametrize(("spec", "variable"), [("openai:gpt-4o", "OPENAI_API_KEY"),
+                                                ("anthropic:claude-x", "ANTHROPIC_API_KEY")])
+def test_a_missing_key_names_the_variable(spec: str, variable: str,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(variable, raising=False)
+    with pytest.raises(UserError, match=variable):
+        get_model(spec)
+
+
+def test_openai_compatible_needs_no_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OPENAI_COMPATIBLE_API_KEY", raising=False)
+    model = get_model("openai-compatible:llama3.1:8b@http://127.0.0.1:11434/v1")
+    assert isinstance(model, OpenAIChatModel)
+    assert model.model == "llama3.1:8b"
+    assert model.url == "http://127.0.0.1:11434/v1/chat/completions"
+    assert model.auth_headers() == {}
+    with pytest.raises(UserError, match="openai-compatible:<model>@"):
+        get_model("openai-compatible:llama3")
+
+
+def test_unknown_and_malformed_strings() -> None:
+    with pytest.raises(UserError, match="unknown model provider 'nope'"):
+        get_model("nope:model")
+    with pytest.raises(UserError, match="provider:model"):
+        get_model("gpt-4o")
+
+
+def test_built_ins_come_through_entry_points() -> None:
+    assert {"anthropic", "openai", "openai-compatible", "scripted"} <= set(
+        available_providers())
+    model = get_model("scripted:echo")
+    assert isinstance(model, ScriptedModel) and model.model == "echo"
+
+
+def test_third_party_registration_and_agent_strings(monkeypatch: pytest.MonkeyPatch) -> None:
+    from headwater.models import registry
+
+    monkeypatch.setattr(registry, "_factories", dict(registry._factories))
+    class Mine(BaseLlm):
+        async def generate_content(self, request: LlmRequest, stream: bool = False):  # type: ignore[override]
+            yield LlmResponse()
+
+    register_model("mine", Mine)
+    assert isinstance(get_model("mine:v1"), Mine)
+    agent = Agent(name="a", model="mine:v2")
+    assert isinstance(agent.model, Mine) and agent.model.model == "v2"
+    model = Mine("x")
+    assert get_model(model) is model
+
+
+def test_connect_refuses_clearly_for_streaming_only_models() -> None:
+    with pytest.raises(NotImplementedError, match=r"'gpt-4o'.*OpenAIChatModel.*live"):
+        OpenAIChatModel("gpt-4o", api_key="k").connect(LlmRequest())
