@@ -74,6 +74,20 @@ class ApprovalRequest:
 
 
 @dataclass(slots=True)
+class ApprovalDecision:
+    """A human's answer to an :class:`ApprovalRequest`, as recorded in the session.
+
+    ``args_sha256`` binds the answer to the arguments that were shown; ``None``
+    means "whatever is pending for this call".
+    """
+
+    call_id: str
+    approved: bool
+    reason: str | None = None
+    args_sha256: str | None = None
+
+
+@dataclass(slots=True)
 class EventActions:
     """Side effects an event carries; applied atomically with the event."""
 
@@ -84,6 +98,7 @@ class EventActions:
     skip_summarization: bool = False
     end_invocation: bool = False
     requested_approvals: list[ApprovalRequest] = field(default_factory=list)
+    approval_decisions: list[ApprovalDecision] = field(default_factory=list)
 
     def merge(self, other: EventActions) -> None:
         """Fold another event's actions into this one (later values win)."""
@@ -94,6 +109,7 @@ class EventActions:
         self.skip_summarization = self.skip_summarization or other.skip_summarization
         self.end_invocation = self.end_invocation or other.end_invocation
         self.requested_approvals.extend(other.requested_approvals)
+        self.approval_decisions.extend(other.approval_decisions)
 
 
 @dataclass(slots=True, kw_only=True)

@@ -35,6 +35,10 @@ class Settings(BaseSettings):
         sse_max_line_chars, sse_max_event_chars: bounds of the SSE decoder.
         anthropic_max_tokens: ``max_tokens`` sent to Anthropic when the agent's
             ``generate_config`` sets none (the API requires one).
+        max_progress_events, max_progress_bytes: progress events (and their
+            delta bytes) one streaming tool call may send the caller; past either
+            bound, later ones are coalesced (the latest wins, sent when the call
+            ends, with a count of those it replaced).
     """
 
     model_config = SettingsConfigDict(env_prefix="HEADWATER_", extra="ignore",
@@ -57,6 +61,8 @@ class Settings(BaseSettings):
     sse_max_line_chars: int = Field(default=1 << 20, ge=1024)
     sse_max_event_chars: int = Field(default=8 << 20, ge=1024)
     anthropic_max_tokens: int = Field(default=4096, ge=1)
+    max_progress_events: int = Field(default=1000, ge=0)
+    max_progress_bytes: int = Field(default=1 << 20, ge=0)
 
 
 _settings: Settings | None = None

@@ -1,8 +1,12 @@
 """Executing the function calls of one model aggregate.
 
 Calls run concurrently (bounded by ``Settings.max_parallel_tools``); each gets
-exactly one result, and every failure — unknown tool, invalid arguments, an
-exception, a timeout, a budget — becomes an error result the model sees.
+exactly one outcome, and every failure — unknown tool, invalid arguments, an
+exception, a timeout, a budget, a stream without ``done`` — becomes an error
+result the model sees. A streaming tool's progress reaches the caller as
+partial events while the calls run (never persisted, never sent to a model);
+under ``StreamingMode.NONE`` it is drained with a warning. A call that needs
+approval does not run: its outcome is an :class:`ApprovalRequest`.
 """
 
 from __future__ import annotations
@@ -11,15 +15,20 @@ import asyncio
 import inspect
 import json
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Container, Sequence
+from contextlib import aclosing
+from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic_core import to_jsonable_python
 
-from ..events import EventActions
+from ..events import ApprovalRequest, Event, EventActions, ToolProgress, ToolStreamEvent
+from ..run_config import StreamingMode
+from ..tools.approval import args_sha256
 from ..tools.context import ToolContext
 from ..tools.function_tool import BaseTool, ToolArgumentsError
-from ..types import FunctionCall, FunctionResponse
+from ..tools.middleware import ToolInvocation, ToolMiddleware, chain
+from ..types import Blob, FunctionCall, Part
 from .invocation import InvocationContext
 
 logger = logging.getLogger("headwater.tools")
@@ -27,6 +36,7 @@ security_logger = logging.getLogger("headwater.security")
 
 BeforeToolCallback = Callable[..., "dict[str, Any] | Awaitable[dict[str, Any] | None] | None"]
 AfterToolCallback = Callable[..., "dict[str, Any] | Awaitable[dict[str, Any] | None] | None"]
+ProgressSink = Callable[[Event], None]
 
 
 def error_result(code: str, message: str) -> dict[str, Any]:
@@ -41,6 +51,31 @@ async def maybe_await(value: Any) -> Any:
     return value
 
 
+class _StreamIncomplete(Exception):
+    """A streaming tool ended without its ``done`` event."""
+
+
+@dataclass(slots=True)
+class CallOutcome:
+    """What became of one call.
+
+    Attributes:
+        call: the function call.
+        response: its result for the model; ``None`` while it awaits approval.
+        actions: state and artifact changes the call made.
+        approval: the request a human must answer before the call runs.
+        long_running: the result is a ticket; the real one comes later.
+        return_direct: the result ends the run.
+    """
+
+    call: FunctionCall
+    response: dict[str, Any] | None  # raw JSON object
+    actions: EventActions = field(default_factory=EventActions)
+    approval: ApprovalRequest | None = None
+    long_running: bool = False
+    return_direct: bool = False
+
+
 class ToolExecutor:
     """Runs the calls of one aggregate for one agent."""
 
@@ -51,103 +86,265 @@ class ToolExecutor:
         tools: dict[str, BaseTool],
         before: Sequence[BeforeToolCallback],
         after: Sequence[AfterToolCallback],
+        middleware: Sequence[ToolMiddleware] = (),
     ) -> None:
         self.agent_name = agent_name
         self.tools = tools
         self.before = before
         self.after = after
+        self.middleware = middleware
 
-    async def execute(
-        self, ctx: InvocationContext, calls: Sequence[FunctionCall]
-    ) -> tuple[list[FunctionResponse], EventActions]:
-        """Run every call; results come back in call order with the merged actions.
+    async def run(
+        self, ctx: InvocationContext, calls: Sequence[FunctionCall],
+        approved: Container[str] = (),
+    ) -> AsyncGenerator[Event | list[CallOutcome], None]:
+        """Run every call; yields progress events, then the outcomes in call order.
 
-        Cancellation cancels every running call and waits for them to finish
-        their cleanup before re-raising.
+        Closing the generator (or cancelling its consumer) cancels every running
+        call and waits for their cleanup.
         """
-        actions = EventActions()
-        if len(calls) == 1:
-            response, call_actions = await self._run_one(ctx, calls[0])
-            actions.merge(call_actions)
-            return [response], actions
+        progress = ctx.run_config.streaming_mode is not StreamingMode.NONE
+        tool = self.tools.get(calls[0].name) if len(calls) == 1 else None
+        if tool is not None and not tool.streaming:  # the common case: no task, no queue
+            yield [await self._run_one(ctx, calls[0], None, approved)]
+            return
+        queue: asyncio.Queue[Event | None] = asyncio.Queue()
         limit = asyncio.Semaphore(ctx.settings.max_parallel_tools)
 
-        async def bounded(call: FunctionCall) -> tuple[FunctionResponse, EventActions]:
-            async with limit:
-                return await self._run_one(ctx, call)
+        async def one(call: FunctionCall) -> CallOutcome:
+            try:
+                async with limit:
+                    return await self._run_one(ctx, call, queue.put_nowait if progress else None,
+                                               approved)
+            finally:
+                queue.put_nowait(None)
 
-        tasks = [asyncio.create_task(bounded(call)) for call in calls]
+        tasks = [asyncio.create_task(one(call)) for call in calls]
         try:
-            outcomes = await asyncio.gather(*tasks)
-        except BaseException:
-            for task in tasks:
+            remaining = len(tasks)
+            while remaining:
+                item = await queue.get()
+                if item is None:
+                    remaining -= 1
+                else:
+                    yield item
+            yield [task.result() for task in tasks]
+        finally:
+            running = [task for task in tasks if not task.done()]
+            for task in running:
                 task.cancel()
-            await asyncio.wait(tasks)
-            raise
-        responses = []
-        for response, call_actions in outcomes:
-            responses.append(response)
-            actions.merge(call_actions)
-        return responses, actions
+            if running:
+                await asyncio.wait(running)
 
     async def _run_one(
-        self, ctx: InvocationContext, call: FunctionCall
-    ) -> tuple[FunctionResponse, EventActions]:
-        tool_context = ToolContext(
-            function_call_id=call.id, tool_name=call.name, invocation_id=ctx.invocation_id,
-            agent_name=self.agent_name, app_name=ctx.app_name, user_id=ctx.session.user_id,
-            session_id=ctx.session.id, session_state=ctx.session.state,
-        )
-        result = await self._result(ctx, call, tool_context)
-        return (
-            FunctionResponse(id=call.id, name=call.name, response=_bounded(result, ctx)),
-            tool_context.actions,
-        )
-
-    async def _result(
-        self, ctx: InvocationContext, call: FunctionCall, tool_context: ToolContext
-    ) -> dict[str, Any]:
+        self, ctx: InvocationContext, call: FunctionCall, sink: ProgressSink | None,
+        approved: Container[str],
+    ) -> CallOutcome:
         tool = self.tools.get(call.name)
         if tool is None:
             security_logger.warning(
                 "refused call %s to tool %r, which agent %r does not have",
                 call.id, call.name, self.agent_name,
             )
-            return error_result("unknown_tool", f"there is no tool named {call.name!r}")
+            return CallOutcome(call, error_result("unknown_tool",
+                                                  f"there is no tool named {call.name!r}"))
+        if tool.requires_approval and call.id not in approved:
+            return CallOutcome(call, None, approval=ApprovalRequest(
+                call_id=call.id, tool_name=tool.name, args=call.args,
+                args_sha256=args_sha256(call.args)))
         limit = ctx.run_config.max_tool_calls
         if limit is not None and ctx.stats.tool_calls >= limit:
-            return error_result("budget_exceeded",
-                                f"the run's budget of {limit} tool calls is spent; not executed")
+            return CallOutcome(call, error_result(
+                "budget_exceeded",
+                f"the run's budget of {limit} tool calls is spent; not executed"))
         ctx.stats.tool_calls += 1
+        tool_context = ToolContext(
+            function_call_id=call.id, tool_name=call.name, invocation_id=ctx.invocation_id,
+            agent_name=self.agent_name, app_name=ctx.app_name, user_id=ctx.session.user_id,
+            session_id=ctx.session.id, session_state=ctx.session.state,
+        )
+        result, ok = await self._result(ctx, tool, call, tool_context, sink)
+        return CallOutcome(call, _bounded(result, ctx), tool_context.actions,
+                           long_running=ok and tool.long_running,
+                           return_direct=ok and tool.return_direct)
+
+    async def _result(
+        self, ctx: InvocationContext, tool: BaseTool, call: FunctionCall,
+        tool_context: ToolContext, sink: ProgressSink | None,
+    ) -> tuple[dict[str, Any], bool]:
         for callback in self.before:
             override = await maybe_await(callback(tool=tool, args=call.args,
                                                   tool_context=tool_context))
             if override is not None:
-                return _as_object(override)
-        result = await self._invoke(ctx, tool, call, tool_context)
+                return _as_object(override), True
+        result = await self._invoke(ctx, tool, call, tool_context, sink)
+        ok = "error" not in result
         for callback in self.after:
             override = await maybe_await(callback(tool=tool, args=call.args,
                                                   tool_context=tool_context, tool_response=result))
             if override is not None:
-                return _as_object(override)
-        return result
+                return _as_object(override), ok
+        return result, ok
 
     async def _invoke(
         self, ctx: InvocationContext, tool: BaseTool, call: FunctionCall,
-        tool_context: ToolContext,
+        tool_context: ToolContext, sink: ProgressSink | None,
     ) -> dict[str, Any]:
         timeout = tool.timeout if tool.timeout is not None else ctx.settings.tool_timeout
+
+        async def terminal(invocation: ToolInvocation) -> Any:
+            found, value = invocation.tool.cached(invocation.args)
+            if found:
+                return value
+            if invocation.tool.streaming:
+                value = await self._drain(ctx, invocation, sink)
+            else:
+                value = await invocation.tool.run(invocation.args, invocation.tool_context)
+            invocation.tool.remember(invocation.args, value)
+            return value
+
+        invoke = chain(self.middleware, terminal) if self.middleware else terminal
         try:
             async with asyncio.timeout(timeout) as scope:
-                return _as_object(await tool.run(call.args, tool_context))
+                value = await invoke(ToolInvocation(tool, call.args, tool_context))
+            if tool.response_format == "content_and_artifact":
+                value = await self._split_artifact(ctx, tool, call, tool_context, value)
+            return _as_object(value)
         except ToolArgumentsError as exc:
             return error_result("invalid_arguments", str(exc))
+        except _StreamIncomplete as exc:
+            return error_result("stream_incomplete", str(exc))
         except TimeoutError as exc:
             if scope.expired():
                 return error_result("timeout", f"{tool.name} did not finish within {timeout:g} s")
             return _failure(tool, call, exc)
         except Exception as exc:  # a tool's failure is a result for the model, not a crash
             return _failure(tool, call, exc)
+
+    async def _drain(self, ctx: InvocationContext, invocation: ToolInvocation,
+                     sink: ProgressSink | None) -> Any:
+        """Run a streaming tool to its ``done``; forward what comes before it as progress.
+
+        Raises:
+            _StreamIncomplete: the generator ended without ``done`` (and yielded no
+                plain values, whose last one would be the result).
+        """
+        tool, call_id = invocation.tool, invocation.call_id
+        if sink is None:
+            logger.warning("tool %s (call %s) streams progress but the run is not streaming "
+                           "(StreamingMode.NONE): its progress is dropped; its result still "
+                           "reaches the model", tool.name, call_id)
+        progress = _Progress(self.agent_name, ctx, tool.name, call_id, sink)
+        plain: list[Any] = []
+        stream = tool.stream(invocation.args, invocation.tool_context)
+        async with aclosing(_closing(stream)) as items:
+            async for item in items:
+                if isinstance(item, ToolStreamEvent):
+                    if item.type == "done":
+                        progress.flush()
+                        return item.response
+                    progress.offer(item)
+                else:
+                    # Plain values: each is progress, and the last one is the result.
+                    plain[:] = [item]
+                    progress.offer(ToolStreamEvent("part_delta", delta=_as_delta(item)))
+        progress.flush()
+        if plain:
+            return plain[0]
+        raise _StreamIncomplete(
+            f"{tool.name} ended without a 'done' event after {progress.seen} progress events; "
+            "it produced no result")
+
+    async def _split_artifact(self, ctx: InvocationContext, tool: BaseTool, call: FunctionCall,
+                              tool_context: ToolContext, value: Any) -> Any:
+        if not (isinstance(value, tuple) and len(value) == 2):
+            raise TypeError(f"{tool.name} has response_format='content_and_artifact' and must "
+                            f"return (content, artifact), not {type(value).__name__}")
+        content, artifact = value
+        service = ctx.artifact_service
+        if service is None:
+            raise RuntimeError("no artifact service: pass artifact_service= to the Runner")
+        filename = f"{tool.name}-{call.id}"
+        version = await service.save_artifact(
+            app_name=ctx.app_name, user_id=ctx.session.user_id, session_id=ctx.session.id,
+            filename=filename, artifact=_as_part(artifact))
+        tool_context.actions.artifact_delta[filename] = version
+        return content
+
+
+class _Progress:
+    """Bounded forwarding of one call's progress (count and bytes; then latest wins)."""
+
+    __slots__ = ("_author", "_bytes", "_held", "_invocation", "_max_bytes", "_max_events",
+                 "_sent", "_sink", "_suppressed", "call_id", "seen", "tool_name")
+
+    def __init__(self, author: str, ctx: InvocationContext, tool_name: str, call_id: str,
+                 sink: ProgressSink | None) -> None:
+        self._author = author
+        self._invocation = ctx.invocation_id
+        self._sink = sink
+        self._max_events = ctx.settings.max_progress_events
+        self._max_bytes = ctx.settings.max_progress_bytes
+        self.tool_name = tool_name
+        self.call_id = call_id
+        self.seen = 0
+        self._sent = 0
+        self._bytes = 0
+        self._held: ToolStreamEvent | None = None
+        self._suppressed = 0
+
+    def offer(self, event: ToolStreamEvent) -> None:
+        self.seen += 1
+        if self._sink is None:
+            return
+        size = len(event.delta.encode()) if event.delta else 0
+        if self._sent < self._max_events and self._bytes + size <= self._max_bytes:
+            self._bytes += size
+            self._send(event, 0)
+        else:
+            self._held = event
+            self._suppressed += 1
+
+    def flush(self) -> None:
+        if self._held is not None:
+            self._send(self._held, self._suppressed - 1)
+            self._held = None
+
+    def _send(self, event: ToolStreamEvent, coalesced: int) -> None:
+        assert self._sink is not None
+        self._sent += 1
+        self._sink(Event(invocation_id=self._invocation, author=self._author, partial=True,
+                         tool_progress=ToolProgress(self.call_id, self.tool_name, event,
+                                                    self._sent, coalesced)))
+
+
+async def _closing(stream: Any) -> AsyncGenerator[Any, None]:
+    """Iterate a tool's async iterator and close it (its ``finally`` runs) however we stop."""
+    try:
+        async for item in stream:
+            yield item
+    finally:
+        close = getattr(stream, "aclose", None)
+        if close is not None:
+            await close()
+
+
+def _as_delta(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    return json.dumps(to_jsonable_python(value, fallback=repr), ensure_ascii=False)
+
+
+def _as_part(artifact: Any) -> Part:
+    if isinstance(artifact, Part):
+        return artifact
+    if isinstance(artifact, Blob):
+        return Part(inline_data=artifact)
+    if isinstance(artifact, bytes):
+        return Part(inline_data=Blob("application/octet-stream", artifact))
+    if isinstance(artifact, str):
+        return Part(text=artifact)
+    return Part(text=_as_delta(artifact))
 
 
 def _failure(tool: BaseTool, call: FunctionCall, exc: Exception) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Container, Sequence
 from contextlib import aclosing
 from typing import Any, TypeVar
 
@@ -22,8 +22,16 @@ from ..models.base import BaseLlm, LlmRequest, LlmResponse
 from ..models.registry import get_model
 from ..run_config import StreamingMode
 from ..tools.function_tool import BaseTool, ToolLike, as_tool
-from ..types import Content, Part
-from ._execution import AfterToolCallback, BeforeToolCallback, ToolExecutor, maybe_await
+from ..tools.middleware import ToolMiddleware
+from ..types import Content, FunctionCall, FunctionResponse, Part
+from ._execution import (
+    AfterToolCallback,
+    BeforeToolCallback,
+    CallOutcome,
+    ToolExecutor,
+    error_result,
+    maybe_await,
+)
 from .invocation import InvocationContext
 
 logger = logging.getLogger("headwater.agents")
@@ -64,6 +72,8 @@ class Agent:
         after_tool_callback: ``(tool=, args=, tool_context=, tool_response=)``;
             a returned dict replaces the result.
         generate_config: provider options passed in ``LlmRequest.config``.
+        tool_middleware: async wrappers around every tool call, outermost first;
+            each sees exactly one final value per call (see ``headwater.tools.middleware``).
 
     Each callback argument also takes a list, tried in order until one
     returns something.
@@ -86,6 +96,7 @@ class Agent:
         before_tool_callback: BeforeToolCallback | Sequence[BeforeToolCallback] | None = None,
         after_tool_callback: AfterToolCallback | Sequence[AfterToolCallback] | None = None,
         generate_config: dict[str, Any] | None = None,
+        tool_middleware: Sequence[ToolMiddleware] = (),
     ) -> None:
         if not _NAME.match(name) or name == "user":
             raise UserError(f"agent name {name!r} must be an identifier other than 'user'")
@@ -104,7 +115,8 @@ class Agent:
         self.generate_config = dict(generate_config or {})
         self._executor = ToolExecutor(agent_name=name, tools=by_name,
                                       before=_as_list(before_tool_callback),
-                                      after=_as_list(after_tool_callback))
+                                      after=_as_list(after_tool_callback),
+                                      middleware=list(tool_middleware))
 
     @property
     def model(self) -> BaseLlm:
@@ -123,6 +135,14 @@ class Agent:
         generator. Closing the generator closes the model stream and cancels
         running tools.
         """
+        if ctx.resume:
+            last: Event | None = None
+            async with aclosing(self._resume(ctx)) as events:
+                async for event in events:
+                    yield event
+                    last = event
+            if last is not None and last.is_final_response():
+                return
         while True:
             if ctx.stats.llm_calls >= ctx.run_config.max_llm_calls:
                 yield self._error_event(
@@ -130,7 +150,7 @@ class Agent:
                     f"the run reached max_llm_calls={ctx.run_config.max_llm_calls}",
                 )
                 return
-            last: Event | None = None
+            last = None
             async with aclosing(self._step(ctx)) as events:
                 async for event in events:
                     yield event
@@ -175,12 +195,57 @@ class Agent:
         calls = model_event.function_calls
         if not calls or model_event.error_code is not None:
             return
-        results, actions = await self._executor.execute(ctx, calls)
-        yield Event(
-            invocation_id=ctx.invocation_id, author=self.name,
-            content=Content("user", [Part(function_response=r) for r in results]),
-            actions=actions,
-        )
+        async with aclosing(self._execute(ctx, calls)) as events:
+            async for event in events:
+                yield event
+
+    async def _execute(self, ctx: InvocationContext, calls: Sequence[FunctionCall],
+                       approved: Container[str] = (),
+                       decided: Sequence[CallOutcome] = ()) -> AsyncGenerator[Event, None]:
+        """Run calls: their progress, then one event with every result (and pending approvals)."""
+        outcomes: list[CallOutcome] = list(decided)
+        if calls:
+            async with aclosing(self._executor.run(ctx, calls, approved)) as items:
+                async for item in items:
+                    if isinstance(item, Event):
+                        yield item
+                    else:
+                        outcomes.extend(item)
+        yield self._results_event(ctx, outcomes)
+
+    async def _resume(self, ctx: InvocationContext) -> AsyncGenerator[Event, None]:
+        """Run the calls a human approved, and deny the others, before the next model call."""
+        approved = [call for call, decision in ctx.resume if decision.approved]
+        denied = [
+            CallOutcome(call, error_result(
+                "denied", "A human denied this call" + (f": {d.reason}" if d.reason else ".")))
+            for call, d in ctx.resume if not d.approved
+        ]
+        async with aclosing(self._execute(ctx, approved, {c.id for c in approved},
+                                          denied)) as events:
+            async for event in events:
+                yield event
+
+    def _results_event(self, ctx: InvocationContext, outcomes: Sequence[CallOutcome]) -> Event:
+        actions = EventActions()
+        parts: list[Part] = []
+        pending: list[str] = []
+        for outcome in outcomes:
+            actions.merge(outcome.actions)
+            if outcome.approval is not None:
+                actions.requested_approvals.append(outcome.approval)
+                pending.append(outcome.call.id)
+                continue
+            assert outcome.response is not None
+            parts.append(Part(function_response=FunctionResponse(
+                id=outcome.call.id, name=outcome.call.name, response=outcome.response)))
+            if outcome.long_running:
+                pending.append(outcome.call.id)
+        if any(o.return_direct for o in outcomes):
+            actions.skip_summarization = True
+        return Event(invocation_id=ctx.invocation_id, author=self.name,
+                     content=Content("user", parts) if parts else None,
+                     long_running_tool_ids=pending, actions=actions)
 
     async def _call_model(
         self, ctx: InvocationContext, request: LlmRequest
@@ -268,15 +333,48 @@ def _check_final(final: LlmResponse, texts: list[str], thoughts: list[str]) -> N
 
 
 def history(ctx: InvocationContext) -> list[Content]:
-    """The conversation a model sees: persisted contents in commit order.
+    """The conversation a model sees, built from persisted events.
 
-    Events without content (errors, control) are left out; partials are never
-    in a session. Function responses travel with role ``user``.
+    Events without content (errors, control, approval records) are left out;
+    partials are never in a session. Each call's result is placed right after
+    the model turn that made it, as providers require: the latest result for
+    that call id (a long-running call's final result replaces its ticket), or
+    a ``pending`` placeholder while it has none (awaiting approval or still
+    running). Function responses travel with role ``user``.
     """
+    events = ctx.session.events
+    latest: dict[str, FunctionResponse] = {}
+    for event in events:
+        content = event.content
+        if content is not None:
+            for part in content.parts:
+                if part.function_response is not None:
+                    latest[part.function_response.id] = part.function_response
     contents: list[Content] = []
-    for event in ctx.session.events:
+    for event in events:
         content = event.content
         if content is None or not content.parts:
             continue
+        calls: list[FunctionCall] = []
+        responses = False
+        for part in content.parts:
+            if part.function_call is not None:
+                calls.append(part.function_call)
+            elif part.function_response is not None:
+                responses = True
+        if responses:
+            rest = [p for p in content.parts if p.function_response is None]
+            if rest:
+                contents.append(Content(content.role, rest))
+            continue
         contents.append(content)
+        if calls:
+            contents.append(Content("user", [
+                Part(function_response=latest.get(c.id) or _pending(c)) for c in calls]))
     return contents
+
+
+def _pending(call: FunctionCall) -> FunctionResponse:
+    return FunctionResponse(id=call.id, name=call.name, response={
+        "status": "pending",
+        "detail": "No result yet: the call awaits a human's approval or is still running."})

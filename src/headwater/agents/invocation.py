@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..context import CallbackContext
-from ..events import EventActions
+from ..events import ApprovalDecision, EventActions
 from ..run_config import RunConfig
 from ..sessions.base import Session
 from ..settings import Settings
-from ..types import Usage
+from ..types import FunctionCall, Usage
 
 
 @dataclass(slots=True)
@@ -42,6 +43,10 @@ class InvocationContext:
     run_config: RunConfig
     settings: Settings
     stats: RunStats = field(default_factory=RunStats)
+    artifact_service: Any = None
+    """A ``headwater.artifacts.BaseArtifactService``, or ``None``."""
+    resume: list[tuple[FunctionCall, ApprovalDecision]] = field(default_factory=list)
+    """Calls answered by this run's message: run (approved) or deny before the model."""
 
     @property
     def user_id(self) -> str:

@@ -5,9 +5,10 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
+import json
 from abc import ABC, abstractmethod
-from collections.abc import Callable
-from typing import Any, overload
+from collections.abc import AsyncIterator, Callable
+from typing import Any, Literal, overload
 
 from pydantic import ValidationError
 
@@ -21,6 +22,10 @@ class ToolArgumentsError(ToolError):
     """The model's arguments do not match the tool's schema."""
 
 
+ResponseFormat = Literal["content", "content_and_artifact"]
+CacheFunction = Callable[[dict[str, Any], Any], bool]
+
+
 class BaseTool(ABC):
     """Something a model can call.
 
@@ -28,11 +33,30 @@ class BaseTool(ABC):
         name: the name the model calls it by.
         description: what the model is told it does.
         timeout: seconds a call may take (``None``: the run's default).
+        streaming: an async generator whose events before ``done`` are progress
+            for the caller; only the ``done`` response reaches the model.
+        requires_approval: the run stops before the call until a human answers.
+        long_running: the call answers at once with a ticket; the result comes
+            later as a function response with the same call id.
+        return_direct: the result ends the run as its final response.
+        response_format: ``"content_and_artifact"``: the tool returns
+            ``(content, artifact)``; the model sees the content, the artifact is
+            stored in the artifact service.
+        idempotent: safe to re-run after a crash (never re-run automatically
+            otherwise).
+        expose_result: the gateway may forward arguments and results raw.
     """
 
     name: str
     description: str
     timeout: float | None = None
+    streaming: bool = False
+    requires_approval: bool = False
+    long_running: bool = False
+    return_direct: bool = False
+    response_format: ResponseFormat = "content"
+    idempotent: bool = False
+    expose_result: bool = False
 
     @abstractmethod
     def declaration(self) -> ToolDeclaration:
@@ -47,6 +71,21 @@ class BaseTool(ABC):
             Exception: whatever the tool raises; the runner turns it into an
                 error result the model sees.
         """
+
+    def stream(self, args: dict[str, Any], context: ToolContext) -> AsyncIterator[Any]:
+        """Start a streaming call (``streaming`` tools only): its events, then ``done``.
+
+        Raises:
+            ToolArgumentsError: ``args`` do not match the schema (nothing ran).
+        """
+        raise UserError(f"tool {self.name!r} does not stream")
+
+    def cached(self, args: dict[str, Any]) -> tuple[bool, Any]:
+        """``(True, result)`` when a cached result for ``args`` exists."""
+        return False, None
+
+    def remember(self, args: dict[str, Any], result: Any) -> None:  # noqa: B027 - optional hook
+        """Offer a result to the tool's cache (a no-op without ``cache=True``)."""
 
 
 class FunctionTool(BaseTool):
@@ -68,14 +107,36 @@ class FunctionTool(BaseTool):
         name: str | None = None,
         description: str | None = None,
         timeout: float | None = None,
+        streaming: bool | None = None,
+        requires_approval: bool = False,
+        cache: bool = False,
+        cache_function: CacheFunction | None = None,
+        response_format: ResponseFormat = "content",
+        return_direct: bool = False,
+        long_running: bool = False,
+        idempotent: bool = False,
+        expose_result: bool = False,
     ) -> None:
         if not callable(func):
             raise UserError(f"a tool must be a function, got {func!r}")
         self.func = func
         self.name = name or getattr(func, "__name__", "") or type(func).__name__
+        is_generator = inspect.isasyncgenfunction(func)
+        self.streaming = is_generator if streaming is None else streaming
+        _check_flags(self.name, self.streaming, is_generator, cache, cache_function,
+                     response_format, return_direct, long_running)
         signature = inspect_function(func, self.name)
         self.description = description if description is not None else signature.description
         self.timeout = timeout
+        self.requires_approval = requires_approval
+        self.cache = cache
+        self.cache_function = cache_function
+        self.response_format = response_format
+        self.return_direct = return_direct
+        self.long_running = long_running
+        self.idempotent = idempotent
+        self.expose_result = expose_result
+        self._cache: dict[str, Any] = {}
         self._args_model = signature.args_model
         self._context_param = signature.context_param
         self._field_names = tuple(self._args_model.model_fields)
@@ -110,6 +171,8 @@ class FunctionTool(BaseTool):
 
     async def run(self, args: dict[str, Any], context: ToolContext) -> Any:
         kwargs = self.bind_arguments(args, context)
+        if self.streaming:
+            raise UserError(f"tool {self.name!r} streams: call stream(), not run()")
         if self._is_async:
             return await self.func(**kwargs)
         result = await asyncio.to_thread(self.func, **kwargs)
@@ -117,12 +180,66 @@ class FunctionTool(BaseTool):
             result = await result
         return result
 
+    def stream(self, args: dict[str, Any], context: ToolContext) -> AsyncIterator[Any]:
+        kwargs = self.bind_arguments(args, context)
+        generator: AsyncIterator[Any] = self.func(**kwargs)
+        return generator
+
+    def cached(self, args: dict[str, Any]) -> tuple[bool, Any]:
+        if not self.cache:
+            return False, None
+        key = _cache_key(args)
+        return (True, self._cache[key]) if key in self._cache else (False, None)
+
+    def remember(self, args: dict[str, Any], result: Any) -> None:
+        if self.cache and (self.cache_function is None or self.cache_function(args, result)):
+            self._cache[_cache_key(args)] = result
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Call the underlying function directly (handy in tests)."""
         return self.func(*args, **kwargs)
 
     def __repr__(self) -> str:
         return f"FunctionTool({self.name!r})"
+
+
+def _cache_key(args: dict[str, Any]) -> str:  # raw JSON object
+    return json.dumps(args, sort_keys=True, separators=(",", ":"), default=repr)
+
+
+def _check_flags(name: str, streaming: bool, is_generator: bool, cache: bool,
+                 cache_function: CacheFunction | None, response_format: str,
+                 return_direct: bool, long_running: bool) -> None:
+    """Refuse incoherent flag combinations when the tool is built (seed 001's table)."""
+    def refuse(why: str) -> None:
+        raise ValueError(f"tool {name!r}: {why}")
+
+    if response_format not in ("content", "content_and_artifact"):
+        refuse(f"response_format must be 'content' or 'content_and_artifact', "
+               f"not {response_format!r}")
+    if cache_function is not None and not cache:
+        refuse("cache_function is only consulted with cache=True")
+    if streaming and not is_generator:
+        refuse("streaming=True needs an async generator function (async def … yield)")
+    if not streaming and is_generator:
+        refuse("an async generator function is a streaming tool; do not pass streaming=False")
+    if not streaming:
+        return
+    if cache:
+        refuse("streaming=True cannot combine with cache=True: a cache stores a single "
+               "value, not a stream")
+    if cache_function is not None:
+        refuse("streaming=True cannot combine with cache_function: it is only consulted "
+               "with cache=True, which a stream cannot use")
+    if response_format == "content_and_artifact":
+        refuse("streaming=True cannot combine with response_format='content_and_artifact': "
+               "the artifact channel needs the full payload")
+    if return_direct:
+        refuse("streaming=True cannot combine with return_direct=True: return-direct "
+               "semantics do not apply to a streaming intermediary")
+    if long_running:
+        refuse("streaming=True cannot combine with long_running=True: a long-running tool "
+               "answers with a ticket at once")
 
 
 ToolLike = BaseTool | Callable[..., Any]
@@ -137,25 +254,39 @@ def as_tool(obj: ToolLike) -> BaseTool:
 def tool(func: Callable[..., Any], /) -> FunctionTool: ...
 @overload
 def tool(
-    *, name: str | None = None, description: str | None = None, timeout: float | None = None
-) -> Callable[[Callable[..., Any]], FunctionTool]: ...
-def tool(
-    func: Callable[..., Any] | None = None,
-    /,
     *,
     name: str | None = None,
     description: str | None = None,
     timeout: float | None = None,
+    streaming: bool | None = None,
+    requires_approval: bool = False,
+    cache: bool = False,
+    cache_function: CacheFunction | None = None,
+    response_format: ResponseFormat = "content",
+    return_direct: bool = False,
+    long_running: bool = False,
+    idempotent: bool = False,
+    expose_result: bool = False,
+) -> Callable[[Callable[..., Any]], FunctionTool]: ...
+def tool(
+    func: Callable[..., Any] | None = None,
+    /,
+    **options: Any,
 ) -> FunctionTool | Callable[[Callable[..., Any]], FunctionTool]:
     """Turn a function into a :class:`FunctionTool`; usable bare or with options.
 
+    The options are :class:`FunctionTool`'s; incoherent ones raise ``ValueError``
+    here, when the tool is built.
+
     Example::
 
-        @tool(timeout=5)
-        async def lookup_order(order_id: str) -> dict[str, str]:
-            "Find an order by id."
+        @tool(streaming=True, requires_approval=True)
+        async def deploy(env: str) -> AsyncIterator[ToolStreamEvent]:
+            "Deploy with progress."
+            yield ToolStreamEvent(type="part_delta", delta=f"deploying to {env}…")
+            yield ToolStreamEvent(type="done", response="deployed")
     """
     def wrap(f: Callable[..., Any]) -> FunctionTool:
-        return FunctionTool(f, name=name, description=description, timeout=timeout)
+        return FunctionTool(f, **options)
 
     return wrap(func) if func is not None else wrap
