@@ -4,6 +4,7 @@
 
     HeadwaterError
     ├── UserError                  a programming mistake; the message says what to do
+    │   ├── ApprovalError          an answer that matches no pending approval
     │   └── SessionNotFoundError   (also a SessionError)
     ├── ModelError                 anything a model or its provider did wrong
     │   ├── ModelHTTPError         status_code, retryable
@@ -55,6 +56,13 @@ class HeadwaterError(Exception):
 
 class UserError(HeadwaterError):
     """A programming mistake in how headwater is used; the message says what to do."""
+
+
+class ApprovalError(UserError):
+    """An approval answer for no pending call, a replay, or for other arguments.
+
+    Nothing of the message that carried it is stored.
+    """
 
 
 class ModelError(HeadwaterError):

@@ -151,7 +151,7 @@ class FileArtifactService(BaseArtifactService):
         return ArtifactPayload(data=data, mime_type=sidecar.mime_type, is_text=sidecar.is_text)
 
     def _keys_sync(self, app_name: str, user_id: str, session_id: str) -> list[str]:
-        found = []
+        found: list[str] = []
         for session in (session_id, None):
             scope = self._scope_dir(app_name, user_id, session)
             with contextlib.suppress(FileNotFoundError):
