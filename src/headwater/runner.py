@@ -266,11 +266,10 @@ def unanswered_calls(session: Session) -> list[tuple[str, str]]:
     calls: dict[str, str] = {}
     pending: set[str] = set()
     for event in session.events:
+        pending.update(event.long_running_tool_ids)
         content = event.content
         if content is None:
             continue
-        if event.long_running_tool_ids:
-            pending.update(event.long_running_tool_ids)
         for part in content.parts:
             if part.function_call is not None:
                 calls[part.function_call.id] = part.function_call.name

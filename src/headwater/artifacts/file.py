@@ -49,7 +49,7 @@ _TEMPORARY = "!"
 _MAX_COMPONENT = 255  # NAME_MAX of common file systems; quoted names are ASCII
 _VERSION = re.compile(r"0|[1-9][0-9]*")
 _SIDECAR = re.compile(r"(0|[1-9][0-9]*)\.json")
-_SAVE_ATTEMPTS = 3  # a save retries only when a concurrent delete removed its directory
+_SAVE_ATTEMPTS = 5  # a save retries only when a concurrent delete removed its directory
 
 
 class _Sidecar(BaseModel):
@@ -87,7 +87,7 @@ class FileArtifactService(BaseArtifactService):
 
     def __init__(self, root: str | Path, *, max_bytes: int = DEFAULT_MAX_ARTIFACT_BYTES) -> None:
         super().__init__(max_bytes=max_bytes)
-        needed = {os.open, os.replace, os.unlink}
+        needed = {os.open, os.rename, os.unlink}  # os.replace shares os.rename's support
         if not needed <= os.supports_dir_fd or os.listdir not in os.supports_fd:
             raise NotImplementedError("FileArtifactService needs dir_fd support (POSIX)")
         self.root = Path(root).absolute()
@@ -132,7 +132,9 @@ class FileArtifactService(BaseArtifactService):
                     _write_atomic(dfd, f"{version}.json", _encode(sidecar))
                     os.fsync(dfd)
                     return version
-            except FileNotFoundError:
+            except (FileNotFoundError, FileExistsError):
+                # mkdir(exist_ok=True) raises FileExistsError when the directory it
+                # found is renamed away by a delete before it checks it.
                 if attempt == _SAVE_ATTEMPTS - 1:
                     raise
         raise AssertionError("unreachable")
