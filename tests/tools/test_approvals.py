@@ -13,8 +13,17 @@ from typing import Any
 
 import pytest
 
-from headwater import Agent, Content, Event, Part, RunConfig, Runner, StreamingMode
-from headwater import ToolStreamEvent, tool
+from headwater import (
+    Agent,
+    Content,
+    Event,
+    Part,
+    RunConfig,
+    Runner,
+    StreamingMode,
+    ToolStreamEvent,
+    tool,
+)
 from headwater.errors import ApprovalError, UserError
 from headwater.sessions import BaseSessionService, SqlSessionService
 from headwater.testing import ScriptedModel
@@ -156,12 +165,18 @@ CHILD = textwrap.dedent("""
 """)
 
 
+def first_process(url: str) -> dict[str, str]:
+    """Run the turn that asks for approval in another process, which then exits."""
+    child = subprocess.run([sys.executable, "-c", CHILD, url], capture_output=True, text=True,
+                           timeout=60, check=True, env=dict(os.environ))
+    answer: dict[str, str] = json.loads(child.stdout.strip().splitlines()[-1])
+    return answer
+
+
 @pytest.mark.slow
 async def test_approval_survives_a_process_restart_on_sqlite(tmp_path: Path) -> None:
     url = f"sqlite+aiosqlite:///{tmp_path / 'sessions.db'}"
-    child = subprocess.run([sys.executable, "-c", CHILD, url], capture_output=True, text=True,
-                           timeout=60, check=True, env=dict(os.environ))
-    asked = json.loads(child.stdout.strip().splitlines()[-1])
+    asked = first_process(url)
     service = SqlSessionService(url)
     try:
         model = ScriptedModel().reply("Deployed after restart.")
