@@ -34,6 +34,7 @@ LAYERS: dict[str, int] = {
     "state": 0,
     "context": 0,
     "live": 0,
+    "clock": 0,
     "models": 1,
     "tools": 1,
     "sessions": 1,

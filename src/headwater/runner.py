@@ -10,16 +10,19 @@ result gets a synthetic ``cancelled`` result, so the next turn is valid.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import weakref
-from collections.abc import AsyncGenerator, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator
 from types import TracebackType
 from typing import Any
 
 from .agents.agent import Agent
 from .agents.invocation import InvocationContext, RunStats
 from .artifacts import BaseArtifactService
+from .clock import SYSTEM_CLOCK, Clock
 from .errors import ApprovalError, SessionBusyError, SessionNotFoundError, UserError
 from .events import ApprovalDecision, ApprovalRequest, Event, EventActions, new_id
+from .live import LiveRequestQueue
 from .run_config import RunConfig, StreamingMode
 from .sessions.base import BaseSessionService, Session
 from .sessions.memory import InMemorySessionService
@@ -82,6 +85,7 @@ class Runner:
         settings: bounds (default: from ``HEADWATER_*`` environment variables).
         auto_create_session: create a missing session instead of raising.
         artifact_service: where ``content_and_artifact`` tools store artifacts.
+        clock: the clock tools and live streams see (``VirtualClock`` in tests).
     """
 
     def __init__(
@@ -93,9 +97,11 @@ class Runner:
         settings: Settings | None = None,
         auto_create_session: bool = False,
         artifact_service: BaseArtifactService | None = None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.agent = agent
         self.artifact_service = artifact_service
+        self.clock = clock
         self.app_name = app_name
         self.session_service = session_service or InMemorySessionService()
         self.settings = settings or get_settings()
@@ -136,21 +142,13 @@ class Runner:
         self, user_id: str, session_id: str, message: Content, config: RunConfig,
         invocation_id: str, stats: RunStats,
     ) -> AsyncGenerator[Event, None]:
-        lock = self._lock(user_id, session_id)
-        try:
-            async with asyncio.timeout(self.settings.session_lock_timeout):
-                await lock.acquire()
-        except TimeoutError:
-            raise SessionBusyError(f"session {session_id!r} has a run in progress") from None
-        try:
+        async with self._hold(user_id, session_id):
             session = await self._session(user_id, session_id)
             await self._seal(session, invocation_id, "interrupted")
             content, decisions = split_approvals(message)
             resume = answered_calls(session, content, decisions)
-            ctx = InvocationContext(invocation_id=invocation_id, app_name=self.app_name,
-                                    session=session, run_config=config, settings=self.settings,
-                                    stats=stats, artifact_service=self.artifact_service,
-                                    resume=resume)
+            ctx = self._context(session, config, invocation_id, stats)
+            ctx.resume = resume
             service = self.session_service
             await service.append_event(session, Event(
                 invocation_id=invocation_id, author="user", content=content,
@@ -164,6 +162,70 @@ class Runner:
             finally:
                 await events.aclose()
                 await self._seal(session, invocation_id, "cancelled")
+
+    def run_live(
+        self,
+        *,
+        user_id: str,
+        session_id: str,
+        live_request_queue: LiveRequestQueue,
+        run_config: RunConfig | None = None,
+    ) -> RunStream:
+        """Start a live (BIDI) run fed by ``live_request_queue``.
+
+        The run lasts until the queue is closed or the stream is closed; each
+        non-partial event is persisted before it is yielded. Model turns carry
+        ``turn_complete``; an answer cut short by new user content is stored
+        and yielded with ``interrupted`` set.
+
+        Raises (when iterated):
+            SessionNotFoundError, SessionBusyError: as for :meth:`run_async`.
+            NotImplementedError: the model has no live connection.
+        """
+        config = run_config or RunConfig(streaming_mode=StreamingMode.BIDI)
+        if config.streaming_mode is not StreamingMode.BIDI:
+            config = config.model_copy(update={"streaming_mode": StreamingMode.BIDI})
+        invocation_id = new_id("inv")
+        stats = RunStats()
+        agen = self._run_live(user_id, session_id, live_request_queue, config, invocation_id,
+                              stats)
+        return RunStream(agen, invocation_id, stats)
+
+    async def _run_live(
+        self, user_id: str, session_id: str, queue: LiveRequestQueue, config: RunConfig,
+        invocation_id: str, stats: RunStats,
+    ) -> AsyncGenerator[Event, None]:
+        async with self._hold(user_id, session_id):
+            session = await self._session(user_id, session_id)
+            await self._seal(session, invocation_id, "interrupted")
+            ctx = self._context(session, config, invocation_id, stats)
+            events = self.agent.run_live(ctx, queue)
+            try:
+                async for event in events:
+                    yield event
+            finally:
+                await events.aclose()
+                await self._seal(session, invocation_id, "cancelled")
+
+    def _context(self, session: Session, config: RunConfig, invocation_id: str,
+                 stats: RunStats) -> InvocationContext:
+        return InvocationContext(
+            invocation_id=invocation_id, app_name=self.app_name, session=session,
+            run_config=config, settings=self.settings, stats=stats,
+            artifact_service=self.artifact_service, clock=self.clock,
+            session_service=self.session_service)
+
+    @contextlib.asynccontextmanager
+    async def _hold(self, user_id: str, session_id: str) -> AsyncIterator[None]:
+        """Exclusive use of a session by one run of this runner."""
+        lock = self._lock(user_id, session_id)
+        try:
+            async with asyncio.timeout(self.settings.session_lock_timeout):
+                await lock.acquire()
+        except TimeoutError:
+            raise SessionBusyError(f"session {session_id!r} has a run in progress") from None
+        try:
+            yield
         finally:
             lock.release()
 

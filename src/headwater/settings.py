@@ -39,6 +39,9 @@ class Settings(BaseSettings):
             delta bytes) one streaming tool call may send the caller; past either
             bound, later ones are coalesced (the latest wins, sent when the call
             ends, with a count of those it replaced).
+        live_stop_timeout: seconds a stopped live stream (or a torn-down live
+            run) is given to run its cleanup.
+        live_input_queue_size: requests waiting in one input-stream tool's queue.
     """
 
     model_config = SettingsConfigDict(env_prefix="HEADWATER_", extra="ignore",
@@ -63,6 +66,8 @@ class Settings(BaseSettings):
     anthropic_max_tokens: int = Field(default=4096, ge=1)
     max_progress_events: int = Field(default=1000, ge=0)
     max_progress_bytes: int = Field(default=1 << 20, ge=0)
+    live_stop_timeout: float = Field(default=1.0, gt=0)
+    live_input_queue_size: int = Field(default=64, ge=1)
 
 
 _settings: Settings | None = None

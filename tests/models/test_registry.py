@@ -82,6 +82,15 @@ def test_third_party_registration_and_agent_strings(monkeypatch: pytest.MonkeyPa
     assert get_model(model) is model
 
 
-def test_connect_refuses_clearly_for_streaming_only_models() -> None:
-    with pytest.raises(NotImplementedError, match=r"'gpt-4o'.*OpenAIChatModel.*live"):
-        OpenAIChatModel("gpt-4o", api_key="k").connect(LlmRequest())
+def test_connect_emulates_live_for_streaming_models_and_refuses_others() -> None:
+    from headwater.models.live import EmulatedLlmConnection
+
+    connection = OpenAIChatModel("gpt-4o", api_key="k").connect(LlmRequest())
+    assert isinstance(connection, EmulatedLlmConnection)
+
+    class Plain(BaseLlm):
+        async def generate_content(self, request: LlmRequest, stream: bool = False):  # type: ignore[override]
+            yield LlmResponse()
+
+    with pytest.raises(NotImplementedError, match=r"'plain-1'.*Plain.*live"):
+        Plain("plain-1").connect(LlmRequest())

@@ -23,6 +23,7 @@ from typing import Any
 from pydantic_core import to_jsonable_python
 
 from ..events import ApprovalRequest, Event, EventActions, ToolProgress, ToolStreamEvent
+from ..live import LiveRequestQueue
 from ..run_config import StreamingMode
 from ..tools.approval import args_sha256
 from ..tools.context import ToolContext
@@ -158,15 +159,21 @@ class ToolExecutor:
                 "budget_exceeded",
                 f"the run's budget of {limit} tool calls is spent; not executed"))
         ctx.stats.tool_calls += 1
-        tool_context = ToolContext(
-            function_call_id=call.id, tool_name=call.name, invocation_id=ctx.invocation_id,
-            agent_name=self.agent_name, app_name=ctx.app_name, user_id=ctx.session.user_id,
-            session_id=ctx.session.id, session_state=ctx.session.state,
-        )
+        tool_context = self.tool_context(ctx, call)
         result, ok = await self._result(ctx, tool, call, tool_context, sink)
         return CallOutcome(call, _bounded(result, ctx), tool_context.actions,
                            long_running=ok and tool.long_running,
                            return_direct=ok and tool.return_direct)
+
+    def tool_context(self, ctx: InvocationContext, call: FunctionCall,
+                     input_stream: LiveRequestQueue | None = None) -> ToolContext:
+        """The context a call of this agent's tools gets."""
+        return ToolContext(
+            function_call_id=call.id, tool_name=call.name, invocation_id=ctx.invocation_id,
+            agent_name=self.agent_name, app_name=ctx.app_name, user_id=ctx.session.user_id,
+            session_id=ctx.session.id, session_state=ctx.session.state, clock=ctx.clock,
+            input_stream=input_stream,
+        )
 
     async def _result(
         self, ctx: InvocationContext, tool: BaseTool, call: FunctionCall,

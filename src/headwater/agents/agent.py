@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 from ..context import CallbackContext
 from ..errors import ModelError, ModelProtocolViolation, UserError
 from ..events import Event, EventActions
+from ..live import LiveRequestQueue
 from ..models.base import BaseLlm, LlmRequest, LlmResponse
 from ..models.registry import get_model
 from ..run_config import StreamingMode
@@ -159,6 +160,15 @@ class Agent:
                 return
             if last.actions.end_invocation or last.is_final_response():
                 return
+
+    async def run_live(self, ctx: InvocationContext, queue: LiveRequestQueue
+                       ) -> AsyncGenerator[Event, None]:
+        """Run a live session (see ``headwater.agents.live``); events are persisted here."""
+        from .live import LiveRun
+
+        async with aclosing(LiveRun(self, ctx, queue).events()) as events:
+            async for event in events:
+                yield event
 
     async def _step(self, ctx: InvocationContext) -> AsyncGenerator[Event, None]:
         callback_context = ctx.callback_context(self.name)

@@ -5,10 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..clock import SYSTEM_CLOCK, Clock
 from ..context import CallbackContext
 from ..events import ApprovalDecision, EventActions
 from ..run_config import RunConfig
-from ..sessions.base import Session
+from ..sessions.base import BaseSessionService, Session
 from ..settings import Settings
 from ..types import FunctionCall, Usage
 
@@ -47,6 +48,9 @@ class InvocationContext:
     """A ``headwater.artifacts.BaseArtifactService``, or ``None``."""
     resume: list[tuple[FunctionCall, ApprovalDecision]] = field(default_factory=list)
     """Calls answered by this run's message: run (approved) or deny before the model."""
+    clock: Clock = SYSTEM_CLOCK
+    session_service: BaseSessionService | None = None
+    """Where a live run persists the events its background tasks produce."""
 
     @property
     def user_id(self) -> str:

@@ -50,6 +50,7 @@ _MAX_COMPONENT = 255  # NAME_MAX of common file systems; quoted names are ASCII
 _VERSION = re.compile(r"0|[1-9][0-9]*")
 _SIDECAR = re.compile(r"(0|[1-9][0-9]*)\.json")
 _SAVE_ATTEMPTS = 5  # a save retries only when a concurrent delete removed its directory
+_REMOVE_ATTEMPTS = 3  # a save still writing into a deleted tree can make rmtree fail
 
 
 class _Sidecar(BaseModel):
@@ -69,8 +70,8 @@ class FileArtifactService(BaseArtifactService):
     Any number of instances, in any number of processes, may share a root:
     each sees what the others committed. File I/O runs in worker threads
     (``asyncio.to_thread``); a save cancelled while its thread runs may still
-    store its version. A version returned by ``save_artifact`` has been
-    flushed to disk (file and directory ``fsync``).
+    store its version. Each file is ``fsync``-ed before it is renamed into
+    place, so a crash leaves a version whole or invisible, never torn.
 
     Needs a POSIX system (it works through directory descriptors). On a
     case-insensitive file system, filenames differing only in case share
@@ -176,7 +177,7 @@ class FileArtifactService(BaseArtifactService):
             directory.rename(tomb)
         except FileNotFoundError:
             return
-        for _ in range(_SAVE_ATTEMPTS):  # a save still writing into it can make rmtree fail
+        for _ in range(_REMOVE_ATTEMPTS):
             shutil.rmtree(tomb, ignore_errors=True)
             if not tomb.exists():
                 return

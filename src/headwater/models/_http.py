@@ -144,6 +144,7 @@ class HttpStreamingModel(BaseLlm):
     """
 
     provider = "http"
+    live_emulation = True
 
     def __init__(
         self,

@@ -5,10 +5,13 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ErrorCode
 from ..types import Content, ToolDeclaration, Usage
+
+if TYPE_CHECKING:
+    from .live import BaseLlmConnection
 
 
 @dataclass(slots=True)
@@ -79,12 +82,23 @@ class BaseLlm(ABC):
                 errors are a final response with ``error_code`` instead.
         """
 
-    def connect(self, request: LlmRequest) -> Any:
+    live_emulation: bool = False
+    """Whether :meth:`connect` may emulate a live session over streamed calls."""
+
+    def connect(self, request: LlmRequest) -> BaseLlmConnection:
         """Open a live (BIDI) connection.
+
+        Models that only stream (``live_emulation = True``) get an
+        :class:`~headwater.models.live.EmulatedLlmConnection`; a model with a
+        native live API overrides this.
 
         Raises:
             NotImplementedError: this model has no live connection.
         """
+        if self.live_emulation:
+            from .live import EmulatedLlmConnection
+
+            return EmulatedLlmConnection(self, request)
         raise NotImplementedError(
             f"model {self.model!r} ({type(self).__name__}) does not support live (BIDI) "
             "sessions; use run_async with StreamingMode.NONE or SSE"

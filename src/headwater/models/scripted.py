@@ -105,6 +105,8 @@ class ScriptedModel(BaseLlm):
         responder: fallback that builds a turn from the request.
     """
 
+    live_emulation = True
+
     def __init__(
         self,
         turns: Sequence[ScriptedTurn] = (),

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..clock import SYSTEM_CLOCK, Clock
 from ..context import CallbackContext
 from ..events import EventActions
+from ..live import LiveRequestQueue
 
 
 class ToolContext(CallbackContext):
@@ -18,9 +20,12 @@ class ToolContext(CallbackContext):
     Attributes:
         function_call_id: the id of the call being executed.
         tool_name: the tool being executed.
+        clock: the run's clock (virtual under ``headwater.testing.VirtualClock``).
+        input_stream: in a live run, this call's own queue of the user's live
+            requests (for tools that consume the input stream), else ``None``.
     """
 
-    __slots__ = ("function_call_id", "tool_name")
+    __slots__ = ("clock", "function_call_id", "input_stream", "tool_name")
 
     def __init__(
         self,
@@ -34,9 +39,13 @@ class ToolContext(CallbackContext):
         session_id: str,
         session_state: dict[str, Any],
         actions: EventActions | None = None,
+        clock: Clock = SYSTEM_CLOCK,
+        input_stream: LiveRequestQueue | None = None,
     ) -> None:
         super().__init__(invocation_id=invocation_id, agent_name=agent_name, app_name=app_name,
                          user_id=user_id, session_id=session_id, session_state=session_state,
                          actions=actions)
         self.function_call_id = function_call_id
         self.tool_name = tool_name
+        self.clock = clock
+        self.input_stream = input_stream

@@ -13,6 +13,7 @@ from typing import Any, Literal, overload
 from pydantic import ValidationError
 
 from ..errors import ToolError, UserError
+from ..live import LiveRequestQueue
 from ..types import ToolDeclaration
 from ._schema import inspect_function, json_schema
 from .context import ToolContext
@@ -45,12 +46,20 @@ class BaseTool(ABC):
         idempotent: safe to re-run after a crash (never re-run automatically
             otherwise).
         expose_result: the gateway may forward arguments and results raw.
+        live_streaming: in ``run_live``, an async generator whose every value
+            is told to the model (``Function <name> returned: <value>``).
+        max_lifetime, max_emissions, min_interval: bounds of a live stream
+            (seconds, count, seconds between emissions with the latest winning).
     """
 
     name: str
     description: str
     timeout: float | None = None
     streaming: bool = False
+    live_streaming: bool = False
+    max_lifetime: float | None = None
+    max_emissions: int | None = None
+    min_interval: float | None = None
     requires_approval: bool = False
     long_running: bool = False
     return_direct: bool = False
@@ -116,6 +125,9 @@ class FunctionTool(BaseTool):
         long_running: bool = False,
         idempotent: bool = False,
         expose_result: bool = False,
+        max_lifetime: float | None = None,
+        max_emissions: int | None = None,
+        min_interval: float | None = None,
     ) -> None:
         if not callable(func):
             raise UserError(f"a tool must be a function, got {func!r}")
@@ -123,9 +135,21 @@ class FunctionTool(BaseTool):
         self.name = name or getattr(func, "__name__", "") or type(func).__name__
         is_generator = inspect.isasyncgenfunction(func)
         self.streaming = is_generator if streaming is None else streaming
+        # An async generator not declared streaming=True is a live streaming tool in
+        # run_live (its values feed the model); declared ones stream progress only.
+        self.live_streaming = is_generator and streaming is None
         _check_flags(self.name, self.streaming, is_generator, cache, cache_function,
                      response_format, return_direct, long_running)
-        signature = inspect_function(func, self.name)
+        self.max_lifetime = max_lifetime
+        self.max_emissions = max_emissions
+        self.min_interval = min_interval
+        signature = inspect_function(func, self.name, hidden_types=(LiveRequestQueue,))
+        self._input_params = tuple(signature.hidden)
+        if self._input_params and not is_generator:
+            raise UserError(
+                f"tool {self.name!r} declares a LiveRequestQueue parameter "
+                f"({', '.join(self._input_params)}) but is not an async generator: only a "
+                "streaming tool can consume the live input stream")
         self.description = description if description is not None else signature.description
         self.timeout = timeout
         self.requires_approval = requires_approval
@@ -167,6 +191,8 @@ class FunctionTool(BaseTool):
         kwargs = {name: getattr(validated, name) for name in self._field_names}
         if self._context_param is not None:
             kwargs[self._context_param] = context
+        for name in self._input_params:
+            kwargs[name] = context.input_stream
         return kwargs
 
     async def run(self, args: dict[str, Any], context: ToolContext) -> Any:
@@ -267,6 +293,9 @@ def tool(
     long_running: bool = False,
     idempotent: bool = False,
     expose_result: bool = False,
+    max_lifetime: float | None = None,
+    max_emissions: int | None = None,
+    min_interval: float | None = None,
 ) -> Callable[[Callable[..., Any]], FunctionTool]: ...
 def tool(
     func: Callable[..., Any] | None = None,

@@ -1,0 +1,168 @@
+"""Live (BIDI) connections: ``BaseLlmConnection`` and its emulation over any streaming model.
+
+A live connection takes content in at any time and streams responses out. A
+model with a native live API implements :class:`BaseLlmConnection` itself; a
+model that only streams (OpenAI-compatible, Anthropic, scripted) gets
+:class:`EmulatedLlmConnection`: each content sent starts a model turn over the
+conversation so far; content sent with ``interrupt=True`` while the model is
+answering cuts that answer short — its provider stream is closed and what was
+said comes out as one final response marked ``interrupted``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from abc import ABC, abstractmethod
+from collections.abc import AsyncGenerator
+from contextlib import aclosing
+from typing import TYPE_CHECKING
+
+from ..errors import ModelError
+from ..types import Blob, Content, Part
+
+if TYPE_CHECKING:
+    from .base import BaseLlm, LlmRequest, LlmResponse
+
+
+class BaseLlmConnection(ABC):
+    """One live conversation with a model.
+
+    Responses follow the stream contract per model turn: partials, then one
+    final response with ``turn_complete`` (or ``interrupted``) set. A turn that
+    fails yields a final response with ``error_code``. The connection holds
+    provider resources until :meth:`close`.
+    """
+
+    @abstractmethod
+    async def send_history(self, contents: list[Content]) -> None:
+        """Replace the conversation the next turn starts from."""
+
+    @abstractmethod
+    async def send_content(self, content: Content, *, interrupt: bool = True) -> None:
+        """Add content and start a model turn.
+
+        Args:
+            content: user text, tool results or tool emissions.
+            interrupt: cut short an answer in progress (a user speaking); with
+                ``False`` the content waits for the answer to end (tool results).
+        """
+
+    @abstractmethod
+    async def send_realtime(self, blob: Blob) -> None:
+        """Send realtime media.
+
+        Raises:
+            NotImplementedError: the model takes no realtime input.
+        """
+
+    @abstractmethod
+    def receive(self) -> AsyncGenerator[LlmResponse, None]:
+        """Responses as they come, until :meth:`close`."""
+
+    @abstractmethod
+    async def close(self) -> None:
+        """End the conversation: the turn in progress is cancelled, its stream closed."""
+
+
+class EmulatedLlmConnection(BaseLlmConnection):
+    """A live connection over ``generate_content(stream=True)``.
+
+    Args:
+        model: the streaming model.
+        request: system instruction, tools, config and the starting history.
+    """
+
+    _END: LlmResponse | None = None
+
+    def __init__(self, model: BaseLlm, request: LlmRequest) -> None:
+        self._model = model
+        self._request = request
+        self._contents: list[Content] = list(request.contents)
+        self._pending: list[Content] = []
+        self._wake = asyncio.Event()
+        self._out: asyncio.Queue[LlmResponse | None] = asyncio.Queue()
+        self._turn: asyncio.Task[None] | None = None
+        self._driver: asyncio.Task[None] | None = None
+        self._closed = False
+
+    async def send_history(self, contents: list[Content]) -> None:
+        self._contents = list(contents)
+
+    async def send_content(self, content: Content, *, interrupt: bool = True) -> None:
+        if self._closed:
+            raise ModelError("the live connection is closed")
+        self._pending.append(content)
+        turn = self._turn
+        if interrupt and turn is not None and not turn.done():
+            turn.cancel()
+        if self._driver is None:
+            self._driver = asyncio.create_task(self._drive())
+        self._wake.set()
+
+    async def send_realtime(self, blob: Blob) -> None:
+        raise NotImplementedError(
+            f"model {self._model.model!r} takes no realtime input in an emulated live session")
+
+    async def receive(self) -> AsyncGenerator[LlmResponse, None]:
+        while True:
+            response = await self._out.get()
+            if response is None:
+                return
+            yield response
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for task in (self._turn, self._driver):
+            if task is not None and not task.done():
+                task.cancel()
+        for task in (self._turn, self._driver):
+            if task is not None:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        self._out.put_nowait(None)
+
+    async def _drive(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            while self._pending:
+                self._contents.extend(self._pending)
+                self._pending.clear()
+                self._turn = asyncio.create_task(self._run_turn())
+                await asyncio.wait([self._turn])
+
+    async def _run_turn(self) -> None:
+        from .base import LlmRequest, LlmResponse
+
+        request = LlmRequest(model=self._request.model,
+                             system_instruction=self._request.system_instruction,
+                             contents=list(self._contents), tools=list(self._request.tools),
+                             config=dict(self._request.config))
+        said: list[str] = []
+        try:
+            async with aclosing(self._model.generate_content(request, stream=True)) as stream:
+                async for response in stream:
+                    if response.partial:
+                        if response.content is not None:
+                            said.append(response.content.text)
+                        self._out.put_nowait(response)
+                        continue
+                    if response.content is not None and response.content.parts:
+                        self._contents.append(response.content)
+                    response.turn_complete = True
+                    self._out.put_nowait(response)
+        except asyncio.CancelledError:
+            text = "".join(said)
+            content = Content("model", [Part(text=text)]) if text else None
+            if content is not None:
+                self._contents.append(content)
+            self._out.put_nowait(LlmResponse(content=content, interrupted=True,
+                                             turn_complete=True))
+            if self._closed:
+                raise
+        except ModelError as exc:
+            self._out.put_nowait(LlmResponse(error_code=exc.code, error_message=str(exc),
+                                             turn_complete=True))
