@@ -24,7 +24,6 @@ DESIGN_CANDIDATES = (
 
 # module, or (module, name) -> the issue that delivers it
 PENDING: dict[str | tuple[str, str], str] = {
-    ("headwater.testing", "VirtualClock"): "issue 5",
     "headwater.gateway": "gateway issue",
 }
 

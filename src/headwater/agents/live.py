@@ -27,6 +27,7 @@ from pydantic_core import to_jsonable_python
 
 from ..events import Event, EventActions
 from ..live import LiveRequest, LiveRequestQueue, QueueFull
+from ..models.base import LlmResponse
 from ..models.live import BaseLlmConnection
 from ..tools.function_tool import BaseTool
 from ..types import Content, FunctionCall, Part, ToolDeclaration
@@ -70,6 +71,8 @@ class LiveRun:
         self.streams: dict[str, _Stream] = {}
         self.conn: BaseLlmConnection | None = None
         self._realtime_to_model = True
+        self._received = 0
+        self._progress = asyncio.Event()
 
     async def events(self) -> AsyncGenerator[Event, None]:
         """The run's events until the queue closes or the consumer stops."""
@@ -135,15 +138,23 @@ class LiveRun:
         async for request in self.queue:
             self._copy_to_input_streams(request)
             if request.content is not None:
+                await self.conn.send_content(request.content, interrupt=True)
+                await self._caught_up()  # an answer this cut short is stored first
                 await self._emit(Event(invocation_id=self.ctx.invocation_id, author="user",
                                        content=request.content))
-                await self.conn.send_content(request.content, interrupt=True)
             elif request.blob is not None and self._realtime_to_model:
                 try:
                     await self.conn.send_realtime(request.blob)
                 except NotImplementedError:
                     self._realtime_to_model = False  # this model takes no media: tools only
         self.out.put_nowait(None)
+
+    async def _caught_up(self) -> None:
+        """Wait until every response the connection has put out so far has been emitted."""
+        queued = getattr(self.conn, "queued", None)
+        while queued is not None and self._received < queued:
+            self._progress.clear()
+            await self._progress.wait()
 
     def _copy_to_input_streams(self, request: LiveRequest) -> None:
         for stream in list(self.streams.values()):
@@ -161,20 +172,25 @@ class LiveRun:
 
     async def _pump_model(self) -> None:
         assert self.conn is not None
-        agent, ctx = self.agent, self.ctx
         async with aclosing(self.conn.receive()) as responses:
             async for response in responses:
-                if response.partial:
-                    await self._emit(Event(invocation_id=ctx.invocation_id, author=agent.name,
-                                           content=response.content, partial=True))
-                    continue
-                if response.usage is not None:
-                    ctx.stats.usage = ctx.stats.usage + response.usage
-                ctx.stats.llm_calls += 1
-                event = agent._model_event(ctx, response, EventActions())
-                await self._emit(event)
-                if event.function_calls and event.error_code is None:
-                    self._spawn(self._handle_calls(event.function_calls))
+                await self._handle_response(response)
+                self._received += 1
+                self._progress.set()
+
+    async def _handle_response(self, response: LlmResponse) -> None:
+        agent, ctx = self.agent, self.ctx
+        if response.partial:
+            await self._emit(Event(invocation_id=ctx.invocation_id, author=agent.name,
+                                   content=response.content, partial=True))
+            return
+        if response.usage is not None:
+            ctx.stats.usage = ctx.stats.usage + response.usage
+        ctx.stats.llm_calls += 1
+        event = agent._model_event(ctx, response, EventActions())
+        await self._emit(event)
+        if event.function_calls and event.error_code is None:
+            self._spawn(self._handle_calls(event.function_calls))
 
     # -- tools ----------------------------------------------------------------------------------
 
@@ -305,12 +321,15 @@ class _Emitter:
             await asyncio.wait([item, timer], return_when=asyncio.FIRST_COMPLETED)
         finally:
             timer.cancel()
-        if item.done():
-            return item.result()
-        item.cancel()
-        with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
-            await item
-        return _LIFETIME
+            if not item.done():
+                # Lifetime over, or this stream was stopped: the pending read must end
+                # before the generator can be closed.
+                item.cancel()
+                with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
+                    await item
+        if item.cancelled():
+            return _LIFETIME
+        return item.result()
 
     async def offer(self, value: Any) -> None:
         interval = self.tool.min_interval

@@ -82,6 +82,8 @@ class EmulatedLlmConnection(BaseLlmConnection):
         self._pending: list[Content] = []
         self._wake = asyncio.Event()
         self._out: asyncio.Queue[LlmResponse | None] = asyncio.Queue()
+        self.queued = 0
+        """Responses put into the receive stream so far."""
         self._turn: asyncio.Task[None] | None = None
         self._driver: asyncio.Task[None] | None = None
         self._closed = False
@@ -90,12 +92,18 @@ class EmulatedLlmConnection(BaseLlmConnection):
         self._contents = list(contents)
 
     async def send_content(self, content: Content, *, interrupt: bool = True) -> None:
+        """Queue content for the next turn; an interrupt waits until the cut answer is out.
+
+        When this returns after an interrupt, the interrupted final response is
+        already in :meth:`receive`'s stream, ahead of anything the new content causes.
+        """
         if self._closed:
             raise ModelError("the live connection is closed")
-        self._pending.append(content)
         turn = self._turn
         if interrupt and turn is not None and not turn.done():
             turn.cancel()
+            await asyncio.wait([turn])
+        self._pending.append(content)
         if self._driver is None:
             self._driver = asyncio.create_task(self._drive())
         self._wake.set()
@@ -103,6 +111,10 @@ class EmulatedLlmConnection(BaseLlmConnection):
     async def send_realtime(self, blob: Blob) -> None:
         raise NotImplementedError(
             f"model {self._model.model!r} takes no realtime input in an emulated live session")
+
+    def _put(self, response: LlmResponse) -> None:
+        self.queued += 1
+        self._out.put_nowait(response)
 
     async def receive(self) -> AsyncGenerator[LlmResponse, None]:
         while True:
@@ -148,21 +160,20 @@ class EmulatedLlmConnection(BaseLlmConnection):
                     if response.partial:
                         if response.content is not None:
                             said.append(response.content.text)
-                        self._out.put_nowait(response)
+                        self._put(response)
                         continue
                     if response.content is not None and response.content.parts:
                         self._contents.append(response.content)
                     response.turn_complete = True
-                    self._out.put_nowait(response)
+                    self._put(response)
         except asyncio.CancelledError:
             text = "".join(said)
             content = Content("model", [Part(text=text)]) if text else None
             if content is not None:
                 self._contents.append(content)
-            self._out.put_nowait(LlmResponse(content=content, interrupted=True,
-                                             turn_complete=True))
+            self._put(LlmResponse(content=content, interrupted=True, turn_complete=True))
             if self._closed:
                 raise
         except ModelError as exc:
-            self._out.put_nowait(LlmResponse(error_code=exc.code, error_message=str(exc),
-                                             turn_complete=True))
+            self._put(LlmResponse(error_code=exc.code, error_message=str(exc),
+                                  turn_complete=True))

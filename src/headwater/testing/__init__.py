@@ -16,6 +16,7 @@ from ._render import load_transcript as load_transcript
 from ._render import render_anthropic as render_anthropic
 from ._render import render_openai as render_openai
 from ._render import split_events as split_events
+from .clock import VirtualClock as VirtualClock
 from .contract import StreamContractError as StreamContractError
 from .contract import check_stream_contract as check_stream_contract
 from .fake_provider import Close as Close
@@ -43,6 +44,7 @@ __all__ = (
     "StreamContractError",
     "StreamRecord",
     "Trickle",
+    "VirtualClock",
     "check_stream_contract",
     "cut_inside_utf8",
     "load_transcript",

@@ -1,0 +1,67 @@
+"""Barge-in on an emulated live connection over a real HTTP adapter."""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+
+from headwater import Agent, Content, Event, LiveRequestQueue, Runner
+from headwater.models.openai import OpenAIChatModel
+from headwater.sessions import InMemorySessionService
+from headwater.testing import FakeProvider, Scenario, Sleep, render_openai
+
+
+async def wait_until(predicate: object, seconds: float = 3.0) -> None:
+    deadline = asyncio.get_running_loop().time() + seconds
+    while not predicate():  # type: ignore[operator]
+        assert asyncio.get_running_loop().time() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.01)
+
+
+async def test_a_new_user_message_interrupts_the_answer_and_closes_the_stream() -> None:
+    words = [f"word{i} " for i in range(40)]
+    slow = render_openai(text=words)
+    body: list[bytes | Sleep] = []
+    for event in slow:
+        body += [event, Sleep(0.05)]
+    service = InMemorySessionService()
+    async with FakeProvider() as provider, httpx.AsyncClient() as client:
+        provider.enqueue(Scenario(body=body), Scenario(body=render_openai(text=["Sure, ",
+                                                                                "stopping."])))
+        model = OpenAIChatModel("gpt-4o-mini", base_url=f"{provider.base_url}/v1",
+                                http_client=client)
+        runner = Runner(agent=Agent(name="voice", model=model), app_name="app",
+                        session_service=service, auto_create_session=True)
+        queue = LiveRequestQueue()
+        events: list[Event] = []
+
+        async def consume() -> None:
+            async for event in runner.run_live(user_id="u", session_id="s",
+                                               live_request_queue=queue):
+                events.append(event)
+
+        task = asyncio.create_task(consume())
+        queue.send_content(Content.from_text("tell me a long story"))
+        await wait_until(lambda: sum(1 for e in events if e.partial) >= 3)
+        queue.send_content(Content.from_text("stop, please"))
+        record = await provider.wait_closed(0, timeout=2.0)
+        assert record.close_kind in ("client_fin", "client_rst")
+        await wait_until(lambda: any(e.text == "Sure, stopping." for e in events))
+        queue.close()
+        await asyncio.wait_for(task, 2)
+
+    interrupted = [e for e in events if e.interrupted and not e.partial]
+    assert len(interrupted) == 1
+    spoken = interrupted[0].text
+    assert spoken and spoken.startswith("word0 word1 word2") and spoken != "".join(words)
+    assert interrupted[0].turn_complete
+    assert events[-1].turn_complete and not events[-1].interrupted
+    session = await service.get_session(app_name="app", user_id="u", session_id="s")
+    assert session is not None
+    stored = [(e.author, e.text, e.interrupted) for e in session.events]
+    assert stored == [("user", "tell me a long story", False), ("voice", spoken, True),
+                      ("user", "stop, please", False), ("voice", "Sure, stopping.", False)]
+    second = provider.requests[1].json()["messages"]
+    assert [m["role"] for m in second] == ["user", "assistant", "user"]
+    assert second[1]["content"] == spoken
