@@ -25,13 +25,15 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic_core import to_jsonable_python
 
-from ..events import Event, EventActions
+from ..errors import UserError
+from ..events import ApprovalDecision, Event, EventActions
 from ..live import LiveRequest, LiveRequestQueue, QueueFull
 from ..models.base import LlmResponse
 from ..models.live import BaseLlmConnection
 from ..tools.function_tool import BaseTool
 from ..types import Content, FunctionCall, Part, ToolDeclaration
-from ._execution import CallOutcome
+from ._execution import CallOutcome, error_result
+from .approvals import answered_calls, split_approvals
 from .invocation import InvocationContext
 
 if TYPE_CHECKING:
@@ -137,6 +139,8 @@ class LiveRun:
         assert self.conn is not None
         async for request in self.queue:
             self._copy_to_input_streams(request)
+            if request.content is not None and await self._answers(request.content):
+                continue
             if request.content is not None:
                 await self.conn.send_content(request.content, interrupt=True)
                 await self._caught_up()  # an answer this cut short is stored first
@@ -148,6 +152,50 @@ class LiveRun:
                 except NotImplementedError:
                     self._realtime_to_model = False  # this model takes no media: tools only
         self.out.put_nowait(None)
+
+    async def _answers(self, content: Content) -> bool:
+        """Handle approval answers sent through the queue; ``True`` if the content was one.
+
+        A refused answer (no pending call, a replay, other arguments) is shown to
+        the caller as a partial error event and stored nowhere.
+        """
+        rest, decisions = split_approvals(content)
+        if not decisions:
+            return False
+        try:
+            resume = answered_calls(self.ctx.session, None, decisions)
+        except UserError as exc:
+            self.out.put_nowait(Event(invocation_id=self.ctx.invocation_id, author="user",
+                                      partial=True, error_code="internal",
+                                      error_message=str(exc)))
+            return True
+        await self._emit(Event(invocation_id=self.ctx.invocation_id, author="user",
+                               content=rest, actions=EventActions(approval_decisions=decisions)))
+        self._spawn(self._resume(resume))
+        return True
+
+    async def _resume(self, resume: list[tuple[FunctionCall, ApprovalDecision]]) -> None:
+        agent, ctx = self.agent, self.ctx
+        approved = [call for call, decision in resume if decision.approved]
+        outcomes: dict[str, CallOutcome] = {
+            call.id: CallOutcome(call, error_result(
+                "denied", "A human denied this call" + (f": {d.reason}" if d.reason else ".")))
+            for call, d in resume if not d.approved}
+        if approved:
+            async with aclosing(agent._executor.run(ctx, approved,
+                                                    {c.id for c in approved})) as items:
+                async for item in items:
+                    if isinstance(item, Event):
+                        await self._emit(item)
+                    else:
+                        outcomes.update((o.call.id, o) for o in item)
+        await self._send_results(agent._results_event(ctx, [outcomes[c.id] for c, _ in resume]))
+
+    async def _send_results(self, event: Event) -> None:
+        await self._emit(event)
+        if event.content is not None:
+            assert self.conn is not None
+            await self.conn.send_content(event.content, interrupt=False)
 
     async def _caught_up(self) -> None:
         """Wait until every response the connection has put out so far has been emitted."""
@@ -215,11 +263,7 @@ class LiveRun:
                         await self._emit(item)
                     else:
                         outcomes.update((o.call.id, o) for o in item)
-        event = agent._results_event(ctx, [outcomes[c.id] for c in calls])
-        await self._emit(event)
-        if event.content is not None:
-            assert self.conn is not None
-            await self.conn.send_content(event.content, interrupt=False)
+        await self._send_results(agent._results_event(ctx, [outcomes[c.id] for c in calls]))
 
     def _start_stream(self, tool: BaseTool, call: FunctionCall) -> None:
         input_stream = (LiveRequestQueue(self.ctx.settings.live_input_queue_size)
