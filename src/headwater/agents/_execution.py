@@ -244,7 +244,7 @@ class ToolExecutor:
         progress = _Progress(self.agent_name, ctx, tool.name, call_id, sink)
         plain: list[Any] = []
         stream = tool.stream(invocation.args, invocation.tool_context)
-        async with aclosing(_closing(stream)) as items:
+        async with aclosing(closing_stream(stream)) as items:
             async for item in items:
                 if isinstance(item, ToolStreamEvent):
                     if item.type == "done":
@@ -325,7 +325,7 @@ class _Progress:
                                                     self._sent, coalesced)))
 
 
-async def _closing(stream: Any) -> AsyncGenerator[Any, None]:
+async def closing_stream(stream: Any) -> AsyncGenerator[Any, None]:
     """Iterate a tool's async iterator and close it (its ``finally`` runs) however we stop."""
     try:
         async for item in stream:

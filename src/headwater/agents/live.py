@@ -32,7 +32,7 @@ from ..models.base import LlmResponse
 from ..models.live import BaseLlmConnection
 from ..tools.function_tool import BaseTool
 from ..types import Content, FunctionCall, Part, ToolDeclaration
-from ._execution import CallOutcome, error_result
+from ._execution import CallOutcome, closing_stream, error_result
 from .approvals import answered_calls, split_approvals
 from .invocation import InvocationContext
 
@@ -339,7 +339,7 @@ class _Emitter:
     async def pump(self, stream: Any) -> str:
         tool = self.tool
         started = self.clock.monotonic()
-        async with aclosing(_values(stream)) as values:
+        async with aclosing(closing_stream(stream)) as values:
             while True:
                 if tool.max_lifetime is not None:
                     left = tool.max_lifetime - (self.clock.monotonic() - started)
@@ -407,16 +407,6 @@ class _Emitter:
 
 _END = object()
 _LIFETIME = object()
-
-
-async def _values(stream: Any) -> AsyncGenerator[Any, None]:
-    try:
-        async for value in stream:
-            yield value
-    finally:
-        close = getattr(stream, "aclose", None)
-        if close is not None:
-            await close()
 
 
 def _render(value: Any) -> str:
