@@ -20,6 +20,7 @@ from typing import NamedTuple
 from ..errors import ModelError
 
 _BOM = b"\xef\xbb\xbf"
+_new = tuple.__new__
 
 
 class SSEDecodeError(ModelError):
@@ -143,15 +144,20 @@ class SSEDecoder:
         blocks = chunk.split(b"\n\n")  # an event ends at a blank line
         tail = blocks.pop()
         limit = self._max_line
+        plain = not self._data and self._event is None
+        last_id, retry = self._last_id, self._retry
         for block in blocks:
-            if (block[:6] == b"data: " and not self._data and self._event is None
-                    and b"\n" not in block and len(block) <= limit):
-                # The hot path: a one-line data event.
-                events.append(ServerSentEvent("message", block[6:], self._last_id, self._retry))
+            if (plain and block.startswith(b"data: ") and b"\n" not in block
+                    and len(block) <= limit):
+                # The hot path: a one-line data event (tuple.__new__ skips the Python-level
+                # __new__ of the named tuple).
+                events.append(_new(ServerSentEvent, ("message", block[6:], last_id, retry)))
                 continue
             for line in block.split(b"\n"):
                 self._line(line, events)
             self._line(b"", events)
+            plain = not self._data and self._event is None
+            last_id, retry = self._last_id, self._retry
         if b"\n" in tail:
             *complete, tail = tail.split(b"\n")
             for line in complete:
