@@ -131,3 +131,23 @@ async def test_cancelling_the_consumer_tears_everything_down() -> None:
     await asyncio.wait([live.task], timeout=1.0)
     await asyncio.sleep(0)
     assert asyncio.all_tasks() - before == set()
+
+
+async def test_a_value_produced_at_the_lifetime_limit_is_not_sent() -> None:
+    clock = VirtualClock()
+
+    @tool(max_lifetime=10)
+    async def poller(tool_context: ToolContext) -> AsyncIterator[int]:
+        """Yields on every poll."""
+        i = 0
+        while True:
+            yield i
+            i += 1
+            await tool_context.clock.sleep(5)
+
+    async with Live([poller], clock, responder=responder_for("poller")) as live:
+        await live.say("go")
+        await clock.advance(30)
+        assert live.told("Function poller") == [
+            "Function poller returned: 0", "Function poller returned: 1",
+            "Function poller stopped streaming: it reached its maximum lifetime of 10 s."]

@@ -342,8 +342,7 @@ class _Emitter:
         async with aclosing(closing_stream(stream)) as values:
             while True:
                 if tool.max_lifetime is not None:
-                    left = tool.max_lifetime - (self.clock.monotonic() - started)
-                    value = await self._next_within(values, left)
+                    value = await self._next_within(values, started + tool.max_lifetime)
                     if value is _LIFETIME:
                         return (f"Function {tool.name} stopped streaming: it reached its "
                                 f"maximum lifetime of {tool.max_lifetime:g} s.")
@@ -356,7 +355,13 @@ class _Emitter:
                     return (f"Function {tool.name} stopped streaming: it reached its maximum "
                             f"of {tool.max_emissions} emissions.")
 
-    async def _next_within(self, values: AsyncGenerator[Any, None], left: float) -> Any:
+    async def _next_within(self, values: AsyncGenerator[Any, None], deadline: float) -> Any:
+        """The next value, or ``_LIFETIME`` once ``deadline`` (clock time) has come.
+
+        A value produced at the deadline itself is past the lifetime too, however the
+        clock ordered the tool's wake-up and the timer's.
+        """
+        left = deadline - self.clock.monotonic()
         if left <= 0:
             return _LIFETIME
         item = asyncio.ensure_future(anext(values, _END))
@@ -373,7 +378,10 @@ class _Emitter:
                     await item
         if item.cancelled():
             return _LIFETIME
-        return item.result()
+        value = item.result()
+        if value is not _END and self.clock.monotonic() >= deadline:
+            return _LIFETIME
+        return value
 
     async def offer(self, value: Any) -> None:
         interval = self.tool.min_interval
