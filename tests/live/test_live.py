@@ -164,6 +164,22 @@ async def test_two_watches_run_side_by_side_and_stop_by_name_or_call_id() -> Non
         assert stops[-1] == {"result": "No active streaming function named watch_price"}
 
 
+async def test_a_stop_by_name_stops_every_stream_of_that_name() -> None:
+    clock, quotes = VirtualClock(), Quotes()
+    async with Live([watcher(quotes)], clock) as live:
+        await live.say("watch GOOG MSFT")
+        await clock.advance(10)
+        assert {s for s, _ in quotes.polls} == {"GOOG", "MSFT"}
+        await live.say("stop")
+        stops = [r.response for e in live.events for r in e.function_responses
+                 if r.name == "stop_streaming"]
+        assert stops == [{"result": "Successfully stopped streaming function watch_price",
+                          "stopped": 2}]
+        polls = len(quotes.polls)
+        await clock.advance(60)
+        assert len(quotes.polls) == polls
+
+
 async def test_emissions_are_stored_and_a_new_live_run_starts_from_them() -> None:
     clock, quotes = VirtualClock(), Quotes()
     service = InMemorySessionService()
