@@ -1,10 +1,13 @@
 """A1: adapter cost per chunk against the floor of reading the same bytes with httpx.
 
 A FakeProvider in a child process (so its CPU is not ours) serves one OpenAI
-stream of N text chunks, as one body write, to every request. The floor is
-``httpx`` ``aiter_lines()`` over that body; the adapter figure is
-``OpenAIChatModel.generate_content(stream=True)`` consumed to its aggregate
-(SSE decode + JSON + aggregate + partials). Both include the same HTTP request.
+stream of N text chunks to every request, framed two ways: one HTTP chunk per
+stream chunk, as providers send them (the figure the target is about), and the
+whole body as one write (a burst: every read is full, which leaves nothing but
+parsing to compare). The floor is ``httpx`` ``aiter_lines()`` over the body;
+the adapter figure is ``OpenAIChatModel.generate_content(stream=True)``
+consumed to its aggregate (SSE decode + JSON + aggregate + partials). Both
+include the same HTTP request.
 """
 
 from __future__ import annotations
@@ -28,16 +31,12 @@ Figures = dict[str, float]
 HERE = Path(__file__).resolve()
 
 
-def body_of(chunks: int) -> bytes:
-    pieces = [f"w{i % 1000:03d}"[:4] for i in range(chunks)]
-    return b"".join(render_openai(text=pieces))
-
-
-async def serve(chunks: int, requests: int) -> None:
+async def serve(chunks: int, requests: int, one_write: bool) -> None:
     """Child: serve the stream ``requests`` times, print the URL, wait for stdin to close."""
-    body = body_of(chunks)
+    events = render_openai(text=[f"w{i % 1000:03d}"[:4] for i in range(chunks)])
+    body = [b"".join(events)] if one_write else list(events)
     async with FakeProvider() as provider:
-        provider.enqueue(*(Scenario(body=[body], check_history=False) for _ in range(requests)))
+        provider.enqueue(*(Scenario(body=body, check_history=False) for _ in range(requests)))
         print(provider.base_url, flush=True)
         await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
 
@@ -81,10 +80,17 @@ async def measure(url: str, chunks: int, samples: int) -> Figures:
 
 
 def a1(chunks: int, samples: int) -> Figures:
-    """Run A1 with the server in a child process."""
+    """Run A1 both ways, each with its server in a child process."""
+    figures = _a1(chunks, samples, one_write=False)
+    burst = _a1(chunks, samples, one_write=True)
+    figures.update({f"one_write_{key}": value for key, value in burst.items()})
+    return figures
+
+
+def _a1(chunks: int, samples: int, one_write: bool) -> Figures:
     with subprocess.Popen([sys.executable, str(HERE), "--serve", str(chunks),
-                           str(2 * samples + 2)], stdin=subprocess.PIPE,
-                          stdout=subprocess.PIPE, text=True) as child:
+                           str(2 * samples + 2), "1" if one_write else "0"],
+                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) as child:
         assert child.stdout is not None and child.stdin is not None
         url = child.stdout.readline().strip()
         try:
@@ -96,6 +102,6 @@ def a1(chunks: int, samples: int) -> Figures:
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--serve"]:
-        asyncio.run(serve(int(sys.argv[2]), int(sys.argv[3])))
+        asyncio.run(serve(int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "1"))
     else:
         print(json.dumps(a1(int(sys.argv[1]) if len(sys.argv) > 1 else 5000, 5)))

@@ -23,7 +23,8 @@ FIGURES = {
            for key in ("wall_s", "max_in_flight", "peak_rss_mb", "baseline_rss_mb",
                        "ru_maxrss_mb")},
     "S4": {"first_partial_ms", "first_partial_p90_ms", "first_partial_after_gc_ms"},
-    "A1": {"floor_us_per_chunk", "adapter_us_per_chunk", "ratio_to_floor"},
+    "A1": {f"{prefix}{key}" for prefix in ("", "one_write_")
+           for key in ("floor_us_per_chunk", "adapter_us_per_chunk", "ratio_to_floor")},
 }
 
 
