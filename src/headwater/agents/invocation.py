@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
+from ..artifacts import BaseArtifactService
 from ..clock import SYSTEM_CLOCK, Clock
 from ..context import CallbackContext
 from ..events import ApprovalDecision, EventActions
@@ -44,8 +44,8 @@ class InvocationContext:
     run_config: RunConfig
     settings: Settings
     stats: RunStats = field(default_factory=RunStats)
-    artifact_service: Any = None
-    """A ``headwater.artifacts.BaseArtifactService``, or ``None``."""
+    artifact_service: BaseArtifactService | None = None
+    """Where ``content_and_artifact`` tools store their artifacts."""
     resume: list[tuple[FunctionCall, ApprovalDecision]] = field(default_factory=list)
     """Calls answered by this run's message: run (approved) or deny before the model."""
     clock: Clock = SYSTEM_CLOCK
