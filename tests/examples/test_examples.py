@@ -7,7 +7,6 @@ scripted models and a ``VirtualClock``, as in ``tests/live/test_live.py``.
 
 from __future__ import annotations
 
-import asyncio
 import importlib.util
 import subprocess
 import sys
@@ -18,8 +17,7 @@ from typing import Any
 
 import pytest
 
-from headwater import Content, Event, LiveRequestQueue, Runner
-from headwater.testing import VirtualClock
+from headwater.testing import LiveHarness, VirtualClock
 from headwater.types import Blob
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -42,45 +40,7 @@ pw = load("price_watcher")
 pc = load("people_counter")
 
 
-class Live:
-    """A live run driven by a test: send, advance time, read events."""
-
-    def __init__(self, runner: Runner, clock: VirtualClock) -> None:
-        self.runner = runner
-        self.clock = clock
-        self.queue = LiveRequestQueue()
-        self.events: list[Event] = []
-        self.task: asyncio.Task[None] | None = None
-
-    async def __aenter__(self) -> Live:
-        async def consume() -> None:
-            async for event in self.runner.run_live(user_id="u", session_id="s",
-                                                    live_request_queue=self.queue):
-                self.events.append(event)
-
-        self.task = asyncio.create_task(consume())
-        await self.clock.settle()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        self.queue.close()
-        assert self.task is not None
-        await asyncio.wait_for(self.task, 2)
-
-    async def say(self, text: str) -> None:
-        self.queue.send_content(Content.from_text(text))
-        await self.clock.settle()
-
-    def texts(self) -> list[str]:
-        return [e.text for e in self.events if not e.partial and e.text]
-
-    def told(self, prefix: str) -> list[str]:
-        """What the streams told the model (and the caller), starting with ``prefix``."""
-        return [e.text for e in self.events
-                if e.branch is not None and not e.partial and e.text.startswith(prefix)]
-
-    def responses(self, name: str) -> list[dict[str, Any]]:
-        return [r.response for e in self.events for r in e.function_responses if r.name == name]
+Live = LiveHarness
 
 
 PENDING = {"status": "The function is running asynchronously and the results are pending."}

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from headwater import Agent, Content, Event, LiveRequestQueue, Runner, ToolContext, tool
+from headwater import Agent, LiveRequestQueue, Runner, ToolContext, tool
 from headwater.models import LlmRequest
 from headwater.sessions import InMemorySessionService
-from headwater.testing import ScriptedCall, ScriptedModel, ScriptedTurn, VirtualClock
+from headwater.testing import LiveHarness, ScriptedCall, ScriptedModel, ScriptedTurn, VirtualClock
 from headwater.types import Blob
 
 
@@ -69,45 +69,17 @@ def live_responder(request: LlmRequest) -> ScriptedTurn:
     return ScriptedTurn(text=["Hello."])
 
 
-class Live:
-    """A live run driven by a test: send, advance time, read events."""
+class Live(LiveHarness):
+    """The harness with this file's market agent, scripted by ``responder``."""
 
     def __init__(self, tools: list[Any], clock: VirtualClock,
                  service: InMemorySessionService | None = None,
                  responder: Callable[[LlmRequest], ScriptedTurn] = live_responder) -> None:
         self.model = ScriptedModel(responder=responder)
-        self.clock = clock
-        self.runner = Runner(agent=Agent(name="market_watch", model=self.model, tools=tools),
-                             app_name="app", session_service=service, clock=clock,
-                             auto_create_session=True)
-        self.queue = LiveRequestQueue()
-        self.events: list[Event] = []
-        self.task: asyncio.Task[None] | None = None
-
-    async def __aenter__(self) -> Live:
-        async def consume() -> None:
-            async for event in self.runner.run_live(user_id="u", session_id="s",
-                                                    live_request_queue=self.queue):
-                self.events.append(event)
-
-        self.task = asyncio.create_task(consume())
-        await self.clock.settle()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        self.queue.close()
-        assert self.task is not None
-        await asyncio.wait_for(self.task, 2)
-
-    async def say(self, text: str) -> None:
-        self.queue.send_content(Content.from_text(text))
-        await self.clock.settle()
-
-    def texts(self) -> list[str]:
-        return [e.text for e in self.events if not e.partial and e.text]
-
-    def told(self, prefix: str) -> list[str]:
-        return [t for t in self.texts() if t.startswith(prefix)]
+        super().__init__(Runner(agent=Agent(name="market_watch", model=self.model, tools=tools),
+                                app_name="app", session_service=service, clock=clock,
+                                auto_create_session=True), clock)
+        self.clock: VirtualClock = clock
 
 
 async def test_seed_000_worked_timeline() -> None:

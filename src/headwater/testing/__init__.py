@@ -28,11 +28,13 @@ from .fake_provider import Scenario as Scenario
 from .fake_provider import Sleep as Sleep
 from .fake_provider import Stall as Stall
 from .fake_provider import Trickle as Trickle
+from .live import LiveHarness as LiveHarness
 
 __all__ = (
     "Close",
     "ConnectionRecord",
     "FakeProvider",
+    "LiveHarness",
     "RecordedRequest",
     "Reset",
     "Scenario",
