@@ -4,7 +4,8 @@
 ``check_stream_contract`` checks a model's responses against DESIGN.md §1;
 ``FakeProvider`` is a loopback HTTP server that speaks OpenAI and Anthropic SSE
 at the byte level (and can stall, cut, reset and trickle), with renderers that
-build provider streams from an abstract turn.
+build provider streams from an abstract turn; ``VirtualClock`` and
+``LiveHarness`` test live runs and time-based tools in virtual time.
 """
 
 from ..models.scripted import ScriptedCall as ScriptedCall
