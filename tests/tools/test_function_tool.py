@@ -103,3 +103,13 @@ def test_undescribable_signatures_are_clear_errors() -> None:
         FunctionTool(star)
     with pytest.raises(UserError, match="function"):
         FunctionTool(42)  # type: ignore[arg-type]
+
+
+def test_tool_options_match_function_tool_keywords() -> None:
+    import inspect
+
+    from headwater.tools.function_tool import ToolOptions
+
+    keywords = [p.name for p in inspect.signature(FunctionTool).parameters.values()
+                if p.kind is p.KEYWORD_ONLY]
+    assert list(ToolOptions.__annotations__) == keywords

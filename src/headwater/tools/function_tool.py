@@ -8,7 +8,7 @@ import inspect
 import json
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable
-from typing import Any, Literal, overload
+from typing import Any, Literal, TypedDict, Unpack, overload
 
 from pydantic import ValidationError
 
@@ -271,6 +271,26 @@ def _check_flags(name: str, streaming: bool, is_generator: bool, cache: bool,
 ToolLike = BaseTool | Callable[..., Any]
 
 
+class ToolOptions(TypedDict, total=False):
+    """The keyword options of :class:`FunctionTool` (and so of :func:`tool`)."""
+
+    name: str | None
+    description: str | None
+    timeout: float | None
+    streaming: bool | None
+    requires_approval: bool
+    cache: bool
+    cache_function: CacheFunction | None
+    response_format: ResponseFormat
+    return_direct: bool
+    long_running: bool
+    idempotent: bool
+    expose_result: bool
+    max_lifetime: float | None
+    max_emissions: int | None
+    min_interval: float | None
+
+
 def as_tool(obj: ToolLike) -> BaseTool:
     """A tool from a tool or a plain function."""
     return obj if isinstance(obj, BaseTool) else FunctionTool(obj)
@@ -279,28 +299,11 @@ def as_tool(obj: ToolLike) -> BaseTool:
 @overload
 def tool(func: Callable[..., Any], /) -> FunctionTool: ...
 @overload
-def tool(
-    *,
-    name: str | None = None,
-    description: str | None = None,
-    timeout: float | None = None,
-    streaming: bool | None = None,
-    requires_approval: bool = False,
-    cache: bool = False,
-    cache_function: CacheFunction | None = None,
-    response_format: ResponseFormat = "content",
-    return_direct: bool = False,
-    long_running: bool = False,
-    idempotent: bool = False,
-    expose_result: bool = False,
-    max_lifetime: float | None = None,
-    max_emissions: int | None = None,
-    min_interval: float | None = None,
-) -> Callable[[Callable[..., Any]], FunctionTool]: ...
+def tool(**options: Unpack[ToolOptions]) -> Callable[[Callable[..., Any]], FunctionTool]: ...
 def tool(
     func: Callable[..., Any] | None = None,
     /,
-    **options: Any,
+    **options: Unpack[ToolOptions],
 ) -> FunctionTool | Callable[[Callable[..., Any]], FunctionTool]:
     """Turn a function into a :class:`FunctionTool`; usable bare or with options.
 
