@@ -6,6 +6,8 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
+import pytest
+
 from headwater import ToolContext, ToolStreamEvent, tool
 from headwater.models import LlmRequest
 from headwater.testing import ScriptedCall, ScriptedTurn, VirtualClock
@@ -151,3 +153,15 @@ async def test_a_value_produced_at_the_lifetime_limit_is_not_sent() -> None:
         assert live.told("Function poller") == [
             "Function poller returned: 0", "Function poller returned: 1",
             "Function poller stopped streaming: it reached its maximum lifetime of 10 s."]
+
+
+async def test_a_failing_model_turn_is_an_error_event_not_a_hang(
+        caplog: pytest.LogCaptureFixture) -> None:
+    def responder(request: LlmRequest) -> ScriptedTurn:
+        raise RuntimeError("responder bug")
+
+    async with Live([], VirtualClock(), responder=responder) as live:
+        await live.say("hello")
+        errors = [e for e in live.events if e.error_code]
+        assert [(e.error_code, e.turn_complete) for e in errors] == [("internal", True)]
+        assert "responder bug" in caplog.text

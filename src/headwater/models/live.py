@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from abc import ABC, abstractmethod
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
@@ -23,6 +24,8 @@ from ..types import Blob, Content, Part
 
 if TYPE_CHECKING:
     from .base import BaseLlm, LlmRequest, LlmResponse
+
+logger = logging.getLogger("headwater.models")
 
 
 class BaseLlmConnection(ABC):
@@ -176,4 +179,8 @@ class EmulatedLlmConnection(BaseLlmConnection):
                 raise
         except ModelError as exc:
             self._put(LlmResponse(error_code=exc.code, error_message=str(exc),
+                                  turn_complete=True))
+        except Exception as exc:  # an adapter bug must not leave the live run waiting forever
+            logger.error("live turn of %s failed", self._model.model, exc_info=exc)
+            self._put(LlmResponse(error_code="internal", error_message=type(exc).__name__,
                                   turn_complete=True))
