@@ -390,3 +390,34 @@ async def test_calls_dangling_in_history_are_sealed_once_before_the_next_turn() 
     assert shape(history) == ["call:lookup_order", "result:lookup_order",
                               "user:Where is order 1042?", "support:ok",
                               "user:Where is order 1042?", "support:again"]
+
+
+async def test_after_a_crash_only_idempotent_calls_run_again() -> None:
+    from headwater import tool
+
+    ran: list[str] = []
+
+    @tool(idempotent=True)
+    def lookup(order_id: str) -> str:
+        """Reads an order."""
+        ran.append(order_id)
+        return f"order {order_id}"
+
+    def charge(amount: int) -> str:
+        ran.append(f"charge {amount}")
+        return "charged"
+
+    runner, sid = await make(ScriptedModel().reply("back"), [lookup, charge])
+    session = await runner.session_service.get_session(app_name="shop", user_id="u1",
+                                                       session_id=sid)
+    assert session is not None
+    await runner.session_service.append_event(session, Event(
+        author="support", content=Content("model", [
+            Part(function_call=FunctionCall(id="l1", name="lookup", args={"order_id": "7"})),
+            Part(function_call=FunctionCall(id="c1", name="charge", args={"amount": 5}))])))
+    await collect(runner, sid)
+    assert ran == ["7"]  # the charge is never re-run
+    history = await stored(runner, sid)
+    results = {r.id: r.response for e in history for r in e.function_responses}
+    assert results["l1"] == {"result": "order 7"}
+    assert results["c1"]["code"] == "interrupted"

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import weakref
 from collections.abc import AsyncGenerator, AsyncIterator, Iterator
+from contextlib import aclosing
 from types import TracebackType
 from typing import Any
 
@@ -28,7 +29,7 @@ from .run_config import RunConfig, StreamingMode
 from .sessions.base import BaseSessionService, Session
 from .sessions.memory import InMemorySessionService
 from .settings import Settings, get_settings
-from .types import Content, FunctionResponse, Part, Usage, as_content
+from .types import Content, FunctionCall, FunctionResponse, Part, Usage, as_content
 
 _SEAL_MESSAGES = {
     "cancelled": "The call was cancelled before it returned a result.",
@@ -144,11 +145,10 @@ class Runner:
     ) -> AsyncGenerator[Event, None]:
         async with self._hold(user_id, session_id):
             session = await self._session(user_id, session_id)
-            await self._seal(session, invocation_id, "interrupted")
-            content, decisions = split_approvals(message)
-            resume = answered_calls(session, content, decisions)
             ctx = self._context(session, config, invocation_id, stats)
-            ctx.resume = resume
+            await self._seal(session, invocation_id, "interrupted", ctx)
+            content, decisions = split_approvals(message)
+            ctx.resume = answered_calls(session, content, decisions)
             service = self.session_service
             await service.append_event(session, Event(
                 invocation_id=invocation_id, author="user", content=content,
@@ -197,8 +197,8 @@ class Runner:
     ) -> AsyncGenerator[Event, None]:
         async with self._hold(user_id, session_id):
             session = await self._session(user_id, session_id)
-            await self._seal(session, invocation_id, "interrupted")
             ctx = self._context(session, config, invocation_id, stats)
+            await self._seal(session, invocation_id, "interrupted", ctx)
             events = self.agent.run_live(ctx, queue)
             try:
                 async for event in events:
@@ -251,18 +251,35 @@ class Runner:
             "create it with session_service.create_session() or pass auto_create_session=True"
         )
 
-    async def _seal(self, session: Session, invocation_id: str, reason: str) -> None:
-        """Give every call still without a result a synthetic one, so history stays valid."""
+    async def _seal(self, session: Session, invocation_id: str, reason: str,
+                    ctx: InvocationContext | None = None) -> None:
+        """Give every call still without a result one, so history stays valid.
+
+        With ``ctx`` (a run starting after a crash), calls to tools marked
+        ``idempotent`` run again and give their real result; every other call
+        gets a synthetic ``reason`` result and is never re-run.
+        """
         dangling = unanswered_calls(session)
         if not dangling:
             return
+        tools = {t.name: t for t in self.agent.tools}
+        again = [c for c in dangling if ctx is not None and c.name in tools
+                 and tools[c.name].idempotent and not tools[c.name].requires_approval]
+        results: dict[str, FunctionResponse] = {}
+        if ctx is not None and again:
+            async with aclosing(self.agent._executor.run(ctx, again)) as items:
+                async for item in items:
+                    if not isinstance(item, Event):  # progress of a re-run is not shown
+                        results.update((o.call.id, FunctionResponse(o.call.id, o.call.name,
+                                                                    o.response or {}))
+                                       for o in item)
         message = _SEAL_MESSAGES[reason]
-        parts = [Part(function_response=FunctionResponse(
-            id=call_id, name=name, response={"error": message, "code": reason}))
-            for call_id, name in dangling]
+        parts = [Part(function_response=results.get(call.id) or FunctionResponse(
+            id=call.id, name=call.name, response={"error": message, "code": reason}))
+            for call in dangling]
         await self.session_service.append_event(session, Event(
             invocation_id=invocation_id, author=self.agent.name,
-            content=Content("user", parts), interrupted=True))
+            content=Content("user", parts), interrupted=len(results) < len(dangling)))
 
     # -- sync convenience -------------------------------------------------------------------
 
@@ -319,13 +336,13 @@ class Runner:
         self.close()
 
 
-def unanswered_calls(session: Session) -> list[tuple[str, str]]:
+def unanswered_calls(session: Session) -> list[FunctionCall]:
     """Calls in history without a response, except long-running ones still pending.
 
     Returns:
-        ``(call_id, tool_name)`` pairs in the order the calls were made.
+        The calls, in the order they were made.
     """
-    calls: dict[str, str] = {}
+    calls: dict[str, FunctionCall] = {}
     pending: set[str] = set()
     for event in session.events:
         pending.update(event.long_running_tool_ids)
@@ -334,7 +351,7 @@ def unanswered_calls(session: Session) -> list[tuple[str, str]]:
             continue
         for part in content.parts:
             if part.function_call is not None:
-                calls[part.function_call.id] = part.function_call.name
+                calls[part.function_call.id] = part.function_call
             elif part.function_response is not None:
                 calls.pop(part.function_response.id, None)
-    return [(cid, name) for cid, name in calls.items() if cid not in pending]
+    return [call for call_id, call in calls.items() if call_id not in pending]
