@@ -43,6 +43,7 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    bindparam,
     delete,
     insert,
     select,
@@ -101,6 +102,14 @@ _events = Table(
     Index("ix_hw_events_session_seq", "app_name", "user_id", "session_id", "seq"),
     sqlite_autoincrement=True,  # never reuse a seq, even after deletes
 )
+
+
+_KEY = ((_sessions.c.app_name == bindparam("k_app")) & (_sessions.c.user_id == bindparam("k_user"))
+        & (_sessions.c.id == bindparam("k_id")))
+_TOUCH = update(_sessions).where(_KEY).values(update_time=bindparam("update_time"))
+_TOUCH_WITH_STATE = update(_sessions).where(_KEY).values(update_time=bindparam("update_time"),
+                                                         state=bindparam("state"))
+_INSERT_EVENT = insert(_events)
 
 
 class SqlSessionService(BaseSessionService):
@@ -276,21 +285,25 @@ class SqlSessionService(BaseSessionService):
         key = (session.app_name, session.user_id, session.id)
         try:
             async with self._transaction(write=True) as conn:
-                values: dict[str, Any] = {"update_time": event.timestamp}
+                where = {"k_app": key[0], "k_user": key[1], "k_id": key[2]}
                 if delta:
                     # Read-modify-write under the row lock; without a delta the UPDATE
                     # alone takes the lock and proves the session exists.
                     merged = json.loads(await _require_session(conn, *key, lock=True))
                     merged.update(delta)
-                    values["state"] = json.dumps(merged)
-                result = await conn.execute(
-                    update(_sessions).where(_session_key(*key)).values(values))
+                    result = await conn.execute(_TOUCH_WITH_STATE, {
+                        **where, "update_time": event.timestamp, "state": json.dumps(merged)})
+                else:
+                    result = await conn.execute(_TOUCH, {**where,
+                                                         "update_time": event.timestamp})
                 if result.rowcount == 0:
                     raise SessionNotFoundError(f"no session {key[2]!r} for this user")
-                await conn.execute(insert(_events).values(
-                    id=event.id, app_name=key[0], user_id=key[1], session_id=key[2],
-                    invocation_id=event.invocation_id, author=event.author,
-                    timestamp=event.timestamp, data=event_to_json(event).decode()))
+                # Statements built once (module level): only parameters change per event.
+                await conn.execute(_INSERT_EVENT, {
+                    "id": event.id, "app_name": key[0], "user_id": key[1],
+                    "session_id": key[2], "invocation_id": event.invocation_id,
+                    "author": event.author, "timestamp": event.timestamp,
+                    "data": event_to_json(event).decode()})
         except IntegrityError as exc:
             raise SessionError(f"event {event.id!r} could not be stored (already stored?)") from exc
 
