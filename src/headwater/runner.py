@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import weakref
-from collections.abc import AsyncGenerator, AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import aclosing
 from types import TracebackType
 from typing import Any
@@ -135,33 +135,19 @@ class Runner:
             raise UserError("StreamingMode.BIDI runs go through Runner.run_live, not run_async")
         invocation_id = new_id("inv")
         stats = RunStats()
-        agen = self._run(user_id, session_id, as_content(new_message), config, invocation_id,
-                         stats)
-        return RunStream(agen, invocation_id, stats)
+        message = as_content(new_message)
 
-    async def _run(
-        self, user_id: str, session_id: str, message: Content, config: RunConfig,
-        invocation_id: str, stats: RunStats,
-    ) -> AsyncGenerator[Event, None]:
-        async with self._hold(user_id, session_id):
-            session = await self._session(user_id, session_id)
-            ctx = self._context(session, config, invocation_id, stats)
-            await self._seal(session, invocation_id, "interrupted", ctx)
+        async def begin(ctx: InvocationContext) -> AsyncGenerator[Event, None]:
             content, decisions = split_approvals(message)
-            ctx.resume = answered_calls(session, content, decisions)
-            service = self.session_service
-            await service.append_event(session, Event(
+            ctx.resume = answered_calls(ctx.session, content, decisions)
+            await self.session_service.append_event(ctx.session, Event(
                 invocation_id=invocation_id, author="user", content=content,
                 actions=EventActions(approval_decisions=decisions)))
-            events = self.agent.run_async(ctx)
-            try:
-                async for event in events:
-                    if not event.partial:
-                        await service.append_event(session, event)
-                    yield event
-            finally:
-                await events.aclose()
-                await self._seal(session, invocation_id, "cancelled")
+            return self.agent.run_async(ctx)
+
+        agen = self._session_run(user_id, session_id, config, invocation_id, stats, begin,
+                                 persist=True)
+        return RunStream(agen, invocation_id, stats)
 
     def run_live(
         self,
@@ -187,21 +173,34 @@ class Runner:
             config = config.model_copy(update={"streaming_mode": StreamingMode.BIDI})
         invocation_id = new_id("inv")
         stats = RunStats()
-        agen = self._run_live(user_id, session_id, live_request_queue, config, invocation_id,
-                              stats)
+        async def begin(ctx: InvocationContext) -> AsyncGenerator[Event, None]:
+            return self.agent.run_live(ctx, live_request_queue)  # it persists as it goes
+
+        agen = self._session_run(user_id, session_id, config, invocation_id, stats, begin,
+                                 persist=False)
         return RunStream(agen, invocation_id, stats)
 
-    async def _run_live(
-        self, user_id: str, session_id: str, queue: LiveRequestQueue, config: RunConfig,
-        invocation_id: str, stats: RunStats,
+    async def _session_run(
+        self, user_id: str, session_id: str, config: RunConfig, invocation_id: str,
+        stats: RunStats, begin: Callable[[InvocationContext], Awaitable[AsyncGenerator[Event,
+                                                                                      None]]],
+        *, persist: bool,
     ) -> AsyncGenerator[Event, None]:
+        """One run holding its session: recover after a crash, run, seal on the way out.
+
+        With ``persist``, non-partial events are committed here before they are
+        yielded; otherwise the flow ``begin`` starts has committed them.
+        """
         async with self._hold(user_id, session_id):
             session = await self._session(user_id, session_id)
             ctx = self._context(session, config, invocation_id, stats)
             await self._seal(session, invocation_id, "interrupted", ctx)
-            events = self.agent.run_live(ctx, queue)
+            events = await begin(ctx)
+            service = self.session_service
             try:
                 async for event in events:
+                    if persist and not event.partial:
+                        await service.append_event(session, event)
                     yield event
             finally:
                 await events.aclose()
