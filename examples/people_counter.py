@@ -29,7 +29,9 @@ import logging
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from typing import Literal
 
-from headwater import Agent, Content, Event, FunctionTool, LiveRequestQueue, Runner, ToolContext
+from transcript import describe  # examples/transcript.py, beside this file
+
+from headwater import Agent, Content, FunctionTool, LiveRequestQueue, Runner, ToolContext
 from headwater import tool as make_tool
 from headwater.models import LlmRequest
 from headwater.testing import ScriptedCall, ScriptedModel, ScriptedTurn, VirtualClock
@@ -240,25 +242,9 @@ SCENE: Sequence[int] = (0, 1, 1, 2, 2, 2, 3, 3, 1, 1)
 FPS = 4
 
 
-def describe(event: Event, elapsed: float) -> list[str]:
-    """The lines one event adds to the printed conversation (partials add none)."""
-    if event.partial:
-        return []
-    stamp = f"[t={elapsed:5.2f}s]"
-    lines: list[str] = []
-    if event.error_code is not None:
-        lines.append(f"{stamp} error {event.error_code}: {event.error_message}")
-    if event.author == "user":
-        lines.append(f"{stamp} user: {event.text}")
-    elif event.branch is not None and event.text:  # the stream talking to the model
-        lines.append(f"{stamp}   -> model: {event.text}")
-    elif event.text:
-        lines.append(f"{stamp} {event.author} (scripted model): {event.text}")
-    for call in event.function_calls:
-        lines.append(f"{stamp} {event.author} calls {call.name}({json.dumps(call.args)})")
-    for response in event.function_responses:
-        lines.append(f"{stamp}   {response.name} answered: {json.dumps(response.response)}")
-    return lines
+def stamp(elapsed: float) -> str:
+    """The time label of a printed line."""
+    return f"[t={elapsed:5.2f}s]"
 
 
 async def demo(print_line: Callable[[str], None] = print) -> None:
@@ -277,7 +263,7 @@ async def demo(print_line: Callable[[str], None] = print) -> None:
     async def consume() -> None:
         async for event in runner.run_live(user_id="demo", session_id="camera",
                                            live_request_queue=queue):
-            for line in describe(event, clock.monotonic() - start):
+            for line in describe(event, stamp(clock.monotonic() - start)):
                 print_line(line)
 
     print_line(f"people counter: scripted model, virtual clock ({len(SCENE)} s at {FPS} fps)")

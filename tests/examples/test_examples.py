@@ -24,7 +24,9 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 def load(name: str) -> ModuleType:
-    """Import ``examples/<name>.py`` under a private module name."""
+    """Import ``examples/<name>.py`` under a private module name (its siblings importable)."""
+    if str(EXAMPLES) not in sys.path:
+        sys.path.insert(0, str(EXAMPLES))
     qualified = f"headwater_example_{name}"
     if qualified in sys.modules:
         return sys.modules[qualified]
