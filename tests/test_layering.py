@@ -33,7 +33,7 @@ LAYERS: dict[str, int] = {
     "run_config": 0,
     "state": 0,
     "context": 0,
-    "live": 0,
+    "live_request_queue": 0,
     "clock": 0,
     "models": 1,
     "tools": 1,

@@ -8,8 +8,7 @@ import threading
 import pytest
 
 from headwater import Content, LiveRequestQueue
-from headwater.errors import UserError
-from headwater.live import QueueFull
+from headwater.errors import QueueFull, UserError
 from headwater.types import Blob
 
 

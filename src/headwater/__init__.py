@@ -8,7 +8,7 @@ from .agents.agent import Agent as Agent
 from .events import Event as Event
 from .events import EventActions as EventActions
 from .events import ToolStreamEvent as ToolStreamEvent
-from .live import LiveRequestQueue as LiveRequestQueue
+from .live_request_queue import LiveRequestQueue as LiveRequestQueue
 from .run_config import RunConfig as RunConfig
 from .run_config import StreamingMode as StreamingMode
 from .runner import Runner as Runner

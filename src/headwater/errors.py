@@ -5,6 +5,7 @@
     HeadwaterError
     ├── UserError                  a programming mistake; the message says what to do
     │   ├── ApprovalError          an answer that matches no pending approval
+    │   ├── QueueFull              a LiveRequestQueue refused a request (full)
     │   └── SessionNotFoundError   (also a SessionError)
     ├── ModelError                 anything a model or its provider did wrong
     │   ├── ModelHTTPError         status_code, retryable
@@ -12,8 +13,12 @@
     │   ├── ProviderTruncated      the stream broke after the first chunk
     │   ├── ProviderTimeout        connect, idle or total deadline passed
     │   ├── ToolCallAssemblyError  tool-call fragments that do not form a call
-    │   └── ModelProtocolViolation a model broke the partial/aggregate contract
+    │   ├── ModelProtocolViolation a model broke the partial/aggregate contract
+    │   ├── InBandError            the provider reported an error inside a 200 stream
+    │   ├── MalformedChunk         a stream event that is not the provider's promised JSON
+    │   └── SSEDecodeError         an event stream broke a bound (line or event too long)
     ├── ToolError                  a tool failed (becomes an error result, never a crash)
+    │   └── ToolArgumentsError     the model's arguments do not match the tool's schema
     ├── SessionError               the session store refused or failed
     │   ├── SessionNotFoundError
     │   ├── SessionBusyError       another run holds the session
@@ -129,8 +134,37 @@ class ModelProtocolViolation(ModelError):
         self.invariant = invariant
 
 
+class InBandError(ModelError):
+    """The provider reported an error inside a 200 stream.
+
+    Attributes:
+        retryable: whether a new attempt may succeed (overload, server error).
+    """
+
+    def __init__(self, message: str, *, retryable: bool) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+        self.code = "provider_unavailable" if retryable else "provider_rejected"
+
+
+class MalformedChunk(ModelError):
+    """A stream event whose data is not the JSON the provider's format promises."""
+
+
+class SSEDecodeError(ModelError):
+    """The event stream broke a bound (a line or an event too long)."""
+
+
+class QueueFull(UserError):
+    """A request found a ``LiveRequestQueue`` full (policy ``"error"``, or not a droppable blob)."""
+
+
 class ToolError(HeadwaterError):
     """A tool failed. The runner turns it into an error result the model sees."""
+
+
+class ToolArgumentsError(ToolError):
+    """The model's arguments do not match the tool's schema (nothing ran)."""
 
 
 class SessionError(HeadwaterError):

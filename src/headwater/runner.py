@@ -24,7 +24,7 @@ from .artifacts import BaseArtifactService
 from .clock import SYSTEM_CLOCK, Clock
 from .errors import SessionBusyError, SessionNotFoundError, UserError
 from .events import Event, EventActions, new_id
-from .live import LiveRequestQueue
+from .live_request_queue import LiveRequestQueue
 from .run_config import RunConfig, StreamingMode
 from .sessions.base import BaseSessionService, Session
 from .sessions.memory import InMemorySessionService

@@ -83,7 +83,7 @@ def test_third_party_registration_and_agent_strings(monkeypatch: pytest.MonkeyPa
 
 
 def test_connect_emulates_live_for_streaming_models_and_refuses_others() -> None:
-    from headwater.models.live import EmulatedLlmConnection
+    from headwater.models.connection import EmulatedLlmConnection
 
     connection = OpenAIChatModel("gpt-4o", api_key="k").connect(LlmRequest())
     assert isinstance(connection, EmulatedLlmConnection)

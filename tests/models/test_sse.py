@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from headwater.models._sse import ServerSentEvent, SSEDecodeError, SSEDecoder
+from headwater.errors import SSEDecodeError
+from headwater.models._sse import ServerSentEvent, SSEDecoder
 
 
 def decode(chunks: list[bytes], **kw: int) -> list[ServerSentEvent]:

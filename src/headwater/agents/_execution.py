@@ -22,12 +22,13 @@ from typing import Any
 
 from pydantic_core import to_jsonable_python
 
+from ..errors import ToolArgumentsError
 from ..events import ApprovalRequest, Event, EventActions, ToolProgress, ToolStreamEvent
-from ..live import LiveRequestQueue
+from ..live_request_queue import LiveRequestQueue
 from ..run_config import StreamingMode
 from ..tools.approval import args_sha256
 from ..tools.context import ToolContext
-from ..tools.function_tool import BaseTool, ToolArgumentsError
+from ..tools.function_tool import BaseTool
 from ..tools.middleware import ToolInvocation, ToolMiddleware, chain
 from ..types import Blob, FunctionCall, Part
 from .invocation import InvocationContext

@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 from ..context import CallbackContext
 from ..errors import ModelError, ModelProtocolViolation, UserError
 from ..events import Event, EventActions
-from ..live import LiveRequestQueue
+from ..live_request_queue import LiveRequestQueue
 from ..models.base import BaseLlm, LlmRequest, LlmResponse
 from ..models.registry import get_model
 from ..run_config import StreamingMode
@@ -163,8 +163,8 @@ class Agent:
 
     async def run_live(self, ctx: InvocationContext, queue: LiveRequestQueue
                        ) -> AsyncGenerator[Event, None]:
-        """Run a live session (see ``headwater.agents.live``); events are persisted here."""
-        from .live import LiveRun
+        """Run a live session (see ``headwater.agents._live_run``); events are persisted here."""
+        from ._live_run import LiveRun
 
         async with aclosing(LiveRun(self, ctx, queue).events()) as events:
             async for event in events:

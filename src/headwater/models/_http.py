@@ -27,6 +27,8 @@ from typing import Any
 import httpx
 
 from ..errors import (
+    InBandError,
+    MalformedChunk,
     ModelError,
     ModelHTTPError,
     ProviderTimeout,
@@ -41,21 +43,8 @@ from .base import BaseLlm, LlmRequest, LlmResponse
 _MAX_ERROR_BODY = 64 * 1024
 
 
-class InBandError(ModelError):
-    """The provider reported an error inside a 200 stream.
-
-    Attributes:
-        retryable: whether a new attempt may succeed (overload, server error).
-    """
-
-    def __init__(self, message: str, *, retryable: bool) -> None:
-        super().__init__(message)
-        self.retryable = retryable
-        self.code = "provider_unavailable" if retryable else "provider_rejected"
 
 
-class MalformedChunk(ModelError):
-    """A stream event whose data is not the JSON the provider's format promises."""
 
 
 class _Retry(Exception):

@@ -17,14 +17,12 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from ..errors import ModelError
+from ..errors import SSEDecodeError
 
 _BOM = b"\xef\xbb\xbf"
 _new = tuple.__new__
 
 
-class SSEDecodeError(ModelError):
-    """The event stream broke a bound (a line or an event too long)."""
 
 
 class ServerSentEvent(NamedTuple):

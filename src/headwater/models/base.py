@@ -11,7 +11,7 @@ from ..errors import ErrorCode
 from ..types import Content, ToolDeclaration, Usage
 
 if TYPE_CHECKING:
-    from .live import BaseLlmConnection
+    from .connection import BaseLlmConnection
 
 
 @dataclass(slots=True)
@@ -89,14 +89,14 @@ class BaseLlm(ABC):
         """Open a live (BIDI) connection.
 
         Models that only stream (``live_emulation = True``) get an
-        :class:`~headwater.models.live.EmulatedLlmConnection`; a model with a
+        :class:`~headwater.models.connection.EmulatedLlmConnection`; a model with a
         native live API overrides this.
 
         Raises:
             NotImplementedError: this model has no live connection.
         """
         if self.live_emulation:
-            from .live import EmulatedLlmConnection
+            from .connection import EmulatedLlmConnection
 
             return EmulatedLlmConnection(self, request)
         raise NotImplementedError(

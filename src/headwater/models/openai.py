@@ -18,9 +18,9 @@ from typing import Any
 
 from pydantic_core import from_json
 
-from ..errors import UserError
+from ..errors import MalformedChunk, UserError
 from ..types import Content, Usage
-from ._http import HttpStreamingModel, MalformedChunk, StreamParser
+from ._http import HttpStreamingModel, StreamParser
 from ._sse import ServerSentEvent
 from .base import LlmRequest
 

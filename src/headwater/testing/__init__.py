@@ -29,7 +29,7 @@ from .fake_provider import Scenario as Scenario
 from .fake_provider import Sleep as Sleep
 from .fake_provider import Stall as Stall
 from .fake_provider import Trickle as Trickle
-from .live import LiveHarness as LiveHarness
+from .harness import LiveHarness as LiveHarness
 
 __all__ = (
     "Close",

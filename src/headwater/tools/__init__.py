@@ -1,12 +1,12 @@
 """Tools a model can call (DESIGN.md §4)."""
 
+from ..errors import ToolArgumentsError as ToolArgumentsError
 from .approval import APPROVAL_RESPONSE_NAME as APPROVAL_RESPONSE_NAME
 from .approval import approval_response as approval_response
 from .approval import args_sha256 as args_sha256
 from .context import ToolContext as ToolContext
 from .function_tool import BaseTool as BaseTool
 from .function_tool import FunctionTool as FunctionTool
-from .function_tool import ToolArgumentsError as ToolArgumentsError
 from .function_tool import tool as tool
 from .middleware import ToolInvocation as ToolInvocation
 from .middleware import ToolMiddleware as ToolMiddleware

@@ -7,7 +7,7 @@ from typing import Any
 from ..clock import SYSTEM_CLOCK, Clock
 from ..context import CallbackContext
 from ..events import EventActions
-from ..live import LiveRequestQueue
+from ..live_request_queue import LiveRequestQueue
 
 
 class ToolContext(CallbackContext):

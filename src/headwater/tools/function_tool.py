@@ -12,16 +12,11 @@ from typing import Any, Literal, TypedDict, Unpack, overload
 
 from pydantic import ValidationError
 
-from ..errors import ToolError, UserError
-from ..live import LiveRequestQueue
+from ..errors import ToolArgumentsError, UserError
+from ..live_request_queue import LiveRequestQueue
 from ..types import ToolDeclaration
 from ._schema import inspect_function, json_schema
 from .context import ToolContext
-
-
-class ToolArgumentsError(ToolError):
-    """The model's arguments do not match the tool's schema."""
-
 
 ResponseFormat = Literal["content", "content_and_artifact"]
 CacheFunction = Callable[[dict[str, Any], Any], bool]

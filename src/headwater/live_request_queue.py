@@ -12,7 +12,7 @@ import threading
 from dataclasses import dataclass
 from typing import Literal
 
-from .errors import UserError
+from .errors import QueueFull, UserError
 from .types import Blob, Content
 
 OverflowPolicy = Literal["drop_oldest_realtime", "error"]
@@ -34,8 +34,6 @@ class LiveRequest:
     close: bool = False
 
 
-class QueueFull(UserError):
-    """A request found the queue full (policy ``"error"``, or not a blob that could be dropped)."""
 
 
 class LiveRequestQueue:

@@ -7,7 +7,7 @@ from types import TracebackType
 from typing import Any
 
 from ..events import Event
-from ..live import LiveRequestQueue
+from ..live_request_queue import LiveRequestQueue
 from ..runner import Runner
 from ..types import Blob, Content
 from .clock import VirtualClock

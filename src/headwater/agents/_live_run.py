@@ -25,11 +25,11 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic_core import to_jsonable_python
 
-from ..errors import UserError
+from ..errors import QueueFull, UserError
 from ..events import ApprovalDecision, Event, EventActions
-from ..live import LiveRequest, LiveRequestQueue, QueueFull
+from ..live_request_queue import LiveRequest, LiveRequestQueue
 from ..models.base import LlmResponse
-from ..models.live import BaseLlmConnection
+from ..models.connection import BaseLlmConnection
 from ..tools.function_tool import BaseTool
 from ..types import Content, FunctionCall, Part, ToolDeclaration
 from ._execution import CallOutcome, closing_stream, error_result
