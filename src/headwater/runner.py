@@ -1,25 +1,31 @@
 """``Runner``: drives an agent on a session and hands the caller one event stream.
 
-Persist, then yield: every non-partial event is committed to the session store
-before the caller sees it. Partial events are yielded and never stored.
-Closing the stream (``break``, ``aclose()``, task cancellation) closes the model
-stream, cancels running tools and seals history: every call left without a
-result gets a synthetic ``cancelled`` result, so the next turn is valid.
+The runner alone persists. The step engine (``headwater.agents.flow``) hands
+every event up; the runner commits each non-partial one to the session store,
+updates the session's call ledger, and only then yields it (persist, then
+yield) and lets the engine go on — in every mode. Partial events are yielded
+and never stored. Closing the stream (``break``, ``aclose()``, task
+cancellation, an exception in the caller's loop) closes the model stream,
+cancels running tools and seals history: every call left without a result gets
+a synthetic ``cancelled`` result, so the next turn is valid.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import collections
 import weakref
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncGenerator, Iterator
 from contextlib import aclosing
+from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
 
 from .agents.agent import Agent
 from .agents.approvals import answered_calls, split_approvals
+from .agents.flow import Flow
 from .agents.invocation import InvocationContext, RunStats
+from .agents.live_flow import LiveFlow
 from .artifacts import BaseArtifactService
 from .clock import SYSTEM_CLOCK, Clock
 from .errors import SessionBusyError, SessionNotFoundError, UserError
@@ -27,14 +33,12 @@ from .events import Event, EventActions, new_id
 from .live_request_queue import LiveRequestQueue
 from .run_config import RunConfig, StreamingMode
 from .sessions.base import BaseSessionService, Session
+from .sessions.ledger import CallLedger
 from .sessions.memory import InMemorySessionService
 from .settings import Settings, get_settings
-from .types import Content, FunctionCall, FunctionResponse, Part, Usage, as_content
+from .types import Content, Usage, as_content
 
-_SEAL_MESSAGES = {
-    "cancelled": "The call was cancelled before it returned a result.",
-    "interrupted": "The call was interrupted (the process stopped) before it returned a result.",
-}
+_LEDGERS_KEPT = 1024  # sessions whose call ledger the runner keeps between runs
 
 
 class RunStream:
@@ -75,9 +79,61 @@ class RunStream:
         """Throw into the run (as for an async generator)."""
         return await self._agen.athrow(exc)
 
+    async def text(self) -> AsyncGenerator[str, None]:
+        """The model's answer text as it arrives, each piece once.
+
+        In SSE mode the text deltas; in NONE mode (or for a model call that
+        sent no deltas) the aggregate's text. The aggregate never repeats text
+        its deltas already gave. Thoughts, tool progress and user content are
+        left out. Closing this iterator closes the run.
+        """
+        streamed = False
+        try:
+            async for event in self:
+                content = event.content
+                if content is None or content.role != "model":
+                    continue
+                text = content.text
+                if event.partial:
+                    if text:
+                        streamed = True
+                        yield text
+                    continue
+                if text and not streamed:
+                    yield text
+                streamed = False
+        finally:
+            await self.aclose()
+
+
+@dataclass(slots=True)
+class RunResult:
+    """What :meth:`Runner.run_once` returns: a whole run, finished.
+
+    Attributes:
+        text: the final response's text (``""`` when the run ended without one).
+        final: the last final response event, or ``None``.
+        events: every event of the run, partials included, in order.
+        usage: token usage summed over the run's model calls.
+        session_id: the session the run used (created when none was given).
+        invocation_id: the run's id.
+        error_code: the error code of the run's last event, if it ended in an error.
+    """
+
+    text: str
+    final: Event | None
+    events: list[Event] = field(default_factory=list)
+    usage: Usage = field(default_factory=Usage)
+    session_id: str = ""
+    invocation_id: str = ""
+    error_code: str | None = None
+
 
 class Runner:
     """Runs an agent on sessions of one app.
+
+    Use it as ``async with Runner(...) as runner`` (or call :meth:`aclose`) to
+    release the session store's connections at the end.
 
     Args:
         agent: the root agent.
@@ -109,7 +165,19 @@ class Runner:
         self.auto_create_session = auto_create_session
         self._locks: weakref.WeakValueDictionary[tuple[str, str], asyncio.Lock] = (
             weakref.WeakValueDictionary())
+        self._ledgers: collections.OrderedDict[tuple[str, str], CallLedger] = (
+            collections.OrderedDict())
         self._sync_loop: asyncio.AbstractEventLoop | None = None
+
+    async def create_session(self, *, user_id: str, state: dict[str, Any] | None = None,
+                             session_id: str | None = None) -> Session:
+        """Create a session of this runner's app (a fresh id unless one is given).
+
+        Raises:
+            SessionError: ``session_id`` is already taken.
+        """
+        return await self.session_service.create_session(
+            app_name=self.app_name, user_id=user_id, state=state, session_id=session_id)
 
     def run_async(
         self,
@@ -124,29 +192,26 @@ class Runner:
         Returns:
             A :class:`RunStream` of events; partial events only in SSE mode.
 
+        Raises:
+            UserError: at once, for an empty message or a ``run_config`` asking
+                for BIDI (use ``run_live``).
+
         Raises (when iterated):
             SessionNotFoundError: the session does not exist for this user.
             SessionBusyError: another run of this runner holds the session
                 for longer than ``Settings.session_lock_timeout``.
-            UserError: ``run_config`` asks for BIDI (use ``run_live``).
+            ApprovalError, UserError: the message answers no pending call.
         """
         config = run_config or RunConfig()
         if config.streaming_mode is StreamingMode.BIDI:
             raise UserError("StreamingMode.BIDI runs go through Runner.run_live, not run_async")
+        message = as_content(new_message)
+        if not message.parts or all(p.text is not None and not p.text.strip()
+                                    for p in message.parts):
+            raise UserError("the message is empty: send some text or content parts")
         invocation_id = new_id("inv")
         stats = RunStats()
-        message = as_content(new_message)
-
-        async def begin(ctx: InvocationContext) -> AsyncGenerator[Event, None]:
-            content, decisions = split_approvals(message)
-            ctx.resume = answered_calls(ctx.session, content, decisions)
-            await self.session_service.append_event(ctx.session, Event(
-                invocation_id=invocation_id, author="user", content=content,
-                actions=EventActions(approval_decisions=decisions)))
-            return self.agent.run_async(ctx)
-
-        agen = self._session_run(user_id, session_id, config, invocation_id, stats, begin,
-                                 persist=True)
+        agen = self._run(user_id, session_id, config, invocation_id, stats, message, None)
         return RunStream(agen, invocation_id, stats)
 
     def run_live(
@@ -173,67 +238,108 @@ class Runner:
             config = config.model_copy(update={"streaming_mode": StreamingMode.BIDI})
         invocation_id = new_id("inv")
         stats = RunStats()
-        async def begin(ctx: InvocationContext) -> AsyncGenerator[Event, None]:
-            return self.agent.run_live(ctx, live_request_queue)  # it persists as it goes
-
-        agen = self._session_run(user_id, session_id, config, invocation_id, stats, begin,
-                                 persist=False)
+        agen = self._run(user_id, session_id, config, invocation_id, stats, None,
+                         live_request_queue)
         return RunStream(agen, invocation_id, stats)
 
-    async def _session_run(
-        self, user_id: str, session_id: str, config: RunConfig, invocation_id: str,
-        stats: RunStats, begin: Callable[[InvocationContext], Awaitable[AsyncGenerator[Event,
-                                                                                      None]]],
-        *, persist: bool,
-    ) -> AsyncGenerator[Event, None]:
-        """One run holding its session: recover after a crash, run, seal on the way out.
+    async def run_once(self, *, user_id: str, new_message: str | Content,
+                       session_id: str | None = None,
+                       run_config: RunConfig | None = None) -> RunResult:
+        """Run to the end and return the answer, the events and the usage.
 
-        With ``persist``, non-partial events are committed here before they are
-        yielded; otherwise the flow ``begin`` starts has committed them.
+        Args:
+            session_id: the session to continue; a new one is created when ``None``.
+
+        Raises:
+            as :meth:`run_async`.
         """
-        async with self._hold(user_id, session_id):
+        if session_id is None:
+            session_id = (await self.create_session(user_id=user_id)).id
+        stream = self.run_async(user_id=user_id, session_id=session_id,
+                                new_message=new_message, run_config=run_config)
+        events: list[Event] = []
+        async with aclosing(stream):
+            async for event in stream:
+                events.append(event)
+        final = next((e for e in reversed(events) if not e.partial and e.author != "user"
+                      and e.is_final_response()), None)
+        last = events[-1] if events else None
+        return RunResult(text=final.text if final is not None else "", final=final,
+                         events=events, usage=stream.usage, session_id=session_id,
+                         invocation_id=stream.invocation_id,
+                         error_code=last.error_code if last is not None else None)
+
+    async def _run(
+        self, user_id: str, session_id: str, config: RunConfig, invocation_id: str,
+        stats: RunStats, message: Content | None, queue: LiveRequestQueue | None,
+    ) -> AsyncGenerator[Event, None]:
+        """One run holding its session: repair after a crash, run, seal on the way out.
+
+        Every non-partial event is committed (and the ledger updated) here,
+        before it is yielded and before the flow that made it goes on.
+        """
+        lock = await self._acquire(user_id, session_id)
+        try:
             session = await self._session(user_id, session_id)
-            ctx = self._context(session, config, invocation_id, stats)
-            await self._seal(session, invocation_id, "interrupted", ctx)
-            events = await begin(ctx)
-            service = self.session_service
+            ctx = InvocationContext(
+                invocation_id=invocation_id, app_name=self.app_name, session=session,
+                run_config=config, settings=self.settings, stats=stats,
+                artifact_service=self.artifact_service, clock=self.clock,
+                ledger=self._ledger(session))
+            flow = Flow(self.agent, ctx)
+            repaired = await flow.repair()
+            if repaired is not None:
+                await self._commit(ctx, repaired)
+            if message is not None:
+                content, decisions = split_approvals(message)
+                ctx.resume = answered_calls(ctx.ledger, content, decisions)
+                await self._commit(ctx, Event(
+                    invocation_id=invocation_id, author="user", content=content,
+                    actions=EventActions(approval_decisions=decisions)))
+                events = flow.run()
+            else:
+                assert queue is not None
+                events = LiveFlow(flow, queue).events()
             try:
                 async for event in events:
-                    if persist and not event.partial:
-                        await service.append_event(session, event)
+                    if not event.partial:
+                        await self._commit(ctx, event)
                     yield event
             finally:
                 await events.aclose()
-                await self._seal(session, invocation_id, "cancelled")
+                sealed = flow.seal("cancelled")
+                if sealed is not None:
+                    await self._commit(ctx, sealed)
+        finally:
+            lock.release()
 
-    def _context(self, session: Session, config: RunConfig, invocation_id: str,
-                 stats: RunStats) -> InvocationContext:
-        return InvocationContext(
-            invocation_id=invocation_id, app_name=self.app_name, session=session,
-            run_config=config, settings=self.settings, stats=stats,
-            artifact_service=self.artifact_service, clock=self.clock,
-            session_service=self.session_service)
+    async def _commit(self, ctx: InvocationContext, event: Event) -> None:
+        """Persist one event; the session and its ledger follow once it is committed."""
+        await self.session_service.append_event(ctx.session, event)
+        ctx.ledger.observe(event)
 
-    @contextlib.asynccontextmanager
-    async def _hold(self, user_id: str, session_id: str) -> AsyncIterator[None]:
+    def _ledger(self, session: Session) -> CallLedger:
+        """The session's ledger: kept from the last run when history still follows it."""
+        key = (session.user_id, session.id)
+        ledger = self._ledgers.pop(key, None)
+        ledger = CallLedger.of(session.events) if ledger is None else ledger.catch_up(
+            session.events)
+        self._ledgers[key] = ledger
+        if len(self._ledgers) > _LEDGERS_KEPT:
+            self._ledgers.popitem(last=False)
+        return ledger
+
+    async def _acquire(self, user_id: str, session_id: str) -> asyncio.Lock:
         """Exclusive use of a session by one run of this runner."""
-        lock = self._lock(user_id, session_id)
+        key = (user_id, session_id)
+        lock = self._locks.get(key)
+        if lock is None:
+            lock = self._locks[key] = asyncio.Lock()
         try:
             async with asyncio.timeout(self.settings.session_lock_timeout):
                 await lock.acquire()
         except TimeoutError:
             raise SessionBusyError(f"session {session_id!r} has a run in progress") from None
-        try:
-            yield
-        finally:
-            lock.release()
-
-    def _lock(self, user_id: str, session_id: str) -> asyncio.Lock:
-        key = (user_id, session_id)
-        lock = self._locks.get(key)
-        if lock is None:
-            lock = asyncio.Lock()
-            self._locks[key] = lock
         return lock
 
     async def _session(self, user_id: str, session_id: str) -> Session:
@@ -247,38 +353,20 @@ class Runner:
                                                 session_id=session_id)
         raise SessionNotFoundError(
             f"no session {session_id!r} for user {user_id!r} in app {self.app_name!r}; "
-            "create it with session_service.create_session() or pass auto_create_session=True"
+            "create it with runner.create_session() or pass auto_create_session=True"
         )
 
-    async def _seal(self, session: Session, invocation_id: str, reason: str,
-                    ctx: InvocationContext | None = None) -> None:
-        """Give every call still without a result one, so history stays valid.
+    async def aclose(self) -> None:
+        """Release the session store's connections (the runner may not be used afterwards)."""
+        self._ledgers.clear()
+        await self.session_service.close()
 
-        With ``ctx`` (a run starting after a crash), calls to tools marked
-        ``idempotent`` run again and give their real result; every other call
-        gets a synthetic ``reason`` result and is never re-run.
-        """
-        dangling = unanswered_calls(session)
-        if not dangling:
-            return
-        tools = {t.name: t for t in self.agent.tools}
-        again = [c for c in dangling if ctx is not None and c.name in tools
-                 and tools[c.name].idempotent and not tools[c.name].requires_approval]
-        results: dict[str, FunctionResponse] = {}
-        if ctx is not None and again:
-            async with aclosing(self.agent._executor.run(ctx, again)) as items:
-                async for item in items:
-                    if not isinstance(item, Event):  # progress of a re-run is not shown
-                        results.update((o.call.id, FunctionResponse(o.call.id, o.call.name,
-                                                                    o.response or {}))
-                                       for o in item)
-        message = _SEAL_MESSAGES[reason]
-        parts = [Part(function_response=results.get(call.id) or FunctionResponse(
-            id=call.id, name=call.name, response={"error": message, "code": reason}))
-            for call in dangling]
-        await self.session_service.append_event(session, Event(
-            invocation_id=invocation_id, author=self.agent.name,
-            content=Content("user", parts), interrupted=len(results) < len(dangling)))
+    async def __aenter__(self) -> Runner:
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        await self.aclose()
 
     # -- sync convenience -------------------------------------------------------------------
 
@@ -334,23 +422,3 @@ class Runner:
                  tb: TracebackType | None) -> None:
         self.close()
 
-
-def unanswered_calls(session: Session) -> list[FunctionCall]:
-    """Calls in history without a response, except long-running ones still pending.
-
-    Returns:
-        The calls, in the order they were made.
-    """
-    calls: dict[str, FunctionCall] = {}
-    pending: set[str] = set()
-    for event in session.events:
-        pending.update(event.long_running_tool_ids)
-        content = event.content
-        if content is None:
-            continue
-        for part in content.parts:
-            if part.function_call is not None:
-                calls[part.function_call.id] = part.function_call
-            elif part.function_response is not None:
-                calls.pop(part.function_response.id, None)
-    return [call for call_id, call in calls.items() if call_id not in pending]

@@ -1,7 +1,9 @@
-"""Agents and the flow that drives them."""
+"""Agents (configuration) and the step engine that drives them."""
 
 from .agent import Agent as Agent
+from .flow import Flow as Flow
 from .invocation import InvocationContext as InvocationContext
 from .invocation import RunStats as RunStats
+from .live_flow import LiveFlow as LiveFlow
 
-__all__ = ("Agent", "InvocationContext", "RunStats")
+__all__ = ("Agent", "Flow", "InvocationContext", "LiveFlow", "RunStats")

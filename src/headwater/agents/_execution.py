@@ -15,7 +15,7 @@ import asyncio
 import inspect
 import json
 import logging
-from collections.abc import AsyncGenerator, Awaitable, Callable, Container, Sequence
+from collections.abc import AsyncGenerator, Callable, Container, Mapping, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,19 +25,17 @@ from pydantic_core import to_jsonable_python
 from ..errors import ToolArgumentsError
 from ..events import ApprovalRequest, Event, EventActions, ToolProgress, ToolStreamEvent
 from ..live_request_queue import LiveRequestQueue
-from ..run_config import StreamingMode
 from ..tools.approval import args_sha256
 from ..tools.context import ToolContext
 from ..tools.function_tool import BaseTool
 from ..tools.middleware import ToolInvocation, ToolMiddleware, chain
 from ..types import Blob, FunctionCall, Part
+from .callbacks import AfterToolCallback, BeforeToolCallback
 from .invocation import InvocationContext
 
 logger = logging.getLogger("headwater.tools")
 security_logger = logging.getLogger("headwater.security")
 
-BeforeToolCallback = Callable[..., "dict[str, Any] | Awaitable[dict[str, Any] | None] | None"]
-AfterToolCallback = Callable[..., "dict[str, Any] | Awaitable[dict[str, Any] | None] | None"]
 ProgressSink = Callable[[Event], None]
 
 
@@ -85,7 +83,7 @@ class ToolExecutor:
         self,
         *,
         agent_name: str,
-        tools: dict[str, BaseTool],
+        tools: Mapping[str, BaseTool],
         before: Sequence[BeforeToolCallback],
         after: Sequence[AfterToolCallback],
         middleware: Sequence[ToolMiddleware] = (),
@@ -98,45 +96,30 @@ class ToolExecutor:
 
     async def run(
         self, ctx: InvocationContext, calls: Sequence[FunctionCall],
-        approved: Container[str] = (),
-    ) -> AsyncGenerator[Event | list[CallOutcome], None]:
-        """Run every call; yields progress events, then the outcomes in call order.
+        approved: Container[str] = (), progress: ProgressSink | None = None,
+    ) -> list[CallOutcome]:
+        """Run every call concurrently; their outcomes, in call order.
 
-        Closing the generator (or cancelling its consumer) cancels every running
-        call and waits for their cleanup.
+        ``progress`` receives the partial progress events of streaming tools as
+        they happen (``None``: progress is dropped, as under NONE). Cancelling
+        the caller cancels every running call and waits for their cleanup.
         """
-        progress = ctx.run_config.streaming_mode is not StreamingMode.NONE
-        tool = self.tools.get(calls[0].name) if len(calls) == 1 else None
-        if tool is not None and not tool.streaming:  # the common case: no task, no queue
-            yield [await self._run_one(ctx, calls[0], None, approved)]
-            return
-        queue: asyncio.Queue[Event | None] = asyncio.Queue()
+        if len(calls) == 1:  # the common case: no task group
+            return [await self._run_one(ctx, calls[0], progress, approved)]
         limit = asyncio.Semaphore(ctx.settings.max_parallel_tools)
 
         async def one(call: FunctionCall) -> CallOutcome:
-            try:
-                async with limit:
-                    return await self._run_one(ctx, call, queue.put_nowait if progress else None,
-                                               approved)
-            finally:
-                queue.put_nowait(None)
+            async with limit:
+                return await self._run_one(ctx, call, progress, approved)
 
-        tasks = [asyncio.create_task(one(call)) for call in calls]
-        try:
-            remaining = len(tasks)
-            while remaining:
-                item = await queue.get()
-                if item is None:
-                    remaining -= 1
-                else:
-                    yield item
-            yield [task.result() for task in tasks]
-        finally:
-            running = [task for task in tasks if not task.done()]
-            for task in running:
-                task.cancel()
-            if running:
-                await asyncio.wait(running)
+        async with asyncio.TaskGroup() as group:
+            tasks = [group.create_task(one(call)) for call in calls]
+        return [task.result() for task in tasks]
+
+    def streams_progress(self, calls: Sequence[FunctionCall]) -> bool:
+        """Whether any of these calls is to a tool that streams progress."""
+        tools = self.tools
+        return any((tool := tools.get(c.name)) is not None and tool.streaming for c in calls)
 
     async def _run_one(
         self, ctx: InvocationContext, call: FunctionCall, sink: ProgressSink | None,
@@ -180,16 +163,16 @@ class ToolExecutor:
         self, ctx: InvocationContext, tool: BaseTool, call: FunctionCall,
         tool_context: ToolContext, sink: ProgressSink | None,
     ) -> tuple[dict[str, Any], bool]:
-        for callback in self.before:
-            override = await maybe_await(callback(tool=tool, args=call.args,
-                                                  tool_context=tool_context))
+        for before in self.before:
+            override = await maybe_await(before(tool=tool, args=call.args,
+                                                tool_context=tool_context))
             if override is not None:
                 return _as_object(override), True
         result = await self._invoke(ctx, tool, call, tool_context, sink)
         ok = "error" not in result
-        for callback in self.after:
-            override = await maybe_await(callback(tool=tool, args=call.args,
-                                                  tool_context=tool_context, tool_response=result))
+        for after in self.after:
+            override = await maybe_await(after(tool=tool, args=call.args,
+                                               tool_context=tool_context, tool_response=result))
             if override is not None:
                 return _as_object(override), ok
         return result, ok

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from ..errors import ApprovalError, UserError
-from ..events import ApprovalDecision, ApprovalRequest
-from ..sessions.base import Session
+from ..events import ApprovalDecision
+from ..sessions.ledger import CallLedger
 from ..tools.approval import APPROVAL_RESPONSE_NAME
 from ..types import Content, FunctionCall, Part
 
@@ -30,9 +30,9 @@ def split_approvals(message: Content) -> tuple[Content | None, list[ApprovalDeci
 Resume = list[tuple[FunctionCall, ApprovalDecision]]
 
 
-def answered_calls(session: Session, content: Content | None,
+def answered_calls(ledger: CallLedger, content: Content | None,
                    decisions: list[ApprovalDecision]) -> Resume:
-    """Check a message's answers against the session; the calls to resume, in order.
+    """Check a message's answers against the session's ledger; the calls to resume, in order.
 
     Raises:
         ApprovalError: an answer for no pending approval (or a second answer),
@@ -40,34 +40,29 @@ def answered_calls(session: Session, content: Content | None,
         UserError: a function response for no pending long-running call, or
             under another tool name.
     """
-    calls: dict[str, FunctionCall] = {}
-    requests: dict[str, ApprovalRequest] = {}
-    long_running: set[str] = set()
-    for event in session.events:
-        for call in event.function_calls:
-            calls[call.id] = call
-        long_running.update(event.long_running_tool_ids)
-        for asked in event.actions.requested_approvals:
-            requests[asked.call_id] = asked
-        for answered in event.actions.approval_decisions:
-            requests.pop(answered.call_id, None)
     resume: Resume = []
+    seen: set[str] = set()
     for decision in decisions:
-        request = requests.get(decision.call_id)
-        if request is None:
+        request = ledger.awaiting_approval(decision.call_id)
+        if request is None or decision.call_id in seen:
             raise ApprovalError(f"no approval is pending for call {decision.call_id!r} "
                                 "(unknown, or already answered)")
         if decision.args_sha256 is not None and decision.args_sha256 != request.args_sha256:
             raise ApprovalError(f"the answer for call {decision.call_id!r} is bound to other "
                                 "arguments than the pending call's; refusing it")
-        del requests[decision.call_id]
-        resume.append((calls[decision.call_id], decision))
+        seen.add(decision.call_id)
+        record = ledger.record(decision.call_id)
+        assert record is not None  # an approval request names a call of the session
+        resume.append((record.call, decision))
     for response in content.function_responses if content is not None else ():
-        made = calls.get(response.id)
-        if made is None or response.id not in long_running:
+        record = ledger.record(response.id)
+        if record is None:
             raise UserError(f"function response for {response.id!r}, which is no pending "
                             "long-running call of this session")
-        if made.name != response.name:
+        if record.call.name != response.name:
             raise UserError(f"function response for {response.id!r} names {response.name!r}, "
-                            f"but the call was to {made.name!r}")
+                            f"but the call was to {record.call.name!r}")
+        if record.status != "long_running":
+            raise UserError(f"function response for {response.id!r}, which is no pending "
+                            f"long-running call of this session (it is {record.status})")
     return resume

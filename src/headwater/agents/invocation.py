@@ -9,7 +9,8 @@ from ..clock import SYSTEM_CLOCK, Clock
 from ..context import CallbackContext
 from ..events import ApprovalDecision, EventActions
 from ..run_config import RunConfig
-from ..sessions.base import BaseSessionService, Session
+from ..sessions.base import Session
+from ..sessions.ledger import CallLedger
 from ..settings import Settings
 from ..types import FunctionCall, Usage
 
@@ -33,9 +34,10 @@ class RunStats:
 class InvocationContext:
     """One run of an agent on a session.
 
-    ``session.events`` is the persisted history: the runner appends each
-    non-partial event to it before the flow resumes, so the next model request
-    is built from exactly what was committed.
+    ``session.events`` is the persisted history and ``ledger`` its calls and
+    model-facing conversation: the runner commits each non-partial event and
+    updates both before the flow resumes, so the next model request is built
+    from exactly what was committed.
     """
 
     invocation_id: str
@@ -49,8 +51,8 @@ class InvocationContext:
     resume: list[tuple[FunctionCall, ApprovalDecision]] = field(default_factory=list)
     """Calls answered by this run's message: run (approved) or deny before the model."""
     clock: Clock = SYSTEM_CLOCK
-    session_service: BaseSessionService | None = None
-    """Where a live run persists the events its background tasks produce."""
+    ledger: CallLedger = field(default_factory=CallLedger)
+    """The session's calls (what is pending) and the conversation a model sees."""
 
     @property
     def user_id(self) -> str:

@@ -1,0 +1,304 @@
+"""``Flow``: the step engine of one run, for every mode.
+
+One step: build the request from the ledger's conversation → the before-model
+callbacks → call the model, checking every response against the stream
+contract (partials pass through as they come; the aggregate is held until the
+stream ends) → the after-model callbacks → hand the aggregate up → run its
+function calls (progress passes through) → hand their results up. Steps repeat
+until a final response, an error, ``end_invocation`` or the run's model-call
+budget.
+
+The flow never persists. It hands every event up to the runner, which commits
+each non-partial one (and updates ``ctx.session`` and ``ctx.ledger``) before it
+resumes the flow: persist, then yield. ``run_async`` drives :meth:`Flow.run`;
+``run_live`` drives :class:`~headwater.agents.live_flow.LiveFlow`, which uses
+the same pieces (request, callbacks, contract, budgets, tool execution, result
+events) around a live connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncGenerator, Container, Sequence
+from contextlib import aclosing
+from typing import Any
+
+from ..context import CallbackContext
+from ..errors import ErrorCode, ModelError
+from ..events import Event, EventActions
+from ..models.base import LlmRequest, LlmResponse
+from ..models.contract import StreamContract
+from ..run_config import StreamingMode
+from ..types import Content, FunctionCall, FunctionResponse, Part
+from ._execution import CallOutcome, ProgressSink, ToolExecutor, error_result, maybe_await
+from .agent import Agent
+from .approvals import Resume
+from .invocation import InvocationContext
+
+logger = logging.getLogger("headwater.agents")
+
+SEAL_MESSAGES: dict[str, str] = {
+    "cancelled": "The call was cancelled before it returned a result.",
+    "interrupted": "The call was interrupted (the process stopped) before it returned a result.",
+}
+
+
+class Flow:
+    """Drives one agent for one run.
+
+    Args:
+        agent: the agent (configuration only).
+        ctx: the run; its session and ledger are kept level by the runner.
+    """
+
+    __slots__ = ("agent", "ctx", "executor")
+
+    def __init__(self, agent: Agent, ctx: InvocationContext) -> None:
+        self.agent = agent
+        self.ctx = ctx
+        self.executor = ToolExecutor(
+            agent_name=agent.name, tools=agent.tools_by_name,
+            before=agent.before_tool_callbacks, after=agent.after_tool_callbacks,
+            middleware=agent.tool_middleware)
+
+    # -- run_async --------------------------------------------------------------------------
+
+    async def run(self) -> AsyncGenerator[Event, None]:
+        """Resume answered calls, then run steps until the agent is done.
+
+        Yields partial and non-partial events; the caller commits every
+        non-partial event before resuming this generator. Closing it closes the
+        model stream and cancels running tools.
+        """
+        ctx = self.ctx
+        if ctx.resume:
+            last: Event | None = None
+            async with aclosing(self.resume(ctx.resume)) as events:
+                async for event in events:
+                    yield event
+                    last = event
+            if last is not None and last.is_final_response():
+                return
+        agent, model = self.agent, self.agent.model
+        invocation_id, author = ctx.invocation_id, agent.name
+        stream = ctx.run_config.streaming_mode is StreamingMode.SSE
+        while True:
+            spent = self.llm_budget_spent()
+            if spent is not None:
+                yield spent
+                return
+            callback_context = ctx.callback_context(author)
+            request = await self.request(callback_context)
+            aggregate = await self.before_model(callback_context, request)
+            if aggregate is None:
+                ctx.stats.llm_calls += 1
+                contract = StreamContract()
+                try:
+                    async with aclosing(model.generate_content(request, stream=stream)) as chunks:
+                        async for response in chunks:
+                            if response.partial and contract.final is None:
+                                contract.partial(response)
+                                yield Event(invocation_id=invocation_id, author=author,
+                                            content=response.content, partial=True)
+                            else:
+                                contract.check(response)
+                    aggregate = contract.finish()
+                except ModelError as exc:
+                    yield self.error_event(exc.code, str(exc))
+                    return
+            aggregate = await self.after_model(callback_context, aggregate)
+            event = self.model_event(aggregate, callback_context.actions)
+            yield event
+            calls = event.function_calls
+            if event.error_code is not None or not calls:
+                return
+            last = None
+            async with aclosing(self.execute(calls)) as events:
+                async for item in events:
+                    yield item
+                    last = item
+            if last is None or last.actions.end_invocation or last.is_final_response():
+                return
+
+    async def execute(self, calls: Sequence[FunctionCall], approved: Container[str] = (),
+                      decided: Sequence[CallOutcome] = ()) -> AsyncGenerator[Event, None]:
+        """Run calls: their progress (SSE only), then one event with every result.
+
+        ``decided`` outcomes (denials) join the results without running anything.
+        """
+        outcomes: list[CallOutcome] = list(decided)
+        if calls:
+            streaming = self.ctx.run_config.streaming_mode is not StreamingMode.NONE
+            if streaming and self.executor.streams_progress(calls):
+                async with aclosing(self._with_progress(calls, approved, outcomes)) as events:
+                    async for event in events:
+                        yield event
+            else:
+                outcomes += await self.executor.run(self.ctx, calls, approved)
+        yield self.results_event(outcomes)
+
+    async def _with_progress(self, calls: Sequence[FunctionCall], approved: Container[str],
+                             outcomes: list[CallOutcome]) -> AsyncGenerator[Event, None]:
+        """Run calls in a task while their progress events are yielded here."""
+        queue: asyncio.Queue[Event | None] = asyncio.Queue()
+        task = asyncio.create_task(self.executor.run(self.ctx, calls, approved,
+                                                     queue.put_nowait))
+        task.add_done_callback(lambda _: queue.put_nowait(None))
+        try:
+            while (event := await queue.get()) is not None:
+                yield event
+            outcomes += task.result()
+        finally:
+            if not task.done():
+                task.cancel()
+                await asyncio.wait([task])
+
+    async def resume(self, resume: Resume) -> AsyncGenerator[Event, None]:
+        """Run the calls a human approved and deny the others, before the next model call."""
+        approved, denied = split_decisions(resume)
+        async with aclosing(self.execute(approved, {c.id for c in approved}, denied)) as events:
+            async for event in events:
+                yield event
+
+    # -- the pieces both modes use -----------------------------------------------------------
+
+    async def request(self, callback_context: CallbackContext) -> LlmRequest:
+        """The next model request: instruction, the ledger's conversation, tools, config."""
+        agent = self.agent
+        instruction = agent.instruction
+        if callable(instruction):
+            instruction = await maybe_await(instruction(callback_context))
+        return LlmRequest(
+            model=agent.model.model,
+            system_instruction=str(instruction) or None,
+            contents=self.ctx.ledger.contents,
+            tools=[t.declaration() for t in agent.tools],
+            config=dict(agent.generate_config),
+        )
+
+    async def before_model(self, callback_context: CallbackContext, request: LlmRequest
+                           ) -> LlmResponse | None:
+        """The before-model callbacks; a response one returns replaces the model call."""
+        for callback in self.agent.before_model_callbacks:
+            response: LlmResponse | None = await maybe_await(
+                callback(callback_context=callback_context, llm_request=request))
+            if response is not None:
+                return response
+        return None
+
+    async def after_model(self, callback_context: CallbackContext, response: LlmResponse
+                          ) -> LlmResponse:
+        """The after-model callbacks (the first to return a response replaces the aggregate)."""
+        for callback in self.agent.after_model_callbacks:
+            replaced: LlmResponse | None = await maybe_await(
+                callback(callback_context=callback_context, llm_response=response))
+            if replaced is not None:
+                return replaced
+        return response
+
+    def llm_budget_spent(self) -> Event | None:
+        """The ``budget_exceeded`` error event once ``max_llm_calls`` is reached, else ``None``."""
+        limit = self.ctx.run_config.max_llm_calls
+        if self.ctx.stats.llm_calls < limit:
+            return None
+        return self.error_event("budget_exceeded", f"the run reached max_llm_calls={limit}")
+
+    def model_event(self, response: LlmResponse, actions: EventActions | None = None) -> Event:
+        """The record of one model aggregate; its usage is added to the run's."""
+        ctx = self.ctx
+        if response.usage is not None:
+            ctx.stats.usage = ctx.stats.usage + response.usage
+        return Event(
+            invocation_id=ctx.invocation_id, author=self.agent.name, content=response.content,
+            finish_reason=response.finish_reason, usage=response.usage,
+            error_code=response.error_code, error_message=response.error_message,
+            turn_complete=response.turn_complete, interrupted=response.interrupted,
+            actions=actions if actions is not None else EventActions(),
+        )
+
+    def error_event(self, code: ErrorCode, message: str) -> Event:
+        """An error record of this run (no content)."""
+        logger.warning("agent %s: %s: %s", self.agent.name, code, message)
+        return Event(invocation_id=self.ctx.invocation_id, author=self.agent.name,
+                     error_code=code, error_message=message)
+
+    async def outcomes(self, calls: Sequence[FunctionCall], approved: Container[str] = (),
+                       progress: ProgressSink | None = None) -> list[CallOutcome]:
+        """Run calls; progress events go to ``progress`` as they happen."""
+        return await self.executor.run(self.ctx, calls, approved, progress)
+
+    def results_event(self, outcomes: Sequence[CallOutcome]) -> Event:
+        """One event with every result, and the calls still pending (approvals, tickets)."""
+        actions = EventActions()
+        parts: list[Part] = []
+        pending: list[str] = []
+        for outcome in outcomes:
+            actions.merge(outcome.actions)
+            if outcome.approval is not None:
+                actions.requested_approvals.append(outcome.approval)
+                pending.append(outcome.call.id)
+                continue
+            assert outcome.response is not None
+            parts.append(Part(function_response=FunctionResponse(
+                id=outcome.call.id, name=outcome.call.name, response=outcome.response)))
+            if outcome.long_running:
+                pending.append(outcome.call.id)
+        if any(o.return_direct for o in outcomes):
+            actions.skip_summarization = True
+        return Event(invocation_id=self.ctx.invocation_id, author=self.agent.name,
+                     content=Content("user", parts) if parts else None,
+                     long_running_tool_ids=pending, actions=actions)
+
+    # -- calls left without a result ----------------------------------------------------------
+
+    def seal(self, reason: str, results: dict[str, dict[str, Any]] | None = None) -> Event | None:
+        """One event giving every dangling call of the ledger a result, or ``None``.
+
+        Calls in ``results`` get that result; the others a synthetic ``reason``
+        error (``cancelled`` or ``interrupted``). The event is ``interrupted``
+        when any result is synthetic.
+        """
+        dangling = self.ctx.ledger.dangling()
+        if not dangling:
+            return None
+        found = results or {}
+        message = SEAL_MESSAGES[reason]
+        parts = [Part(function_response=FunctionResponse(
+            id=call.id, name=call.name,
+            response=found.get(call.id) or error_result(reason, message)))
+            for call in dangling]
+        return Event(invocation_id=self.ctx.invocation_id, author=self.agent.name,
+                     content=Content("user", parts),
+                     interrupted=any(call.id not in found for call in dangling))
+
+    async def repair(self) -> Event | None:
+        """After a crash: re-run dangling calls to ``idempotent`` tools, seal the others.
+
+        A call that needs approval, or to a tool not marked ``idempotent``, is
+        never re-run; it gets an ``interrupted`` result. Progress of a re-run is
+        not shown.
+        """
+        dangling = self.ctx.ledger.dangling()
+        if not dangling:
+            return None
+        tools = self.agent.tools_by_name
+        again = [c for c in dangling if (tool := tools.get(c.name)) is not None
+                 and tool.idempotent and not tool.requires_approval]
+        results: dict[str, dict[str, Any]] = {}
+        if again:
+            for outcome in await self.executor.run(self.ctx, again):
+                if outcome.response is not None:
+                    results[outcome.call.id] = outcome.response
+        return self.seal("interrupted", results)
+
+
+def split_decisions(resume: Resume) -> tuple[list[FunctionCall], list[CallOutcome]]:
+    """The approved calls to run, and a ``denied`` outcome for each refused one."""
+    approved = [call for call, decision in resume if decision.approved]
+    denied = [
+        CallOutcome(call, error_result(
+            "denied", "A human denied this call" + (f": {d.reason}" if d.reason else ".")))
+        for call, d in resume if not d.approved
+    ]
+    return approved, denied

@@ -1,0 +1,500 @@
+"""``LiveFlow``: the live (BIDI) mode of the step engine — one connection, tools alongside.
+
+Input comes from a ``LiveRequestQueue``; output is one stream of events, handed
+up to the runner like every other mode's: the runner commits each non-partial
+event before the flow goes on with it (a background task that hands up an
+event waits until it is committed, then tells the model). The pieces are
+:class:`~headwater.agents.flow.Flow`'s: request building, the model callbacks
+(before-model once, on the request that opens the connection; after-model on
+every turn's aggregate), the stream contract per turn, ``max_llm_calls``, tool
+execution with callbacks, middleware and budgets, result events.
+
+A live streaming tool (kind ``live``) is answered at once with a pending status
+and runs on: each value it yields is told to the model as ``Function <name>
+returned: <value>``, shown to the caller and stored; its end (normal, a bound,
+or an error) is one terminal message to both. ``stop_streaming`` stops streams
+by name (or one by call id) and returns only once they have ended: nothing of
+a stopped stream is told or stored after it returns.
+
+Structured concurrency: one task group owns the input pump, the model pump,
+every call handler and every tool stream. Closing the queue, closing the
+stream or cancelling the consumer cancels the group and waits for it (bounded
+by ``Settings.live_stop_timeout``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import AsyncGenerator, AsyncIterator, Coroutine
+from contextlib import aclosing
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic_core import to_jsonable_python
+
+from ..errors import ModelProtocolViolation, QueueFull, UserError
+from ..events import Event, EventActions
+from ..live_request_queue import LiveRequest, LiveRequestQueue
+from ..models.base import LlmResponse
+from ..models.connection import BaseLlmConnection
+from ..models.contract import StreamContract
+from ..tools.function_tool import BaseTool
+from ..types import Content, FunctionCall, Part, ToolDeclaration
+from ._execution import CallOutcome, closing_stream
+from .approvals import answered_calls, split_approvals
+from .flow import Flow, split_decisions
+
+logger = logging.getLogger("headwater.live")
+
+STOP_STREAMING = "stop_streaming"
+PENDING = {"status": "The function is running asynchronously and the results are pending."}
+STOP_DECLARATION = ToolDeclaration(
+    name=STOP_STREAMING,
+    description="Stop a running streaming function. Pass its name; pass call_id to stop one "
+                "call only.",
+    parameters={"type": "object", "required": ["function_name"], "properties": {
+        "function_name": {"type": "string", "description": "Name of the streaming function."},
+        "call_id": {"type": "string", "description": "Stop only this call."}}},
+)
+
+_Item = tuple[Event, "asyncio.Future[None] | None"]
+
+
+@dataclass(slots=True, eq=False)
+class _Stream:
+    tool: BaseTool
+    call: FunctionCall
+    input_stream: LiveRequestQueue | None
+    task: asyncio.Task[None] | None = None
+    stopped: bool = False
+    telling: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+
+class _End(Exception):
+    """Ends the run from inside the task group (after its last event was handed up)."""
+
+
+class LiveFlow:
+    """One ``run_live``: owns the connection, the task group and the streams.
+
+    Args:
+        flow: the run's step engine.
+        queue: the client's input.
+    """
+
+    def __init__(self, flow: Flow, queue: LiveRequestQueue) -> None:
+        self.flow = flow
+        self.ctx = flow.ctx
+        self.queue = queue
+        self._out: asyncio.Queue[_Item | None] = asyncio.Queue()
+        self._group: asyncio.TaskGroup | None = None
+        self._streams: dict[str, _Stream] = {}
+        self._conn: BaseLlmConnection | None = None
+        self._turn: StreamContract | None = None
+        self._realtime_to_model = True
+        self._received = 0
+        self._progress = asyncio.Event()
+
+    async def events(self) -> AsyncGenerator[Event, None]:
+        """The run's events until the queue closes, the run ends or the consumer stops.
+
+        The consumer commits each non-partial event before asking for the next
+        one; the task that produced it resumes only then.
+        """
+        supervisor = asyncio.create_task(self._supervise())
+        try:
+            while (item := await self._out.get()) is not None:
+                event, committed = item
+                if committed is not None and committed.done():
+                    continue  # its producer was stopped before the event was handed up
+                yield event
+                if committed is not None and not committed.done():
+                    committed.set_result(None)
+        finally:
+            await self._teardown(supervisor)
+
+    # -- the task group -------------------------------------------------------------------------
+
+    async def _supervise(self) -> None:
+        try:
+            async with asyncio.TaskGroup() as group:
+                self._group = group
+                await self._open()
+                group.create_task(self._pump_input())
+                group.create_task(self._pump_model())
+        except* _End:
+            pass
+        except* Exception as failures:
+            for failure in failures.exceptions:
+                logger.error("live run task failed", exc_info=failure)
+            self._out.put_nowait((self.flow.error_event("internal", "a live task failed"), None))
+        finally:
+            self._out.put_nowait(None)
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        assert self._group is not None
+        return self._group.create_task(work)
+
+    async def _teardown(self, supervisor: asyncio.Task[None]) -> None:
+        for stream in self._streams.values():
+            if stream.input_stream is not None:
+                stream.input_stream.close()
+        supervisor.cancel()
+        timeout = self.ctx.settings.live_stop_timeout
+        done, _ = await asyncio.wait([supervisor], timeout=timeout)
+        if not done:
+            logger.warning("live run tasks did not end within %g s of the run's end", timeout)
+        if self._conn is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._conn.close(), timeout)
+        self._streams.clear()
+
+    async def _emit(self, event: Event) -> None:
+        """Hand an event up; a non-partial one returns once the runner has committed it."""
+        if event.partial:
+            self._out.put_nowait((event, None))
+            return
+        committed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._out.put_nowait((event, committed))
+        await committed
+
+    async def _end_with(self, event: Event) -> None:
+        await self._emit(event)
+        raise _End
+
+    # -- opening --------------------------------------------------------------------------------
+
+    async def _open(self) -> None:
+        flow, ctx = self.flow, self.ctx
+        agent = flow.agent
+        callback_context = ctx.callback_context(agent.name)
+        request = await flow.request(callback_context)
+        tools = agent.tools_by_name
+        if any(t.live_streaming for t in agent.tools) and STOP_STREAMING not in tools:
+            request.tools.append(STOP_DECLARATION)
+        replaced = await flow.before_model(callback_context, request)
+        if replaced is not None:
+            replaced.turn_complete = True
+            await self._emit(flow.model_event(replaced, callback_context.actions))
+        self._conn = agent.model.connect(request)
+
+    # -- input ----------------------------------------------------------------------------------
+
+    async def _pump_input(self) -> None:
+        conn = self._conn
+        assert conn is not None
+        async for request in self.queue:
+            self._copy_to_input_streams(request)
+            content = request.content
+            if content is not None:
+                if await self._answers(content):
+                    continue
+                spent = self.flow.llm_budget_spent()
+                if spent is not None:
+                    await self._end_with(spent)
+                await conn.send_content(content, interrupt=True)
+                await self._caught_up()  # an answer this cut short is stored first
+                await self._emit(Event(invocation_id=self.ctx.invocation_id, author="user",
+                                       content=content))
+            elif request.blob is not None and self._realtime_to_model:
+                try:
+                    await conn.send_realtime(request.blob)
+                except NotImplementedError:
+                    self._realtime_to_model = False  # this model takes no media: tools only
+        raise _End
+
+    async def _answers(self, content: Content) -> bool:
+        """Handle approval answers sent through the queue; ``True`` if the content was one.
+
+        A refused answer (no pending call, a replay, other arguments) is shown to
+        the caller as a partial error event and stored nowhere.
+        """
+        rest, decisions = split_approvals(content)
+        if not decisions:
+            return False
+        try:
+            resume = answered_calls(self.ctx.ledger, None, decisions)
+        except UserError as exc:
+            self._out.put_nowait((Event(invocation_id=self.ctx.invocation_id, author="user",
+                                        partial=True, error_code="internal",
+                                        error_message=str(exc)), None))
+            return True
+        await self._emit(Event(invocation_id=self.ctx.invocation_id, author="user",
+                               content=rest, actions=EventActions(approval_decisions=decisions)))
+        self._spawn(self._resume(resume))
+        return True
+
+    async def _resume(self, resume: list[tuple[FunctionCall, Any]]) -> None:
+        approved, denied = split_decisions(resume)
+        outcomes = {o.call.id: o for o in denied}
+        if approved:
+            for outcome in await self.flow.outcomes(approved, {c.id for c in approved},
+                                                    self._emit_partial):
+                outcomes[outcome.call.id] = outcome
+        await self._send_results([outcomes[c.id] for c, _ in resume])
+
+    def _emit_partial(self, event: Event) -> None:
+        self._out.put_nowait((event, None))
+
+    async def _send_results(self, outcomes: list[CallOutcome]) -> None:
+        event = self.flow.results_event(outcomes)
+        await self._emit(event)
+        if event.content is not None:
+            assert self._conn is not None
+            await self._conn.send_content(event.content, interrupt=False)
+
+    async def _caught_up(self) -> None:
+        """Wait until every response the connection has put out so far has been handled."""
+        queued = getattr(self._conn, "queued", None)
+        while queued is not None and self._received < queued:
+            self._progress.clear()
+            await self._progress.wait()
+
+    def _copy_to_input_streams(self, request: LiveRequest) -> None:
+        for stream in list(self._streams.values()):
+            queue = stream.input_stream
+            if queue is None or queue.closed:
+                continue
+            try:
+                queue.send(LiveRequest(
+                    content=request.content, blob=request.blob,
+                    activity_start=request.activity_start, activity_end=request.activity_end))
+            except QueueFull:
+                logger.warning("input stream of call %s is full; request dropped",
+                               stream.call.id)
+
+    # -- model ----------------------------------------------------------------------------------
+
+    async def _pump_model(self) -> None:
+        assert self._conn is not None
+        async with aclosing(self._conn.receive()) as responses:
+            async for response in responses:
+                await self._handle_response(response)
+                self._received += 1
+                self._progress.set()
+
+    async def _handle_response(self, response: LlmResponse) -> None:
+        flow, ctx = self.flow, self.ctx
+        turn = self._turn
+        if turn is None:  # a new model turn
+            spent = flow.llm_budget_spent()
+            if spent is not None:
+                await self._end_with(spent)
+            ctx.stats.llm_calls += 1
+            turn = self._turn = StreamContract()
+        try:
+            if response.partial:
+                turn.partial(response)
+                self._out.put_nowait((Event(invocation_id=ctx.invocation_id,
+                                            author=flow.agent.name, content=response.content,
+                                            partial=True), None))
+                return
+            self._turn = None
+            if response.error_code is None or response.content is not None:
+                turn.final_response(response)
+        except ModelProtocolViolation as exc:
+            await self._end_with(flow.error_event(exc.code, str(exc)))
+        callback_context = ctx.callback_context(flow.agent.name)
+        response = await flow.after_model(callback_context, response)
+        event = flow.model_event(response, callback_context.actions)
+        await self._emit(event)
+        if event.function_calls and event.error_code is None:
+            self._spawn(self._handle_calls(event.function_calls))
+
+    # -- tools ----------------------------------------------------------------------------------
+
+    async def _handle_calls(self, calls: list[FunctionCall]) -> None:
+        tools = self.flow.agent.tools_by_name
+        outcomes: dict[str, CallOutcome] = {}
+        ordinary: list[FunctionCall] = []
+        for call in calls:
+            tool = tools.get(call.name)
+            if call.name == STOP_STREAMING and tool is None:
+                outcomes[call.id] = CallOutcome(call, await self._stop(call))
+            elif tool is not None and tool.live_streaming and not tool.requires_approval:
+                self._start_stream(tool, call)
+                outcomes[call.id] = CallOutcome(call, dict(PENDING))
+            else:
+                ordinary.append(call)
+        if ordinary:
+            for outcome in await self.flow.outcomes(ordinary, progress=self._emit_partial):
+                outcomes[outcome.call.id] = outcome
+        await self._send_results([outcomes[c.id] for c in calls])
+
+    def _start_stream(self, tool: BaseTool, call: FunctionCall) -> None:
+        input_stream = (LiveRequestQueue(self.ctx.settings.live_input_queue_size)
+                        if _consumes_input(tool) else None)
+        stream = _Stream(tool, call, input_stream)
+        self._streams[call.id] = stream
+        stream.task = self._spawn(self._run_stream(stream))
+
+    async def _stop(self, call: FunctionCall) -> dict[str, Any]:
+        """Stop streams; returns once each has ended and nothing more of it can be told."""
+        name = str(call.args.get("function_name", ""))
+        only = call.args.get("call_id")
+        matching = [s for s in self._streams.values()
+                    if s.tool.name == name and (only is None or s.call.id == only)]
+        if not matching:
+            return {"result": f"No active streaming function named {name}"}
+        for stream in matching:
+            self._streams.pop(stream.call.id, None)
+            stream.stopped = True
+            if stream.input_stream is not None:
+                stream.input_stream.close()
+        for stream in matching:
+            async with stream.telling:  # an emission already on its way is committed first
+                assert stream.task is not None
+                stream.task.cancel()
+        timeout = self.ctx.settings.live_stop_timeout
+        _, late = await asyncio.wait([s.task for s in matching if s.task is not None],
+                                     timeout=timeout)
+        if late:  # a tool that ignores cancellation: it can no longer tell anything
+            logger.warning("%d stopped stream(s) of %s still run %g s after the stop",
+                           len(late), name, timeout)
+        return {"result": f"Successfully stopped streaming function {name}",
+                "stopped": len(matching)}
+
+    async def _run_stream(self, stream: _Stream) -> None:
+        """One live stream: emissions within its bounds, then the terminal message."""
+        tool, call = stream.tool, stream.call
+        context = self.flow.executor.tool_context(self.ctx, call, stream.input_stream)
+        emitter = _Emitter(self, stream)
+        try:
+            ending = await emitter.pump(tool.stream(call.args, context))
+        except asyncio.CancelledError:
+            raise  # stopped: the stop_streaming result says so
+        except Exception as exc:  # never silent: the model and the caller are told
+            logger.warning("live stream %s (call %s) failed", tool.name, call.id, exc_info=exc)
+            await emitter.flush()
+            await self.tell(stream, f"Function {tool.name} failed: {type(exc).__name__}: {exc}")
+        else:
+            await emitter.flush()
+            await self.tell(stream, ending)
+        finally:
+            if stream.input_stream is not None:
+                stream.input_stream.close()
+            self._streams.pop(call.id, None)
+
+    async def tell(self, stream: _Stream, text: str) -> None:
+        """Say something to the model and the caller about a stream, once it is stored.
+
+        The event's ``branch`` is ``"<agent>/<call id>"``: it names the call.
+        Nothing is told once the stream is stopped.
+        """
+        async with stream.telling:
+            if stream.stopped:
+                return
+            agent_name = self.flow.agent.name
+            content = Content("user", [Part(text=text)])
+            await self._emit(Event(invocation_id=self.ctx.invocation_id, author=agent_name,
+                                   branch=f"{agent_name}/{stream.call.id}", content=content))
+            assert self._conn is not None
+            await self._conn.send_content(content, interrupt=False)
+
+
+class _Emitter:
+    """Forwards a live stream's values within its bounds (lifetime, count, interval).
+
+    One loop in the stream's own task waits for the next value, the lifetime's
+    end and the held value's turn, so nothing of the stream outlives its task.
+    """
+
+    def __init__(self, flow: LiveFlow, stream: _Stream) -> None:
+        self.flow = flow
+        self.stream = stream
+        self.tool = stream.tool
+        self.clock = flow.ctx.clock
+        self.sent = 0
+        self.last_sent: float | None = None
+        self.held: Any = None
+        self.holding = False
+
+    async def pump(self, source: AsyncIterator[Any]) -> str:
+        tool, clock = self.tool, self.clock
+        lifetime = tool.max_lifetime
+        deadline = None if lifetime is None else clock.monotonic() + lifetime
+        async with aclosing(closing_stream(source)) as values:
+            reader: asyncio.Task[Any] | None = None
+            try:
+                while True:
+                    if deadline is not None and clock.monotonic() >= deadline:
+                        return (f"Function {tool.name} stopped streaming: it reached its "
+                                f"maximum lifetime of {lifetime:g} s.")
+                    if reader is None:
+                        reader = asyncio.ensure_future(anext(values, _END))
+                    await self._wait(reader, deadline)
+                    if self._due():  # the held value's turn came first
+                        await self.flush()
+                    if not reader.done():
+                        continue
+                    value, reader = reader.result(), None
+                    if value is _END:
+                        return f"Function {tool.name} finished streaming."
+                    if deadline is not None and clock.monotonic() >= deadline:
+                        continue  # produced at (or past) the deadline: past the lifetime
+                    await self.offer(value)
+                    if tool.max_emissions is not None and self.sent >= tool.max_emissions:
+                        return (f"Function {tool.name} stopped streaming: it reached its "
+                                f"maximum of {tool.max_emissions} emissions.")
+            finally:
+                if reader is not None and not reader.done():
+                    reader.cancel()  # the pending read ends before the generator closes
+                    with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
+                        await reader
+
+    async def _wait(self, reader: asyncio.Task[Any], deadline: float | None) -> None:
+        """Until the next value, the lifetime's end or the held value's turn."""
+        wake = deadline
+        if self.holding and self.last_sent is not None and self.tool.min_interval is not None:
+            due = self.last_sent + self.tool.min_interval
+            wake = due if wake is None else min(wake, due)
+        if wake is None:
+            await asyncio.wait([reader])
+            return
+        timer = asyncio.ensure_future(self.clock.sleep(max(0.0, wake - self.clock.monotonic())))
+        try:
+            await asyncio.wait([reader, timer], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            timer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await timer
+
+    def _due(self) -> bool:
+        interval = self.tool.min_interval
+        return (self.holding and interval is not None and self.last_sent is not None
+                and self.clock.monotonic() - self.last_sent >= interval)
+
+    async def offer(self, value: Any) -> None:
+        interval = self.tool.min_interval
+        now = self.clock.monotonic()
+        if interval is None or self.last_sent is None or now - self.last_sent >= interval:
+            await self._send(value)
+            return
+        self.held, self.holding = value, True  # latest wins
+
+    async def flush(self) -> None:
+        if self.holding:
+            value, self.held, self.holding = self.held, None, False
+            await self._send(value)
+
+    async def _send(self, value: Any) -> None:
+        self.sent += 1
+        self.last_sent = self.clock.monotonic()
+        await self.flow.tell(self.stream,
+                             f"Function {self.tool.name} returned: {_render(value)}")
+
+
+_END = object()
+
+
+def _render(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    return json.dumps(to_jsonable_python(value, fallback=repr), ensure_ascii=False)
+
+
+def _consumes_input(tool: BaseTool) -> bool:
+    return bool(getattr(tool, "_input_params", ()))

@@ -1,0 +1,103 @@
+"""``StreamContract``: the partial/aggregate invariants of one model call, checked as it streams.
+
+The one implementation of DESIGN §1's invariants. The agent flow feeds every
+response of a model call through it (so a model that breaks the contract fails
+its turn with ``model_protocol_violation`` and nothing of it is stored), and
+``headwater.testing.check_stream_contract`` wraps it for tests.
+
+Invariants, by the name a :class:`~headwater.errors.ModelProtocolViolation` carries:
+
+- ``one_final_last``: zero or more partials, then exactly one non-partial, last;
+- ``text_concatenation``: the partials' text (and thought text) concatenates to
+  the final's;
+- ``calls_only_on_final``: only the final carries function calls (or responses);
+- ``usage_only_on_final``: only the final carries usage;
+- ``call_once``: each call id appears once in the final.
+"""
+
+from __future__ import annotations
+
+from ..errors import ModelProtocolViolation
+from .base import LlmResponse
+
+
+class StreamContract:
+    """Checks one model call's responses as they arrive.
+
+    Call :meth:`check` with each response, then :meth:`finish` when the stream
+    ends. Each raises :class:`ModelProtocolViolation` at the first broken
+    invariant.
+    """
+
+    __slots__ = ("_final", "_texts", "_thoughts")
+
+    def __init__(self) -> None:
+        self._texts: list[str] = []
+        self._thoughts: list[str] = []
+        self._final: LlmResponse | None = None
+
+    @property
+    def final(self) -> LlmResponse | None:
+        """The non-partial response, once it has arrived."""
+        return self._final
+
+    def check(self, response: LlmResponse) -> None:
+        """Check the next response of the call (partial or final)."""
+        if self._final is not None:
+            raise ModelProtocolViolation(
+                "one_final_last", "the model sent a response after its non-partial one")
+        if response.partial:
+            self.partial(response)
+        else:
+            self.final_response(response)
+
+    def partial(self, response: LlmResponse) -> None:
+        """Check a partial response (the caller knows it is partial and not late)."""
+        if response.usage is not None:
+            raise ModelProtocolViolation("usage_only_on_final", "a partial response carried usage")
+        content = response.content
+        if content is None:
+            return
+        for part in content.parts:
+            if part.function_call is not None or part.function_response is not None:
+                raise ModelProtocolViolation(
+                    "calls_only_on_final", "a partial response carried a function call")
+            if part.text is not None:
+                (self._thoughts if part.thought else self._texts).append(part.text)
+
+    def final_response(self, final: LlmResponse) -> None:
+        """Check the non-partial response against the partials seen before it."""
+        if self._final is not None:
+            raise ModelProtocolViolation(
+                "one_final_last", "the model sent a second non-partial response")
+        content = final.content
+        texts, thoughts = self._texts, self._thoughts
+        if texts:
+            streamed = "".join(texts)
+            text = content.text if content else ""
+            if streamed != text:
+                raise ModelProtocolViolation(
+                    "text_concatenation",
+                    f"the partials concatenate to {len(streamed)} characters but the final "
+                    f"text has {len(text)}: {streamed[:60]!r} vs {text[:60]!r}")
+        if thoughts and "".join(thoughts) != (content.thought_text if content else ""):
+            raise ModelProtocolViolation(
+                "text_concatenation",
+                "the partials' thought text does not concatenate to the final's")
+        if content is not None:
+            ids = [c.id for c in content.function_calls]
+            if len(ids) != len(set(ids)):
+                raise ModelProtocolViolation("call_once",
+                                             f"a call id appears twice in the final: {ids}")
+        self._final = final
+
+    def finish(self) -> LlmResponse:
+        """The final response, once the stream has ended.
+
+        Raises:
+            ModelProtocolViolation: ``one_final_last`` when no final arrived.
+        """
+        if self._final is None:
+            raise ModelProtocolViolation(
+                "one_final_last", "the stream ended without a non-partial response")
+        return self._final

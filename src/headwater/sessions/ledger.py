@@ -1,0 +1,197 @@
+"""``CallLedger``: the one answer to "which calls are pending", kept with a session.
+
+Every function call a session's history holds is in the ledger with its state:
+
+- ``open``: no result yet and nobody is waiting for one on purpose. During a
+  run that is a call being executed; at the start of a run (or after one ends)
+  it is *dangling* and gets a synthetic result (crash repair, cancel).
+- ``awaiting_approval``: the call needs a human's answer before it runs.
+- ``long_running``: the call answered with a ticket; its real result comes later
+  as a function response with the same id and name.
+- ``answered``: a final result is stored. Each call has exactly one.
+
+A function response is a *ticket* when the event carrying it lists the call in
+``long_running_tool_ids``; otherwise it is the call's final result. An approval
+request is recorded by ``actions.requested_approvals``, its answer by
+``actions.approval_decisions``; an answered approval is ``open`` again until
+its result is stored.
+
+The ledger also keeps the conversation a model sees (:attr:`contents`), built
+incrementally: each call's latest result right after the model turn that made
+it (a long-running result replaces its ticket; a ``pending`` placeholder while
+none exists). Events without content (errors, control, approval records) are
+left out. So building a model request does not re-read the whole history.
+
+The ledger is updated by :meth:`observe` with each committed event, in commit
+order; :meth:`catch_up` brings it level with a session's events.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from ..events import ApprovalRequest, Event
+from ..types import Content, FunctionCall, FunctionResponse, Part
+
+CallStatus = Literal["open", "awaiting_approval", "long_running", "answered"]
+
+PENDING_DETAIL = "No result yet: the call awaits a human's approval or is still running."
+
+
+@dataclass(slots=True)
+class CallRecord:
+    """One call and what became of it.
+
+    Attributes:
+        call: the function call as the model made it.
+        status: see the module docstring.
+        response: the latest response (a ticket or the final result), if any.
+        approval: the pending approval request (``awaiting_approval`` only).
+    """
+
+    call: FunctionCall
+    status: CallStatus = "open"
+    response: FunctionResponse | None = None
+    approval: ApprovalRequest | None = None
+
+
+class CallLedger:
+    """The calls of one session and the model-facing conversation.
+
+    Build one with :meth:`of` (from a session's events) and keep it level with
+    :meth:`observe` after each commit.
+    """
+
+    __slots__ = ("_calls", "_contents", "_last_id", "_observed", "_slots")
+
+    def __init__(self) -> None:
+        self._calls: dict[str, CallRecord] = {}
+        self._contents: list[Content] = []
+        # call id -> (index in _contents of the results content, index of its part)
+        self._slots: dict[str, tuple[int, int]] = {}
+        self._observed = 0
+        self._last_id: str | None = None
+
+    @classmethod
+    def of(cls, events: Sequence[Event]) -> CallLedger:
+        """A ledger of these events (a session's history, in commit order)."""
+        ledger = cls()
+        for event in events:
+            ledger.observe(event)
+        return ledger
+
+    # -- keeping level ----------------------------------------------------------------------
+
+    def follows(self, events: Sequence[Event]) -> bool:
+        """Whether ``events`` start with exactly the events observed so far."""
+        n = self._observed
+        if n == 0:
+            return True
+        return len(events) >= n and events[n - 1].id == self._last_id
+
+    def catch_up(self, events: Sequence[Event]) -> CallLedger:
+        """Observe the events past those already seen; a fresh ledger if history diverged."""
+        if not self.follows(events):
+            return CallLedger.of(events)
+        for event in events[self._observed:]:
+            self.observe(event)
+        return self
+
+    def observe(self, event: Event) -> None:
+        """Record a committed (non-partial) event."""
+        self._observed += 1
+        self._last_id = event.id
+        actions = event.actions
+        for decision in actions.approval_decisions:
+            record = self._calls.get(decision.call_id)
+            if record is not None and record.status == "awaiting_approval":
+                record.status, record.approval = "open", None
+        content = event.content
+        if content is not None and content.parts:
+            self._observe_content(event, content)
+        for asked in actions.requested_approvals:
+            record = self._calls.get(asked.call_id)
+            if record is not None and record.status == "open":
+                record.status, record.approval = "awaiting_approval", asked
+
+    def _observe_content(self, event: Event, content: Content) -> None:
+        calls: list[FunctionCall] = []
+        rest: list[Part] = []
+        responses = False
+        for part in content.parts:
+            if part.function_response is not None:
+                responses = True
+                self._record_response(part.function_response, event.long_running_tool_ids)
+            else:
+                if part.function_call is not None:
+                    calls.append(part.function_call)
+                rest.append(part)
+        if responses:
+            if rest:
+                self._contents.append(Content(content.role, rest))
+            return
+        self._contents.append(content)
+        if calls:
+            index = len(self._contents)
+            parts: list[Part] = []
+            for n, call in enumerate(calls):
+                record = self._calls.get(call.id)
+                if record is None:
+                    record = self._calls[call.id] = CallRecord(call)
+                self._slots[call.id] = (index, n)
+                parts.append(Part(function_response=record.response or pending_response(call)))
+            self._contents.append(Content("user", parts))
+
+    def _record_response(self, response: FunctionResponse, tickets: Sequence[str]) -> None:
+        record = self._calls.get(response.id)
+        if record is None:
+            return  # a response to no call of this session: not part of the conversation
+        record.response = response
+        record.approval = None
+        record.status = "long_running" if response.id in tickets else "answered"
+        slot = self._slots.get(response.id)
+        if slot is not None:
+            index, n = slot
+            old = self._contents[index]
+            parts = list(old.parts)  # a new Content: requests already built keep theirs
+            parts[n] = Part(function_response=response)
+            self._contents[index] = Content(old.role, parts)
+
+    # -- questions --------------------------------------------------------------------------
+
+    @property
+    def contents(self) -> list[Content]:
+        """The conversation for the next model request (a new list; do not mutate its items)."""
+        return list(self._contents)
+
+    def record(self, call_id: str) -> CallRecord | None:
+        """The record of one call, or ``None`` when the session has no such call."""
+        return self._calls.get(call_id)
+
+    def dangling(self) -> list[FunctionCall]:
+        """Calls without a result that nobody is waiting for on purpose, in call order."""
+        return [r.call for r in self._calls.values() if r.status == "open"]
+
+    def awaiting_approval(self, call_id: str) -> ApprovalRequest | None:
+        """The pending approval request of this call, if it has one."""
+        record = self._calls.get(call_id)
+        return record.approval if record is not None else None
+
+    def has_result(self, call_id: str) -> bool:
+        """Whether a final result is stored for this call."""
+        record = self._calls.get(call_id)
+        return record is not None and record.status == "answered"
+
+
+def pending_response(call: FunctionCall) -> FunctionResponse:
+    """The placeholder a model sees for a call that has no result yet."""
+    return FunctionResponse(id=call.id, name=call.name,
+                            response={"status": "pending", "detail": PENDING_DETAIL})
+
+
+def final_result_ids(event: Event) -> list[str]:
+    """The call ids this event gives a final result (tickets excluded)."""
+    tickets = event.long_running_tool_ids
+    return [r.id for r in event.function_responses if r.id not in tickets]
