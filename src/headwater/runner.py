@@ -263,7 +263,8 @@ class Runner:
             return
         tools = {t.name: t for t in self.agent.tools}
         again = [c for c in dangling if ctx is not None and c.name in tools
-                 and tools[c.name].idempotent and not tools[c.name].requires_approval]
+                 and tools[c.name].options.idempotent
+                 and not tools[c.name].options.requires_approval]
         results: dict[str, FunctionResponse] = {}
         if ctx is not None and again:
             async with aclosing(self.agent._executor.run(ctx, again)) as items:

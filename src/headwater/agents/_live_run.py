@@ -80,7 +80,7 @@ class LiveRun:
         """The run's events until the queue closes or the consumer stops."""
         ctx, agent = self.ctx, self.agent
         request = await agent._build_request(ctx, ctx.callback_context(agent.name))
-        if any(t.live_streaming for t in agent.tools) and STOP_STREAMING not in {
+        if any(t.options.kind == "live" for t in agent.tools) and STOP_STREAMING not in {
                 t.name for t in agent.tools}:
             request.tools.append(STOP_DECLARATION)
         self.conn = agent.model.connect(request)
@@ -251,7 +251,8 @@ class LiveRun:
             tool = tools.get(call.name)
             if call.name == STOP_STREAMING:
                 outcomes[call.id] = CallOutcome(call, await self._stop(call))
-            elif tool is not None and tool.live_streaming and not tool.requires_approval:
+            elif (tool is not None and tool.options.kind == "live"
+                  and not tool.options.requires_approval):
                 self._start_stream(tool, call)
                 outcomes[call.id] = CallOutcome(call, dict(PENDING))
             else:
@@ -267,7 +268,7 @@ class LiveRun:
 
     def _start_stream(self, tool: BaseTool, call: FunctionCall) -> None:
         input_stream = (LiveRequestQueue(self.ctx.settings.live_input_queue_size)
-                        if _consumes_input(tool) else None)
+                        if tool.consumes_input_stream else None)
         task = asyncio.create_task(self._run_stream(tool, call, input_stream))
         self.streams[call.id] = _Stream(tool, call, task, input_stream)
 
@@ -341,19 +342,20 @@ class _Emitter:
         started = self.clock.monotonic()
         async with aclosing(closing_stream(stream)) as values:
             while True:
-                if tool.max_lifetime is not None:
-                    value = await self._next_within(values, started + tool.max_lifetime)
+                if tool.options.max_lifetime is not None:
+                    value = await self._next_within(values, started + tool.options.max_lifetime)
                     if value is _LIFETIME:
                         return (f"Function {tool.name} stopped streaming: it reached its "
-                                f"maximum lifetime of {tool.max_lifetime:g} s.")
+                                f"maximum lifetime of {tool.options.max_lifetime:g} s.")
                 else:
                     value = await anext(values, _END)
                 if value is _END:
                     return f"Function {tool.name} finished streaming."
                 await self.offer(value)
-                if tool.max_emissions is not None and self.sent >= tool.max_emissions:
+                limit = tool.options.max_emissions
+                if limit is not None and self.sent >= limit:
                     return (f"Function {tool.name} stopped streaming: it reached its maximum "
-                            f"of {tool.max_emissions} emissions.")
+                            f"of {limit} emissions.")
 
     async def _next_within(self, values: AsyncGenerator[Any, None], deadline: float) -> Any:
         """The next value, or ``_LIFETIME`` once ``deadline`` (clock time) has come.
@@ -384,7 +386,7 @@ class _Emitter:
         return value
 
     async def offer(self, value: Any) -> None:
-        interval = self.tool.min_interval
+        interval = self.tool.options.min_interval
         now = self.clock.monotonic()
         if interval is None or self.last_sent is None or now - self.last_sent >= interval:
             await self._send(value)
@@ -421,7 +423,3 @@ def _render(value: Any) -> str:
     if isinstance(value, str):
         return value
     return json.dumps(to_jsonable_python(value, fallback=repr), ensure_ascii=False)
-
-
-def _consumes_input(tool: BaseTool) -> bool:
-    return bool(getattr(tool, "_input_params", ()))
