@@ -92,7 +92,7 @@ def test_decorator_bare_and_with_options() -> None:
         return a
 
     assert isinstance(ping, FunctionTool) and ping.declaration().description == "Answer pong."
-    assert original.name == "renamed" and original.timeout == 3
+    assert original.name == "renamed" and original.options.timeout == 3
     assert original(2) == 2
 
 
@@ -105,11 +105,16 @@ def test_undescribable_signatures_are_clear_errors() -> None:
         FunctionTool(42)  # type: ignore[arg-type]
 
 
-def test_tool_options_match_function_tool_keywords() -> None:
-    import inspect
+def test_every_tool_option_is_a_keyword_of_tool_and_function_tool() -> None:
+    """Option names are written once (ToolOptions); both spellings accept every one."""
+    from dataclasses import fields
 
-    from headwater.tools.function_tool import ToolOptions
+    from headwater.tools import ToolOptions
 
-    keywords = [p.name for p in inspect.signature(FunctionTool).parameters.values()
-                if p.kind is p.KEYWORD_ONLY]
-    assert list(ToolOptions.__annotations__) == keywords
+    def answer() -> str:
+        return "x"
+
+    for field in fields(ToolOptions):
+        value = getattr(ToolOptions(), field.name)
+        assert getattr(FunctionTool(answer, **{field.name: value}).options, field.name) == value
+        assert getattr(tool(**{field.name: value})(answer).options, field.name) == value

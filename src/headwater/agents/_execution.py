@@ -119,7 +119,8 @@ class ToolExecutor:
     def streams_progress(self, calls: Sequence[FunctionCall]) -> bool:
         """Whether any of these calls is to a tool that streams progress."""
         tools = self.tools
-        return any((tool := tools.get(c.name)) is not None and tool.streaming for c in calls)
+        return any((tool := tools.get(c.name)) is not None
+                   and tool.options.kind != "call" for c in calls)
 
     async def _run_one(
         self, ctx: InvocationContext, call: FunctionCall, sink: ProgressSink | None,
@@ -133,7 +134,7 @@ class ToolExecutor:
             )
             return CallOutcome(call, error_result("unknown_tool",
                                                   f"there is no tool named {call.name!r}"))
-        if tool.requires_approval and call.id not in approved:
+        if tool.options.requires_approval and call.id not in approved:
             return CallOutcome(call, None, approval=ApprovalRequest(
                 call_id=call.id, tool_name=tool.name, args=call.args,
                 args_sha256=args_sha256(call.args)))
@@ -146,8 +147,8 @@ class ToolExecutor:
         tool_context = self.tool_context(ctx, call)
         result, ok = await self._result(ctx, tool, call, tool_context, sink)
         return CallOutcome(call, _bounded(result, ctx), tool_context.actions,
-                           long_running=ok and tool.long_running,
-                           return_direct=ok and tool.return_direct)
+                           long_running=ok and tool.options.long_running,
+                           return_direct=ok and tool.options.return_direct)
 
     def tool_context(self, ctx: InvocationContext, call: FunctionCall,
                      input_stream: LiveRequestQueue | None = None) -> ToolContext:
@@ -181,13 +182,14 @@ class ToolExecutor:
         self, ctx: InvocationContext, tool: BaseTool, call: FunctionCall,
         tool_context: ToolContext, sink: ProgressSink | None,
     ) -> dict[str, Any]:
-        timeout = tool.timeout if tool.timeout is not None else ctx.settings.tool_timeout
+        timeout = (tool.options.timeout if tool.options.timeout is not None
+                   else ctx.settings.tool_timeout)
 
         async def terminal(invocation: ToolInvocation) -> Any:
             found, value = invocation.tool.cached(invocation.args)
             if found:
                 return value
-            if invocation.tool.streaming:
+            if invocation.tool.options.kind in ("progress", "live"):
                 value = await self._drain(ctx, invocation, sink)
             else:
                 value = await invocation.tool.run(invocation.args, invocation.tool_context)
@@ -198,7 +200,7 @@ class ToolExecutor:
         try:
             async with asyncio.timeout(timeout) as scope:
                 value = await invoke(ToolInvocation(tool, call.args, tool_context))
-            if tool.response_format == "content_and_artifact":
+            if tool.options.response_format == "content_and_artifact":
                 value = await self._split_artifact(ctx, tool, call, tool_context, value)
             return _as_object(value)
         except ToolArgumentsError as exc:

@@ -284,7 +284,7 @@ class Flow:
             return None
         tools = self.agent.tools_by_name
         again = [c for c in dangling if (tool := tools.get(c.name)) is not None
-                 and tool.idempotent and not tool.requires_approval]
+                 and tool.options.idempotent and not tool.options.requires_approval]
         results: dict[str, dict[str, Any]] = {}
         if again:
             for outcome in await self.executor.run(self.ctx, again):

@@ -173,7 +173,7 @@ class LiveFlow:
         callback_context = ctx.callback_context(agent.name)
         request = await flow.request(callback_context)
         tools = agent.tools_by_name
-        if any(t.live_streaming for t in agent.tools) and STOP_STREAMING not in tools:
+        if any(t.options.kind == "live" for t in agent.tools) and STOP_STREAMING not in tools:
             request.tools.append(STOP_DECLARATION)
         replaced = await flow.before_model(callback_context, request)
         if replaced is not None:
@@ -314,7 +314,8 @@ class LiveFlow:
             tool = tools.get(call.name)
             if call.name == STOP_STREAMING and tool is None:
                 outcomes[call.id] = CallOutcome(call, await self._stop(call))
-            elif tool is not None and tool.live_streaming and not tool.requires_approval:
+            elif (tool is not None and tool.options.kind == "live"
+                  and not tool.options.requires_approval):
                 self._start_stream(tool, call)
                 outcomes[call.id] = CallOutcome(call, dict(PENDING))
             else:
@@ -326,7 +327,7 @@ class LiveFlow:
 
     def _start_stream(self, tool: BaseTool, call: FunctionCall) -> None:
         input_stream = (LiveRequestQueue(self.ctx.settings.live_input_queue_size)
-                        if _consumes_input(tool) else None)
+                        if tool.consumes_input_stream else None)
         stream = _Stream(tool, call, input_stream)
         self._streams[call.id] = stream
         stream.task = self._spawn(self._run_stream(stream))
@@ -414,7 +415,7 @@ class _Emitter:
 
     async def pump(self, source: AsyncIterator[Any]) -> str:
         tool, clock = self.tool, self.clock
-        lifetime = tool.max_lifetime
+        lifetime, most = tool.options.max_lifetime, tool.options.max_emissions
         deadline = None if lifetime is None else clock.monotonic() + lifetime
         async with aclosing(closing_stream(source)) as values:
             reader: asyncio.Task[Any] | None = None
@@ -436,9 +437,9 @@ class _Emitter:
                     if deadline is not None and clock.monotonic() >= deadline:
                         continue  # produced at (or past) the deadline: past the lifetime
                     await self.offer(value)
-                    if tool.max_emissions is not None and self.sent >= tool.max_emissions:
+                    if most is not None and self.sent >= most:
                         return (f"Function {tool.name} stopped streaming: it reached its "
-                                f"maximum of {tool.max_emissions} emissions.")
+                                f"maximum of {most} emissions.")
             finally:
                 if reader is not None and not reader.done():
                     reader.cancel()  # the pending read ends before the generator closes
@@ -447,9 +448,9 @@ class _Emitter:
 
     async def _wait(self, reader: asyncio.Task[Any], deadline: float | None) -> None:
         """Until the next value, the lifetime's end or the held value's turn."""
-        wake = deadline
-        if self.holding and self.last_sent is not None and self.tool.min_interval is not None:
-            due = self.last_sent + self.tool.min_interval
+        wake, interval = deadline, self.tool.options.min_interval
+        if self.holding and self.last_sent is not None and interval is not None:
+            due = self.last_sent + interval
             wake = due if wake is None else min(wake, due)
         if wake is None:
             await asyncio.wait([reader])
@@ -463,12 +464,12 @@ class _Emitter:
                 await timer
 
     def _due(self) -> bool:
-        interval = self.tool.min_interval
+        interval = self.tool.options.min_interval
         return (self.holding and interval is not None and self.last_sent is not None
                 and self.clock.monotonic() - self.last_sent >= interval)
 
     async def offer(self, value: Any) -> None:
-        interval = self.tool.min_interval
+        interval = self.tool.options.min_interval
         now = self.clock.monotonic()
         if interval is None or self.last_sent is None or now - self.last_sent >= interval:
             await self._send(value)
@@ -494,7 +495,3 @@ def _render(value: Any) -> str:
     if isinstance(value, str):
         return value
     return json.dumps(to_jsonable_python(value, fallback=repr), ensure_ascii=False)
-
-
-def _consumes_input(tool: BaseTool) -> bool:
-    return bool(getattr(tool, "_input_params", ()))

@@ -10,6 +10,8 @@ from .function_tool import FunctionTool as FunctionTool
 from .function_tool import tool as tool
 from .middleware import ToolInvocation as ToolInvocation
 from .middleware import ToolMiddleware as ToolMiddleware
+from .options import ToolKind as ToolKind
+from .options import ToolOptions as ToolOptions
 
 __all__ = (
     "APPROVAL_RESPONSE_NAME",
@@ -18,7 +20,9 @@ __all__ = (
     "ToolArgumentsError",
     "ToolContext",
     "ToolInvocation",
+    "ToolKind",
     "ToolMiddleware",
+    "ToolOptions",
     "approval_response",
     "args_sha256",
     "tool",

@@ -8,7 +8,7 @@ import inspect
 import json
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable
-from typing import Any, Literal, TypedDict, Unpack, overload
+from typing import Any, overload
 
 from pydantic import ValidationError
 
@@ -17,50 +17,31 @@ from ..live_request_queue import LiveRequestQueue
 from ..types import ToolDeclaration
 from ._schema import inspect_function, json_schema
 from .context import ToolContext
-
-ResponseFormat = Literal["content", "content_and_artifact"]
-CacheFunction = Callable[[dict[str, Any], Any], bool]
+from .options import ToolOptions, options_for
 
 
 class BaseTool(ABC):
     """Something a model can call.
 
+    A subclass sets ``name`` and ``description`` and implements
+    :meth:`declaration` and :meth:`run`; it gets default :class:`ToolOptions`
+    (``kind="call"``) unless it sets ``options``.
+
     Attributes:
         name: the name the model calls it by.
         description: what the model is told it does.
-        timeout: seconds a call may take (``None``: the run's default).
-        streaming: an async generator whose events before ``done`` are progress
-            for the caller; only the ``done`` response reaches the model.
-        requires_approval: the run stops before the call until a human answers.
-        long_running: the call answers at once with a ticket; the result comes
-            later as a function response with the same call id.
-        return_direct: the result ends the run as its final response.
-        response_format: ``"content_and_artifact"``: the tool returns
-            ``(content, artifact)``; the model sees the content, the artifact is
-            stored in the artifact service.
-        idempotent: safe to re-run after a crash (never re-run automatically
-            otherwise).
-        expose_result: the gateway may forward arguments and results raw.
-        live_streaming: in ``run_live``, an async generator whose every value
-            is told to the model (``Function <name> returned: <value>``).
-        max_lifetime, max_emissions, min_interval: bounds of a live stream
-            (seconds, count, seconds between emissions with the latest winning).
+        options: how it is run (kind, timeout, approval, live-stream bounds, …);
+            the one place the runner reads them from.
     """
 
     name: str
     description: str
-    timeout: float | None = None
-    streaming: bool = False
-    live_streaming: bool = False
-    max_lifetime: float | None = None
-    max_emissions: int | None = None
-    min_interval: float | None = None
-    requires_approval: bool = False
-    long_running: bool = False
-    return_direct: bool = False
-    response_format: ResponseFormat = "content"
-    idempotent: bool = False
-    expose_result: bool = False
+    options: ToolOptions = ToolOptions()
+
+    @property
+    def consumes_input_stream(self) -> bool:
+        """Whether a call receives the live input stream (a ``LiveRequestQueue`` parameter)."""
+        return False
 
     @abstractmethod
     def declaration(self) -> ToolDeclaration:
@@ -77,7 +58,7 @@ class BaseTool(ABC):
         """
 
     def stream(self, args: dict[str, Any], context: ToolContext) -> AsyncIterator[Any]:
-        """Start a streaming call (``streaming`` tools only): its events, then ``done``.
+        """Start a streaming call (kind ``"progress"`` or ``"live"``): its values.
 
         Raises:
             ToolArgumentsError: ``args`` do not match the schema (nothing ran).
@@ -91,6 +72,9 @@ class BaseTool(ABC):
     def remember(self, args: dict[str, Any], result: Any) -> None:  # noqa: B027 - optional hook
         """Offer a result to the tool's cache (a no-op without ``cache=True``)."""
 
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.name!r}, kind={self.options.kind!r})"
+
 
 class FunctionTool(BaseTool):
     """A plain function (sync or async) as a tool.
@@ -100,8 +84,29 @@ class FunctionTool(BaseTool):
     parameter annotated ``ToolContext`` is injected and hidden from the model.
     Sync functions run in a worker thread, off the event loop.
 
+    Its kind (``options.kind``) is decided here, once: a plain function is
+    ``"call"``; an async generator is ``"progress"`` with ``streaming=True`` (or
+    ``kind="progress"``) and ``"live"`` without a flag (or ``kind="live"``). A
+    ``"live"`` tool's every yielded value is told to the model in ``run_live``;
+    in ``run_async`` it runs like a ``"progress"`` tool, its values being
+    progress for the caller and its last value (or a ``done`` event's response)
+    the one result the model sees.
+
+    Args:
+        func: the function.
+        name: the name the model calls it by (default: the function's).
+        description: what the model is told (default: the docstring).
+        options: a :class:`ToolOptions` to start from; its ``kind`` counts as
+            declared and must fit the function.
+        **keywords: any :class:`ToolOptions` field (``timeout=3``,
+            ``kind="live"``, …) overriding ``options``, and ``streaming``:
+            ``True`` means ``kind="progress"``, ``False`` means ``kind="call"``.
+
     Raises:
         UserError: at construction, when the signature cannot be described.
+        TypeError: an unknown option name.
+        ValueError: incoherent options, or a kind the function cannot be (the
+            message says what to pass instead).
     """
 
     def __init__(
@@ -110,51 +115,23 @@ class FunctionTool(BaseTool):
         *,
         name: str | None = None,
         description: str | None = None,
-        timeout: float | None = None,
-        streaming: bool | None = None,
-        requires_approval: bool = False,
-        cache: bool = False,
-        cache_function: CacheFunction | None = None,
-        response_format: ResponseFormat = "content",
-        return_direct: bool = False,
-        long_running: bool = False,
-        idempotent: bool = False,
-        expose_result: bool = False,
-        max_lifetime: float | None = None,
-        max_emissions: int | None = None,
-        min_interval: float | None = None,
+        options: ToolOptions | None = None,
+        **keywords: Any,
     ) -> None:
         if not callable(func):
             raise UserError(f"a tool must be a function, got {func!r}")
+        functools.update_wrapper(self, func)  # first, so the function's attributes never win
         self.func = func
         self.name = name or getattr(func, "__name__", "") or type(func).__name__
-        is_generator = inspect.isasyncgenfunction(func)
-        self.streaming = is_generator if streaming is None else streaming
-        # An async generator not declared streaming=True is a live streaming tool in
-        # run_live (its values feed the model); declared ones stream progress only.
-        self.live_streaming = is_generator and streaming is None
-        _check_flags(self.name, self.streaming, is_generator, cache, cache_function,
-                     response_format, return_direct, long_running)
-        self.max_lifetime = max_lifetime
-        self.max_emissions = max_emissions
-        self.min_interval = min_interval
+        self.options = options_for(func, self.name, options, keywords)
         signature = inspect_function(func, self.name, hidden_types=(LiveRequestQueue,))
         self._input_params = tuple(signature.hidden)
-        if self._input_params and not is_generator:
+        if self._input_params and self.options.kind == "call":
             raise UserError(
                 f"tool {self.name!r} declares a LiveRequestQueue parameter "
                 f"({', '.join(self._input_params)}) but is not an async generator: only a "
                 "streaming tool can consume the live input stream")
         self.description = description if description is not None else signature.description
-        self.timeout = timeout
-        self.requires_approval = requires_approval
-        self.cache = cache
-        self.cache_function = cache_function
-        self.response_format = response_format
-        self.return_direct = return_direct
-        self.long_running = long_running
-        self.idempotent = idempotent
-        self.expose_result = expose_result
         self._cache: dict[str, Any] = {}
         self._args_model = signature.args_model
         self._context_param = signature.context_param
@@ -164,7 +141,10 @@ class FunctionTool(BaseTool):
             name=self.name, description=self.description,
             parameters=json_schema(self._args_model),
         )
-        functools.update_wrapper(self, func)
+
+    @property
+    def consumes_input_stream(self) -> bool:
+        return bool(self._input_params)
 
     def declaration(self) -> ToolDeclaration:
         return self._declaration
@@ -192,7 +172,7 @@ class FunctionTool(BaseTool):
 
     async def run(self, args: dict[str, Any], context: ToolContext) -> Any:
         kwargs = self.bind_arguments(args, context)
-        if self.streaming:
+        if self.options.kind != "call":
             raise UserError(f"tool {self.name!r} streams: call stream(), not run()")
         if self._is_async:
             return await self.func(**kwargs)
@@ -207,83 +187,26 @@ class FunctionTool(BaseTool):
         return generator
 
     def cached(self, args: dict[str, Any]) -> tuple[bool, Any]:
-        if not self.cache:
+        if not self.options.cache:
             return False, None
         key = _cache_key(args)
         return (True, self._cache[key]) if key in self._cache else (False, None)
 
     def remember(self, args: dict[str, Any], result: Any) -> None:
-        if self.cache and (self.cache_function is None or self.cache_function(args, result)):
+        keep = self.options.cache_function
+        if self.options.cache and (keep is None or keep(args, result)):
             self._cache[_cache_key(args)] = result
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Call the underlying function directly (handy in tests)."""
         return self.func(*args, **kwargs)
 
-    def __repr__(self) -> str:
-        return f"FunctionTool({self.name!r})"
-
 
 def _cache_key(args: dict[str, Any]) -> str:  # raw JSON object
     return json.dumps(args, sort_keys=True, separators=(",", ":"), default=repr)
 
 
-def _check_flags(name: str, streaming: bool, is_generator: bool, cache: bool,
-                 cache_function: CacheFunction | None, response_format: str,
-                 return_direct: bool, long_running: bool) -> None:
-    """Refuse incoherent flag combinations when the tool is built (seed 001's table)."""
-    def refuse(why: str) -> None:
-        raise ValueError(f"tool {name!r}: {why}")
-
-    if response_format not in ("content", "content_and_artifact"):
-        refuse(f"response_format must be 'content' or 'content_and_artifact', "
-               f"not {response_format!r}")
-    if cache_function is not None and not cache:
-        refuse("cache_function is only consulted with cache=True")
-    if streaming and not is_generator:
-        refuse("streaming=True needs an async generator function (async def … yield)")
-    if not streaming and is_generator:
-        refuse("an async generator function is a streaming tool; do not pass streaming=False")
-    if not streaming:
-        return
-    if cache:
-        refuse("streaming=True cannot combine with cache=True: a cache stores a single "
-               "value, not a stream")
-    if cache_function is not None:
-        refuse("streaming=True cannot combine with cache_function: it is only consulted "
-               "with cache=True, which a stream cannot use")
-    if response_format == "content_and_artifact":
-        refuse("streaming=True cannot combine with response_format='content_and_artifact': "
-               "the artifact channel needs the full payload")
-    if return_direct:
-        refuse("streaming=True cannot combine with return_direct=True: return-direct "
-               "semantics do not apply to a streaming intermediary")
-    if long_running:
-        refuse("streaming=True cannot combine with long_running=True: a long-running tool "
-               "answers with a ticket at once")
-
-
 ToolLike = BaseTool | Callable[..., Any]
-
-
-class ToolOptions(TypedDict, total=False):
-    """The keyword options of :class:`FunctionTool` (and so of :func:`tool`)."""
-
-    name: str | None
-    description: str | None
-    timeout: float | None
-    streaming: bool | None
-    requires_approval: bool
-    cache: bool
-    cache_function: CacheFunction | None
-    response_format: ResponseFormat
-    return_direct: bool
-    long_running: bool
-    idempotent: bool
-    expose_result: bool
-    max_lifetime: float | None
-    max_emissions: int | None
-    min_interval: float | None
 
 
 def as_tool(obj: ToolLike) -> BaseTool:
@@ -294,16 +217,27 @@ def as_tool(obj: ToolLike) -> BaseTool:
 @overload
 def tool(func: Callable[..., Any], /) -> FunctionTool: ...
 @overload
-def tool(**options: Unpack[ToolOptions]) -> Callable[[Callable[..., Any]], FunctionTool]: ...
+def tool(
+    *, name: str | None = None, description: str | None = None,
+    options: ToolOptions | None = None, **keywords: Any,
+) -> Callable[[Callable[..., Any]], FunctionTool]: ...
 def tool(
     func: Callable[..., Any] | None = None,
     /,
-    **options: Unpack[ToolOptions],
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    options: ToolOptions | None = None,
+    **keywords: Any,
 ) -> FunctionTool | Callable[[Callable[..., Any]], FunctionTool]:
     """Turn a function into a :class:`FunctionTool`; usable bare or with options.
 
-    The options are :class:`FunctionTool`'s; incoherent ones raise ``ValueError``
-    here, when the tool is built.
+    Takes :class:`FunctionTool`'s arguments: ``options=ToolOptions(...)`` and/or
+    any :class:`ToolOptions` field as a keyword (plus ``streaming=``).
+
+    Raises:
+        TypeError: an unknown option name, when the tool is built.
+        ValueError: incoherent options, when the tool is built.
 
     Example::
 
@@ -314,6 +248,6 @@ def tool(
             yield ToolStreamEvent(type="done", response="deployed")
     """
     def wrap(f: Callable[..., Any]) -> FunctionTool:
-        return FunctionTool(f, **options)
+        return FunctionTool(f, name=name, description=description, options=options, **keywords)
 
     return wrap(func) if func is not None else wrap
