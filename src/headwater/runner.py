@@ -1,9 +1,9 @@
 """``Runner``: drives an agent on a session and hands the caller one event stream.
 
 The runner alone persists. The step engine (``headwater.agents.flow``) hands
-every event up; the runner commits each non-partial one to the session store,
-updates the session's call ledger, and only then yields it (persist, then
-yield) and lets the engine go on — in every mode. Partial events are yielded
+every non-partial event up to the runner's recorder, which commits it to the
+session store and updates the session's call ledger; only then is it yielded
+and the engine goes on (persist, then yield) — in every mode. Partial events are yielded
 and never stored. Closing the stream (``break``, ``aclose()``, task
 cancellation, an exception in the caller's loop) closes the model stream,
 cancels running tools and seals history: every call left without a result gets
@@ -127,6 +127,22 @@ class RunResult:
     session_id: str = ""
     invocation_id: str = ""
     error_code: str | None = None
+
+
+class _Recorder:
+    """The one place a run's events are persisted: the session store, then the ledger."""
+
+    __slots__ = ("_ctx", "_service")
+
+    def __init__(self, service: BaseSessionService, ctx: InvocationContext) -> None:
+        self._service = service
+        self._ctx = ctx
+
+    async def commit(self, event: Event) -> None:
+        """Persist one event; the session and its ledger follow once it is committed."""
+        ctx = self._ctx
+        await self._service.append_event(ctx.session, event)
+        ctx.ledger.observe(event)
 
 
 class Runner:
@@ -275,8 +291,9 @@ class Runner:
     ) -> AsyncGenerator[Event, None]:
         """One run holding its session: repair after a crash, run, seal on the way out.
 
-        Every non-partial event is committed (and the ledger updated) here,
-        before it is yielded and before the flow that made it goes on.
+        Every non-partial event is committed by the run's recorder (and the
+        ledger updated) before it is yielded and before the flow that made it
+        goes on.
         """
         lock = await self._acquire(user_id, session_id)
         try:
@@ -286,14 +303,15 @@ class Runner:
                 run_config=config, settings=self.settings, stats=stats,
                 artifact_service=self.artifact_service, clock=self.clock,
                 ledger=self._ledger(session))
-            flow = Flow(self.agent, ctx)
+            recorder = _Recorder(self.session_service, ctx)
+            flow = Flow(self.agent, ctx, recorder)
             repaired = await flow.repair()
             if repaired is not None:
-                await self._commit(ctx, repaired)
+                await recorder.commit(repaired)
             if message is not None:
                 content, decisions = split_approvals(message)
                 ctx.resume = answered_calls(ctx.ledger, content, decisions)
-                await self._commit(ctx, Event(
+                await recorder.commit(Event(
                     invocation_id=invocation_id, author="user", content=content,
                     actions=EventActions(approval_decisions=decisions)))
                 events = flow.run()
@@ -302,21 +320,14 @@ class Runner:
                 events = LiveFlow(flow, queue).events()
             try:
                 async for event in events:
-                    if not event.partial:
-                        await self._commit(ctx, event)
                     yield event
             finally:
                 await events.aclose()
                 sealed = flow.seal("cancelled")
                 if sealed is not None:
-                    await self._commit(ctx, sealed)
+                    await recorder.commit(sealed)
         finally:
             lock.release()
-
-    async def _commit(self, ctx: InvocationContext, event: Event) -> None:
-        """Persist one event; the session and its ledger follow once it is committed."""
-        await self.session_service.append_event(ctx.session, event)
-        ctx.ledger.observe(event)
 
     def _ledger(self, session: Session) -> CallLedger:
         """The session's ledger: kept from the last run when history still follows it."""

@@ -8,9 +8,11 @@ function calls (progress passes through) → hand their results up. Steps repeat
 until a final response, an error, ``end_invocation`` or the run's model-call
 budget.
 
-The flow never persists. It hands every event up to the runner, which commits
-each non-partial one (and updates ``ctx.session`` and ``ctx.ledger``) before it
-resumes the flow: persist, then yield. ``run_async`` drives :meth:`Flow.run`;
+The flow never persists. It hands every non-partial event up to the runner's
+:class:`Recorder`, which commits it (and updates ``ctx.session`` and
+``ctx.ledger``); only then is the event yielded and the flow goes on with it:
+persist, then yield. Partial events are yielded as they come. ``run_async``
+drives :meth:`Flow.run`;
 ``run_live`` drives :class:`~headwater.agents.live_flow.LiveFlow`, which uses
 the same pieces (request, callbacks, contract, budgets, tool execution, result
 events) around a live connection.
@@ -22,10 +24,10 @@ import asyncio
 import logging
 from collections.abc import AsyncGenerator, Container, Sequence
 from contextlib import aclosing
-from typing import Any
+from typing import Any, Protocol
 
 from ..context import CallbackContext
-from ..errors import ErrorCode, ModelError
+from ..errors import ErrorCode, ModelError, UserError
 from ..events import Event, EventActions
 from ..models.base import LlmRequest, LlmResponse
 from ..models.contract import StreamContract
@@ -44,19 +46,39 @@ SEAL_MESSAGES: dict[str, str] = {
 }
 
 
+class Recorder(Protocol):
+    """Where a run's record goes: the runner's session store (the one place that persists)."""
+
+    async def commit(self, event: Event) -> None:
+        """Persist a non-partial event; the run's session and ledger follow once it is stored.
+
+        Raises:
+            SessionError: the store refused or failed; nothing of the event is stored.
+        """
+        ...
+
+
 class Flow:
     """Drives one agent for one run.
 
     Args:
         agent: the agent (configuration only).
-        ctx: the run; its session and ledger are kept level by the runner.
+        ctx: the run; its session and ledger are kept level by ``recorder``.
+        recorder: commits every non-partial event before the flow goes on.
+
+    Raises:
+        UserError: no recorder: a run whose record would be silently lost is refused.
     """
 
-    __slots__ = ("agent", "ctx", "executor")
+    __slots__ = ("agent", "commit", "ctx", "executor")
 
-    def __init__(self, agent: Agent, ctx: InvocationContext) -> None:
+    def __init__(self, agent: Agent, ctx: InvocationContext, recorder: Recorder | None) -> None:
+        if recorder is None:
+            raise UserError("a run needs a recorder (the runner's session store) to persist "
+                            "its events; run agents through headwater.Runner")
         self.agent = agent
         self.ctx = ctx
+        self.commit = recorder.commit
         self.executor = ToolExecutor(
             agent_name=agent.name, tools=agent.tools_by_name,
             before=agent.before_tool_callbacks, after=agent.after_tool_callbacks,
@@ -71,7 +93,7 @@ class Flow:
         non-partial event before resuming this generator. Closing it closes the
         model stream and cancels running tools.
         """
-        ctx = self.ctx
+        ctx, commit = self.ctx, self.commit
         if ctx.resume:
             last: Event | None = None
             async with aclosing(self.resume(ctx.resume)) as events:
@@ -86,6 +108,7 @@ class Flow:
         while True:
             spent = self.llm_budget_spent()
             if spent is not None:
+                await commit(spent)
                 yield spent
                 return
             callback_context = ctx.callback_context(author)
@@ -105,10 +128,13 @@ class Flow:
                                 contract.check(response)
                     aggregate = contract.finish()
                 except ModelError as exc:
-                    yield self.error_event(exc.code, str(exc))
+                    failed = self.error_event(exc.code, str(exc))
+                    await commit(failed)
+                    yield failed
                     return
             aggregate = await self.after_model(callback_context, aggregate)
             event = self.model_event(aggregate, callback_context.actions)
+            await commit(event)
             yield event
             calls = event.function_calls
             if event.error_code is not None or not calls:
@@ -123,7 +149,7 @@ class Flow:
 
     async def execute(self, calls: Sequence[FunctionCall], approved: Container[str] = (),
                       decided: Sequence[CallOutcome] = ()) -> AsyncGenerator[Event, None]:
-        """Run calls: their progress (SSE only), then one event with every result.
+        """Run calls: their progress (SSE only), then one committed event with every result.
 
         ``decided`` outcomes (denials) join the results without running anything.
         """
@@ -136,7 +162,9 @@ class Flow:
                         yield event
             else:
                 outcomes += await self.executor.run(self.ctx, calls, approved)
-        yield self.results_event(outcomes)
+        results = self.results_event(outcomes)
+        await self.commit(results)
+        yield results
 
     async def _with_progress(self, calls: Sequence[FunctionCall], approved: Container[str],
                              outcomes: list[CallOutcome]) -> AsyncGenerator[Event, None]:

@@ -1,9 +1,9 @@
 """``LiveFlow``: the live (BIDI) mode of the step engine — one connection, tools alongside.
 
-Input comes from a ``LiveRequestQueue``; output is one stream of events, handed
-up to the runner like every other mode's: the runner commits each non-partial
-event before the flow goes on with it (a background task that hands up an
-event waits until it is committed, then tells the model). The pieces are
+Input comes from a ``LiveRequestQueue``; output is one stream of events. Like
+every mode's, each non-partial event is committed through the runner's
+recorder before it is yielded and before the task that made it goes on (tells
+the model, runs its calls). The pieces are
 :class:`~headwater.agents.flow.Flow`'s: request building, the model callbacks
 (before-model once, on the request that opens the connection; after-model on
 every turn's aggregate), the stream contract per turn, ``max_llm_calls``, tool
@@ -60,9 +60,6 @@ STOP_DECLARATION = ToolDeclaration(
         "call_id": {"type": "string", "description": "Stop only this call."}}},
 )
 
-_Item = tuple[Event, "asyncio.Future[None] | None"]
-
-
 @dataclass(slots=True, eq=False)
 class _Stream:
     tool: BaseTool
@@ -89,7 +86,7 @@ class LiveFlow:
         self.flow = flow
         self.ctx = flow.ctx
         self.queue = queue
-        self._out: asyncio.Queue[_Item | None] = asyncio.Queue()
+        self._out: asyncio.Queue[Event | None] = asyncio.Queue()
         self._group: asyncio.TaskGroup | None = None
         self._streams: dict[str, _Stream] = {}
         self._conn: BaseLlmConnection | None = None
@@ -101,18 +98,12 @@ class LiveFlow:
     async def events(self) -> AsyncGenerator[Event, None]:
         """The run's events until the queue closes, the run ends or the consumer stops.
 
-        The consumer commits each non-partial event before asking for the next
-        one; the task that produced it resumes only then.
+        Non-partial events arrive here already committed.
         """
         supervisor = asyncio.create_task(self._supervise())
         try:
-            while (item := await self._out.get()) is not None:
-                event, committed = item
-                if committed is not None and committed.done():
-                    continue  # its producer was stopped before the event was handed up
+            while (event := await self._out.get()) is not None:
                 yield event
-                if committed is not None and not committed.done():
-                    committed.set_result(None)
         finally:
             await self._teardown(supervisor)
 
@@ -130,7 +121,7 @@ class LiveFlow:
         except* Exception as failures:
             for failure in failures.exceptions:
                 logger.error("live run task failed", exc_info=failure)
-            self._out.put_nowait((self.flow.error_event("internal", "a live task failed"), None))
+            self._out.put_nowait(self.flow.error_event("internal", "a live task failed"))
         finally:
             self._out.put_nowait(None)
 
@@ -153,13 +144,10 @@ class LiveFlow:
         self._streams.clear()
 
     async def _emit(self, event: Event) -> None:
-        """Hand an event up; a non-partial one returns once the runner has committed it."""
-        if event.partial:
-            self._out.put_nowait((event, None))
-            return
-        committed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._out.put_nowait((event, committed))
-        await committed
+        """Commit a non-partial event, then hand it to the caller."""
+        if not event.partial:
+            await self.flow.commit(event)
+        self._out.put_nowait(event)
 
     async def _end_with(self, event: Event) -> None:
         await self._emit(event)
@@ -218,9 +206,9 @@ class LiveFlow:
         try:
             resume = answered_calls(self.ctx.ledger, None, decisions)
         except UserError as exc:
-            self._out.put_nowait((Event(invocation_id=self.ctx.invocation_id, author="user",
-                                        partial=True, error_code="internal",
-                                        error_message=str(exc)), None))
+            self._out.put_nowait(Event(invocation_id=self.ctx.invocation_id, author="user",
+                                       partial=True, error_code="internal",
+                                       error_message=str(exc)))
             return True
         await self._emit(Event(invocation_id=self.ctx.invocation_id, author="user",
                                content=rest, actions=EventActions(approval_decisions=decisions)))
@@ -237,7 +225,7 @@ class LiveFlow:
         await self._send_results([outcomes[c.id] for c, _ in resume])
 
     def _emit_partial(self, event: Event) -> None:
-        self._out.put_nowait((event, None))
+        self._out.put_nowait(event)
 
     async def _send_results(self, outcomes: list[CallOutcome]) -> None:
         event = self.flow.results_event(outcomes)
@@ -288,9 +276,9 @@ class LiveFlow:
         try:
             if response.partial:
                 turn.partial(response)
-                self._out.put_nowait((Event(invocation_id=ctx.invocation_id,
-                                            author=flow.agent.name, content=response.content,
-                                            partial=True), None))
+                self._out.put_nowait(Event(invocation_id=ctx.invocation_id,
+                                           author=flow.agent.name, content=response.content,
+                                           partial=True))
                 return
             self._turn = None
             if response.error_code is None or response.content is not None:
