@@ -106,7 +106,7 @@ async def test_async_with_runner_releases_the_sqlite_store(tmp_path: Path) -> No
         result = await runner.run_once(user_id="u1", new_message="Where is order 1042?")
         assert result.text == "Order 1042 is due Monday."
     assert db.exists()
-    assert not Path(f"{db}-wal").exists()  # the last connection closed and checkpointed
+    assert not (tmp_path / "shop.db-wal").exists()  # the last connection closed, checkpointed
 
 
 def run_script(code: str, cwd: Path) -> subprocess.CompletedProcess[str]:
