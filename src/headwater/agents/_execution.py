@@ -23,7 +23,14 @@ from typing import Any
 from pydantic_core import to_jsonable_python
 
 from ..errors import ToolArgumentsError
-from ..events import ApprovalRequest, Event, EventActions, ToolProgress, ToolStreamEvent
+from ..events import (
+    ApprovalRequest,
+    Event,
+    EventActions,
+    ToolProgress,
+    ToolStreamEvent,
+    partial_event,
+)
 from ..live_request_queue import LiveRequestQueue
 from ..tools.approval import args_sha256
 from ..tools.context import ToolContext
@@ -306,9 +313,9 @@ class _Progress:
     def _send(self, event: ToolStreamEvent, coalesced: int) -> None:
         assert self._sink is not None
         self._sent += 1
-        self._sink(Event(invocation_id=self._invocation, author=self._author, partial=True,
-                         tool_progress=ToolProgress(self.call_id, self.tool_name, event,
-                                                    self._sent, coalesced)))
+        self._sink(partial_event(self._invocation, self._author, None,
+                                 tool_progress=ToolProgress(self.call_id, self.tool_name, event,
+                                                            self._sent, coalesced)))
 
 
 async def closing_stream(stream: Any) -> AsyncGenerator[Any, None]:

@@ -28,7 +28,7 @@ from typing import Any, Protocol
 
 from ..context import CallbackContext
 from ..errors import ErrorCode, ModelError, UserError
-from ..events import Event, EventActions
+from ..events import Event, EventActions, partial_event
 from ..models.base import LlmRequest, LlmResponse
 from ..models.contract import StreamContract
 from ..run_config import StreamingMode
@@ -117,14 +117,15 @@ class Flow:
             if aggregate is None:
                 ctx.stats.llm_calls += 1
                 contract = StreamContract()
+                check_partial, done = contract.partial, False
                 try:
                     async with aclosing(model.generate_content(request, stream=stream)) as chunks:
-                        async for response in chunks:
-                            if response.partial and contract.final is None:
-                                contract.partial(response)
-                                yield Event(invocation_id=invocation_id, author=author,
-                                            content=response.content, partial=True)
+                        async for response in chunks:  # the per-chunk path: keep it lean
+                            if response.partial and not done:
+                                check_partial(response)
+                                yield partial_event(invocation_id, author, response.content)
                             else:
+                                done = True
                                 contract.check(response)
                     aggregate = contract.finish()
                 except ModelError as exc:

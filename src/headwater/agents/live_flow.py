@@ -36,7 +36,7 @@ from typing import Any
 from pydantic_core import to_jsonable_python
 
 from ..errors import ModelProtocolViolation, QueueFull, UserError
-from ..events import Event, EventActions
+from ..events import Event, EventActions, partial_event
 from ..live_request_queue import LiveRequest, LiveRequestQueue
 from ..models.base import LlmResponse
 from ..models.connection import BaseLlmConnection
@@ -276,9 +276,8 @@ class LiveFlow:
         try:
             if response.partial:
                 turn.partial(response)
-                self._out.put_nowait(Event(invocation_id=ctx.invocation_id,
-                                           author=flow.agent.name, content=response.content,
-                                           partial=True))
+                self._out.put_nowait(partial_event(ctx.invocation_id, flow.agent.name,
+                                                   response.content))
                 return
             self._turn = None
             if response.error_code is None or response.content is not None:
