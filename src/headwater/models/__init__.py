@@ -2,8 +2,8 @@
 
 from .aggregator import StreamAggregator as StreamAggregator
 from .base import BaseLlm as BaseLlm
-from .base import LlmRequest as LlmRequest
-from .base import LlmResponse as LlmResponse
+from .llm_request import LlmRequest as LlmRequest
+from .llm_response import LlmResponse as LlmResponse
 from .registry import get_model as get_model
 from .registry import register_model as register_model
 

@@ -17,7 +17,9 @@ from ..errors import ErrorCode, UserError
 from ..events import new_id
 from ..types import Usage
 from .aggregator import StreamAggregator
-from .base import BaseLlm, LlmRequest, LlmResponse
+from .base import BaseLlm
+from .llm_request import LlmRequest
+from .llm_response import LlmResponse
 
 
 @dataclass(slots=True)

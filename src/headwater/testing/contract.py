@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..models.base import LlmResponse
+from ..models.llm_response import LlmResponse
 
 
 class StreamContractError(AssertionError):
