@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
 from pathlib import Path
@@ -203,7 +202,6 @@ async def test_retry_matrix(fmt: str, name: str, scenarios: Callable[[str], list
                             client: httpx.AsyncClient) -> None:
     provider.enqueue(*scenarios(fmt))
     runner, sid = await runner_for(make_model(fmt, provider, client))
-    started = time.monotonic()
     events = await run_turn(runner, sid)
     assert len(provider.requests) == attempts
     bodies = {r.body for r in provider.requests}
@@ -213,8 +211,9 @@ async def test_retry_matrix(fmt: str, name: str, scenarios: Callable[[str], list
         assert events[-1].error_code is None
     else:
         assert [e.error_code for e in events] == [code]  # nothing from a failed attempt
-    if "Retry-After" in name:
-        assert time.monotonic() - started >= 0.9
+    if "Retry-After" in name:  # the server saw the retry no sooner than it asked
+        first, second = provider.requests
+        assert second.received_at - first.received_at >= 0.9
 
 
 async def test_connection_refused_is_retried_then_unavailable(client: httpx.AsyncClient
@@ -296,11 +295,9 @@ async def test_stall_after_headers_is_an_idle_timeout(fmt: str, provider: FakePr
                                                      client: httpx.AsyncClient) -> None:
     settings = FAST.model_copy(update={"model_idle_timeout": 0.5})
     provider.enqueue(Scenario(body=[*render(fmt, ["one "])[:2], Stall()]))
-    started = time.monotonic()
     with pytest.raises(ProviderTimeout, match="idle"):
         await responses(make_model(fmt, provider, client, settings))
-    assert time.monotonic() - started < 0.5 + 0.5
-    record = await provider.wait_closed(0, timeout=1.0)
+    record = await provider.wait_closed(0, timeout=5.0)
     assert record.close_kind in ("client_fin", "client_rst")
 
 
@@ -309,18 +306,18 @@ async def test_trickled_comments_end_at_the_total_deadline(fmt: str, provider: F
                                                           client: httpx.AsyncClient) -> None:
     settings = FAST.model_copy(update={"model_idle_timeout": 0.3, "model_total_timeout": 1.0})
     provider.enqueue(Scenario(body=[Trickle(b": keep-alive\n", every=0.05, forever=True)]))
-    started = time.monotonic()
     with pytest.raises(ProviderTimeout, match="deadline"):
         await responses(make_model(fmt, provider, client, settings))
-    assert time.monotonic() - started < 1.0 + 0.5
-    await provider.wait_closed(0, timeout=1.0)
+    record = await provider.wait_closed(0, timeout=5.0)
+    assert record.close_kind in ("client_fin", "client_rst")
 
 
 # -- cancel ------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("fmt", FORMATS)
-async def test_closing_the_stream_closes_the_connection_within_100ms(
+async def test_closing_the_stream_closes_the_connection(
         fmt: str, provider: FakeProvider, client: httpx.AsyncClient) -> None:
+    # How soon the server sees it is benchmark A3 (benchmarks/adapters.py).
     events = render(fmt, ["a ", "b ", "c "])
     provider.enqueue(Scenario(body=[*events[:4], Stall()]))
     model = make_model(fmt, provider, client)
@@ -328,9 +325,8 @@ async def test_closing_the_stream_closes_the_connection_within_100ms(
         async for response in stream:
             assert response.partial
             break
-    closed_at = time.monotonic()
-    record = await provider.wait_closed(0, timeout=1.0)
-    assert record.closed_at is not None and record.closed_at - closed_at < 0.1
+    record = await provider.wait_closed(0, timeout=5.0)  # the client pool keeps it otherwise
+    assert record.close_kind in ("client_fin", "client_rst")
 
 
 async def test_runner_break_closes_the_provider_connection(provider: FakeProvider,
