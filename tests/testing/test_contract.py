@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from headwater import Agent, Event, RunConfig, Runner, StreamingMode
+from headwater.errors import UserError
 from headwater.models import LlmRequest, LlmResponse
 from headwater.testing import (
     ScriptedCall,
@@ -76,7 +77,7 @@ async def test_scripted_model_records_requests_and_runs_out_loudly() -> None:
     request = LlmRequest(contents=[Content.from_text("hi")])
     await play(model, stream=True)
     assert len(model.requests) == 1
-    with pytest.raises(Exception, match="no scripted turn left"):
+    with pytest.raises(UserError, match="no scripted turn left"):
         [r async for r in model.generate_content(request, stream=True)]
 
 

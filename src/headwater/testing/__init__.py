@@ -5,7 +5,8 @@
 ``FakeProvider`` is a loopback HTTP server that speaks OpenAI and Anthropic SSE
 at the byte level (and can stall, cut, reset and trickle), with renderers that
 build provider streams from an abstract turn; ``VirtualClock`` and
-``LiveHarness`` test live runs and time-based tools in virtual time.
+``LiveHarness`` test live runs and time-based tools in virtual time;
+``wait_until`` waits on a condition instead of a count of event-loop turns.
 """
 
 from ..models.scripted import ScriptedCall as ScriptedCall
@@ -30,6 +31,7 @@ from .fake_provider import Sleep as Sleep
 from .fake_provider import Stall as Stall
 from .fake_provider import Trickle as Trickle
 from .harness import LiveHarness as LiveHarness
+from .waiting import wait_until as wait_until
 
 __all__ = (
     "Close",
@@ -54,4 +56,5 @@ __all__ = (
     "render_anthropic",
     "render_openai",
     "split_events",
+    "wait_until",
 )
