@@ -6,6 +6,7 @@ from .llm_request import LlmRequest as LlmRequest
 from .llm_response import LlmResponse as LlmResponse
 from .registry import get_model as get_model
 from .registry import register_model as register_model
+from .registry import registered_model as registered_model
 
 __all__ = (
     "BaseLlm",
@@ -14,4 +15,5 @@ __all__ = (
     "StreamAggregator",
     "get_model",
     "register_model",
+    "registered_model",
 )
