@@ -14,22 +14,20 @@ from typing import Any
 import httpx
 import pytest
 
-from headwater.testing._render import (
-    ToolCallSpec,
-    cut_inside_utf8,
-    load_transcript,
-    render_anthropic,
-    render_openai,
-    split_events,
-)
-from headwater.testing.fake_provider import (
+from headwater.testing import (
     Close,
     FakeProvider,
     Reset,
     Scenario,
     Sleep,
     Stall,
+    ToolCallSpec,
     Trickle,
+    cut_inside_utf8,
+    load_transcript,
+    render_anthropic,
+    render_openai,
+    split_events,
 )
 
 STREAMS = Path(__file__).parents[1] / "fixtures" / "provider-streams"

@@ -13,6 +13,7 @@ from ..models.scripted import ScriptedCall as ScriptedCall
 from ..models.scripted import ScriptedModel as ScriptedModel
 from ..models.scripted import ScriptedTurn as ScriptedTurn
 from ..models.scripted import StreamRecord as StreamRecord
+from ._render import ToolCallSpec as ToolCallSpec
 from ._render import cut_inside_utf8 as cut_inside_utf8
 from ._render import load_transcript as load_transcript
 from ._render import render_anthropic as render_anthropic
@@ -48,6 +49,7 @@ __all__ = (
     "Stall",
     "StreamContractError",
     "StreamRecord",
+    "ToolCallSpec",
     "Trickle",
     "VirtualClock",
     "check_stream_contract",
