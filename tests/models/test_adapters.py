@@ -13,8 +13,7 @@ import pytest
 
 from headwater import Agent, Event, RunConfig, Runner, StreamingMode
 from headwater.errors import ModelHTTPError, ProviderTimeout, ProviderUnavailable
-from headwater.models import LlmRequest, LlmResponse
-from headwater.models._http import HttpStreamingModel
+from headwater.models import BaseLlm, LlmRequest, LlmResponse
 from headwater.models.anthropic import AnthropicModel
 from headwater.models.openai import OpenAIChatModel
 from headwater.settings import Settings
@@ -52,7 +51,7 @@ async def client() -> AsyncIterator[httpx.AsyncClient]:
 
 
 def make_model(fmt: str, provider: FakeProvider, client: httpx.AsyncClient,
-               settings: Settings = FAST) -> HttpStreamingModel:
+               settings: Settings = FAST) -> OpenAIChatModel | AnthropicModel:
     if fmt == "openai":
         return OpenAIChatModel("gpt-4o-mini", base_url=f"{provider.base_url}/v1", api_key="sk-test",
                                http_client=client, settings=settings)
@@ -67,7 +66,7 @@ def render(fmt: str, text: list[str], **kw: Any) -> list[bytes]:
 REQUEST = LlmRequest(contents=[Content.from_text("hello")])
 
 
-async def responses(model: HttpStreamingModel, stream: bool = True) -> list[LlmResponse]:
+async def responses(model: BaseLlm, stream: bool = True) -> list[LlmResponse]:
     return [r async for r in model.generate_content(REQUEST, stream=stream)]
 
 
@@ -389,7 +388,7 @@ async def test_provider_rejects_an_invalid_history(provider: FakeProvider,
 
 # -- helpers -----------------------------------------------------------------------------------
 
-async def runner_for(model: HttpStreamingModel, tools: list[Any] | None = None
+async def runner_for(model: BaseLlm, tools: list[Any] | None = None
                      ) -> tuple[Runner, str]:
     runner = Runner(agent=Agent(name="bot", model=model, tools=tools or []), app_name="app")
     session = await runner.session_service.create_session(app_name="app", user_id="u")
