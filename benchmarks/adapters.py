@@ -1,4 +1,6 @@
-"""A1: adapter cost per chunk against the floor of reading the same bytes with httpx.
+"""Adapter benchmarks: A1 cost per chunk, A2 SSE decoder scaling, A3 deadlines and closes.
+
+A1: adapter cost per chunk against the floor of reading the same bytes with httpx.
 
 A FakeProvider in a child process (so its CPU is not ours) serves one OpenAI
 stream of N text chunks to every request, framed two ways: one HTTP chunk per
@@ -8,6 +10,16 @@ parsing to compare). The floor is ``httpx`` ``aiter_lines()`` over the body;
 the adapter figure is ``OpenAIChatModel.generate_content(stream=True)``
 consumed to its aggregate (SSE decode + JSON + aggregate + partials). Both
 include the same HTTP request.
+
+A2: the SSE decoder fed one byte at a time, at two body sizes four times apart;
+the cost ratio is about 4 when decoding is linear and 16 when it is quadratic.
+
+A3: how promptly the adapters let go, against an in-process FakeProvider: the
+time from the consumer breaking off a stream to the server seeing the close
+(adapter and bare httpx), how far past ``model_idle_timeout`` and
+``model_total_timeout`` the ``ProviderTimeout`` comes, and how long a
+``Retry-After: 1`` answer holds the next attempt back. The tests check that
+each of these happens; the figures are here.
 """
 
 from __future__ import annotations
@@ -18,13 +30,16 @@ import statistics
 import subprocess
 import sys
 import time
+from contextlib import aclosing
 from pathlib import Path
 
 import httpx
 
+from headwater.errors import ProviderTimeout
 from headwater.models import LlmRequest
 from headwater.models.openai import OpenAIChatModel
-from headwater.testing import FakeProvider, Scenario, render_openai
+from headwater.settings import Settings
+from headwater.testing import FakeProvider, Scenario, Stall, Trickle, render_openai
 from headwater.types import Content
 
 Figures = dict[str, float]
@@ -98,6 +113,124 @@ def _a1(chunks: int, samples: int, one_write: bool) -> Figures:
         finally:
             child.stdin.close()
             child.wait(10)
+
+
+# -- A2: SSE decoder, one byte at a time ----------------------------------------------------
+
+
+def decode_bytewise_s(size: int) -> float:
+    """Seconds to decode ``size`` bytes of 200-byte events fed one byte at a time."""
+    from headwater.models._sse import SSEDecoder  # the decoder is the models' machinery
+
+    body = (b"data: " + b"y" * 200 + b"\n\n") * (size // 208)
+    decoder = SSEDecoder()
+    start = time.perf_counter()
+    count = 0
+    for i in range(len(body)):
+        count += len(decoder.feed(body[i : i + 1]))
+    elapsed = time.perf_counter() - start
+    assert count == size // 208
+    return elapsed
+
+
+def a2(size: int, samples: int) -> Figures:
+    """Best of ``samples`` at ``size`` and at four times it; the ratio shows the growth."""
+    small = min(decode_bytewise_s(size) for _ in range(samples))
+    large = min(decode_bytewise_s(4 * size) for _ in range(samples))
+    return {"us_per_kib_small": small / (size / 1024) * 1e6,
+            "us_per_kib_large": large / (4 * size / 1024) * 1e6,
+            "cost_ratio_4x_bytes": large / small}
+
+
+# -- A3: deadlines and closes ----------------------------------------------------------------
+
+FAST = Settings(model_backoff_initial=0.01, model_backoff_max=0.02, model_idle_timeout=5,
+                model_total_timeout=20)
+REQUEST = LlmRequest(contents=[Content.from_text("go")])
+
+
+def openai_model(provider: FakeProvider, client: httpx.AsyncClient,
+                 settings: Settings = FAST) -> OpenAIChatModel:
+    return OpenAIChatModel("bench", base_url=f"{provider.base_url}/v1", api_key="sk-bench",
+                           http_client=client, settings=settings)
+
+
+async def close_seen_ms(provider: FakeProvider, client: httpx.AsyncClient, index: int,
+                        bare: bool) -> float:
+    """Break off a stalled stream after its first piece; ms until the server sees the close."""
+    provider.enqueue(Scenario(body=[*render_openai(text=["a ", "b "])[:2], Stall()],
+                              check_history=False))
+    if bare:
+        async with client.stream("POST", f"{provider.base_url}/v1/chat/completions",
+                                 json={"messages": []}) as response:
+            async for _ in response.aiter_raw():
+                stopped = time.monotonic()
+                break
+    else:
+        stream = openai_model(provider, client).generate_content(REQUEST, stream=True)
+        async with aclosing(stream) as responses:
+            async for _ in responses:
+                stopped = time.monotonic()
+                break
+    record = await provider.wait_closed(index, timeout=10.0)
+    assert record.closed_at is not None
+    return (record.closed_at - stopped) * 1000
+
+
+async def drain(model: OpenAIChatModel) -> None:
+    async with aclosing(model.generate_content(REQUEST, stream=True)) as responses:
+        async for _ in responses:
+            pass
+
+
+async def timeout_overrun_ms(provider: FakeProvider, client: httpx.AsyncClient,
+                             body: list[bytes | Stall | Trickle], settings: Settings,
+                             limit: float) -> float:
+    """ms between ``limit`` and the ``ProviderTimeout`` the adapter raises."""
+    provider.enqueue(Scenario(body=body, check_history=False))
+    start = time.monotonic()
+    try:
+        await drain(openai_model(provider, client, settings))
+    except ProviderTimeout:
+        return (time.monotonic() - start - limit) * 1000
+    raise AssertionError("no ProviderTimeout")
+
+
+async def retry_after_wait_s(provider: FakeProvider, client: httpx.AsyncClient) -> float:
+    """Seconds the server waited between a ``Retry-After: 1`` answer and the next attempt."""
+    before = len(provider.requests)
+    provider.enqueue(Scenario.error(429, headers={"retry-after": "1"}),
+                     Scenario(body=render_openai(text=["fine"]), check_history=False))
+    await drain(openai_model(provider, client))
+    first, second = provider.requests[before:]
+    return second.received_at - first.received_at
+
+
+async def measure_a3(samples: int) -> Figures:
+    idle = FAST.model_copy(update={"model_idle_timeout": 0.5})
+    total = FAST.model_copy(update={"model_idle_timeout": 0.3, "model_total_timeout": 1.0})
+    adapter, bare, idle_over, total_over, retry = [], [], [], [], []
+    async with FakeProvider() as provider, httpx.AsyncClient() as client:
+        for _ in range(samples):
+            adapter.append(await close_seen_ms(provider, client, len(provider.connections),
+                                               bare=False))
+            bare.append(await close_seen_ms(provider, client, len(provider.connections),
+                                            bare=True))
+            idle_over.append(await timeout_overrun_ms(
+                provider, client, [*render_openai(text=["one "])[:2], Stall()], idle, 0.5))
+            total_over.append(await timeout_overrun_ms(
+                provider, client, [Trickle(b": keep-alive\n", every=0.05, forever=True)],
+                total, 1.0))
+            retry.append(await retry_after_wait_s(provider, client))
+    return {"close_seen_ms": statistics.median(adapter),
+            "httpx_close_seen_ms": statistics.median(bare),
+            "idle_timeout_overrun_ms": statistics.median(idle_over),
+            "total_deadline_overrun_ms": statistics.median(total_over),
+            "retry_after_1_wait_s": statistics.median(retry)}
+
+
+def a3(samples: int) -> Figures:
+    return asyncio.run(measure_a3(samples))
 
 
 if __name__ == "__main__":

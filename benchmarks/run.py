@@ -1,4 +1,4 @@
-"""headwater benchmarks: runner overhead, tool turns, concurrency and first-event latency.
+"""headwater benchmarks: runner overhead, tool turns, concurrency, first-event latency, adapters.
 
     python benchmarks/run.py [--only S1,S2] [--repeat 3] [--small] [--profile S1]
 
@@ -63,12 +63,15 @@ class Sizes:
     s4_warmup: int = 20
     a1_chunks: int = 5_000
     a1_samples: int = 5
+    a2_bytes: int = 1 << 18
+    a2_samples: int = 3
+    a3_samples: int = 3
 
 
 FULL = Sizes()
 SMALL = Sizes(s1_chunks=50, s1_samples=1, s2_chunks=5, s2_turns_memory=5, s2_turns_sqlite=3,
               s2_warmup=1, s3_sessions=5, s3_chunks=10, s4_chunks=3, s4_turns=5, s4_warmup=1,
-              a1_chunks=50, a1_samples=1)
+              a1_chunks=50, a1_samples=1, a2_bytes=1 << 12, a2_samples=1, a3_samples=1)
 
 TARGETS: dict[str, dict[str, str]] = {
     "S1": {"overhead_us_per_chunk": "< 10"},
@@ -77,6 +80,10 @@ TARGETS: dict[str, dict[str, str]] = {
            "interleaved_wall_s": "< 3", "interleaved_peak_rss_mb": "< 300"},
     "S4": {"first_partial_ms": "< 1", "first_partial_after_gc_ms": "< 1"},
     "A1": {"ratio_to_floor": "< 2", "one_write_ratio_to_floor": "(reported)"},
+    "A2": {"cost_ratio_4x_bytes": "< 8 (4 = linear)"},
+    "A3": {"close_seen_ms": "< 100", "httpx_close_seen_ms": "< 100",
+           "idle_timeout_overrun_ms": "< 500", "total_deadline_overrun_ms": "< 500",
+           "retry_after_1_wait_s": ">= 1"},
 }
 
 METHODS: dict[str, str] = {
@@ -85,6 +92,16 @@ METHODS: dict[str, str] = {
            "the whole body as one write); floor = httpx aiter_lines over it; adapter = "
            "OpenAIChatModel.generate_content(stream=True) to its aggregate (SSE decode, JSON, "
            "aggregate, one partial per network read); medians of the samples, per chunk"),
+    "A2": ("SSEDecoder.feed() one byte at a time over a2_bytes, then 4 * a2_bytes, of "
+           "200-byte data events; best of a2_samples each; cost_ratio_4x_bytes = large / "
+           "small time (about 4 when linear, 16 when quadratic)"),
+    "A3": ("in-process FakeProvider, OpenAI wire format, medians of a3_samples: "
+           "close_seen_ms = from breaking off generate_content(stream=True) after its first "
+           "partial (the server then stalling) to the server seeing the close; "
+           "httpx_close_seen_ms = the same for a bare httpx stream; *_overrun_ms = how long "
+           "after model_idle_timeout (0.5 s, a stall) or model_total_timeout (1 s, comments "
+           "trickled every 50 ms) ProviderTimeout is raised; retry_after_1_wait_s = server "
+           "time between a 429 with Retry-After: 1 and the retried request"),
     "S1": ("one SSE turn of N 4-character chunks, in memory; per run, a warm-up turn then "
            "s1_samples timed turns: the median (and, as *_best, the fastest, which is what "
            "a busy shared machine disturbs least); runner = perf_counter_ns around "
@@ -397,6 +414,8 @@ SCENARIOS: dict[str, Callable[[Sizes], Figures]] = {
     "S3": s3,
     "S4": lambda sizes: asyncio.run(_s4(sizes)),
     "A1": lambda sizes: adapters.a1(sizes.a1_chunks, sizes.a1_samples),
+    "A2": lambda sizes: adapters.a2(sizes.a2_bytes, sizes.a2_samples),
+    "A3": lambda sizes: adapters.a3(sizes.a3_samples),
 }
 
 

@@ -1,4 +1,4 @@
-"""Shared test setup: a no-network guard and the PostgreSQL URL fixture.
+"""Shared test setup: a no-network guard, the PostgreSQL URL and child-process fixtures.
 
 Tests never reach the network (CONVENTIONS §7): from `pytest_configure` on,
 connecting a socket, or resolving a name, outside loopback raises
@@ -12,9 +12,12 @@ import ipaddress
 import os
 import socket
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
+
+import headwater
 
 _LOCAL_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost"})
 _patches: list[tuple[Any, str, Any]] = []
@@ -88,3 +91,16 @@ def postgres_url() -> str:
     if os.environ.get("CI", "").lower() not in ("", "0", "false"):
         pytest.fail("CI is set but HEADWATER_TEST_POSTGRES_URL is not; .ci/run exports it")
     pytest.skip("set HEADWATER_TEST_POSTGRES_URL to run against PostgreSQL")
+
+
+@pytest.fixture
+def child_env() -> dict[str, str]:
+    """The environment for a child Python: it imports the headwater under test.
+
+    ``PYTHONPATH`` starts with the absolute directory this process imported
+    headwater from, so a child started in another directory does not fall
+    back to some other installed copy.
+    """
+    src = str(Path(headwater.__file__).resolve().parents[1])
+    rest = os.environ.get("PYTHONPATH", "")
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (src, rest) if p)}

@@ -25,6 +25,9 @@ FIGURES = {
     "S4": {"first_partial_ms", "first_partial_p90_ms", "first_partial_after_gc_ms"},
     "A1": {f"{prefix}{key}" for prefix in ("", "one_write_")
            for key in ("floor_us_per_chunk", "adapter_us_per_chunk", "ratio_to_floor")},
+    "A2": {"us_per_kib_small", "us_per_kib_large", "cost_ratio_4x_bytes"},
+    "A3": {"close_seen_ms", "httpx_close_seen_ms", "idle_timeout_overrun_ms",
+           "total_deadline_overrun_ms", "retry_after_1_wait_s"},
 }
 
 

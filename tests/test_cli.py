@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import os
 import sqlite3
 import subprocess
 import sys
 from pathlib import Path
 
 
-def test_demo_runs_on_sqlite_and_the_scripted_model(tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HEADWATER_")}
+def test_demo_runs_on_sqlite_and_the_scripted_model(tmp_path: Path,
+                                                    child_env: dict[str, str]) -> None:
+    env = {k: v for k, v in child_env.items() if not k.startswith("HEADWATER_")}
     result = subprocess.run([sys.executable, "-m", "headwater.cli", "demo"], cwd=tmp_path,
                             env=env, capture_output=True, text=True, timeout=60, check=False)
     assert result.returncode == 0, result.stderr

@@ -9,14 +9,25 @@
 A module may import its own layer or lower ones. `headwater.testing` may import
 anything; nothing else imports it. The package root re-exports the public surface,
 so it is exempt as an importer and off limits as an import. Only the gateway
-imports web frameworks. Every import counts, including those under
-`if TYPE_CHECKING:` and inside functions.
+imports web frameworks.
+
+Two more rules keep the machinery private and the graph a tree of layers:
+
+- a private module (`headwater.models._sse`) or a private name
+  (`from .execution import _helper`) is imported only from inside the package
+  that defines it (`headwater.models`, and its sub-packages);
+- no import cycle between modules of `headwater`.
+
+Every import counts, including those under `if TYPE_CHECKING:` and inside
+functions.
 """
 
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
+import itertools
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -92,14 +103,30 @@ def _is_module(dotted: str, src: Path) -> bool:
     return base.with_suffix(".py").is_file() or (base / "__init__.py").is_file()
 
 
-def imports_of(path: Path, src: Path = SRC) -> Iterator[tuple[int, str]]:
-    """(line, absolute module name) for every import in the file at `path` under `src`."""
+@dataclass(frozen=True)
+class Import:
+    """One name an import statement binds.
+
+    Attributes:
+        line: where the statement is.
+        module: the absolute module it loads (``from . import events`` loads
+            ``headwater.events``).
+        name: the name it takes from `module` (``from .base import LlmRequest``),
+            or ``None`` when it binds a module.
+    """
+
+    line: int
+    module: str
+    name: str | None = None
+
+
+def _imports(path: Path, src: Path) -> Iterator[Import]:
     module = _module_name(path, src)
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
         if isinstance(node, ast.Import):
             for alias in node.names:
-                yield node.lineno, alias.name
+                yield Import(node.lineno, alias.name)
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 parts = package.split(".")
@@ -110,7 +137,16 @@ def imports_of(path: Path, src: Path = SRC) -> Iterator[tuple[int, str]]:
             for alias in node.names:
                 # `from . import events` imports the module headwater.events
                 candidate = f"{source}.{alias.name}"
-                yield node.lineno, candidate if _is_module(candidate, src) else source
+                if _is_module(candidate, src):
+                    yield Import(node.lineno, candidate)
+                else:
+                    yield Import(node.lineno, source, alias.name)
+
+
+def imports_of(path: Path, src: Path = SRC) -> Iterator[tuple[int, str]]:
+    """(line, absolute module name) for every import in the file at `path` under `src`."""
+    for found in _imports(path, src):
+        yield found.line, found.module
 
 
 def violations(src: Path = SRC) -> list[str]:
@@ -129,10 +165,148 @@ def violations(src: Path = SRC) -> list[str]:
     return found
 
 
+def _is_private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def _inside(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def check_private_import(
+    importer: str, imported: str, name: str | None = None, *, package: bool = False
+) -> str | None:
+    """Why `importer` may not take `name` (or the module itself) from `imported`, or ``None``.
+
+    A private module belongs to the package that holds it; a private name to the
+    package of the module that defines it (`imported` itself when `package`
+    says it is a package's ``__init__``). Only that package and its
+    sub-packages may import them.
+    """
+    if imported.split(".")[0] != PACKAGE:
+        return None
+    parts = imported.split(".")
+    private = next((i for i, part in enumerate(parts) if _is_private(part)), None)
+    if private is not None:
+        owner, what = ".".join(parts[:private]), f"private module {imported}"
+    elif name is not None and _is_private(name):
+        owner = imported if package else imported.rpartition(".")[0]
+        what = f"private name {name} of {imported}"
+    else:
+        return None
+    if _inside(importer, owner):
+        return None
+    return f"imports the {what} from outside {owner}; make it public or move the caller"
+
+
+def private_import_violations(src: Path = SRC) -> list[str]:
+    """One line per import of private machinery from outside the package that owns it."""
+    found = []
+    for path in sorted(src.rglob("*.py")):
+        importer = _module_name(path, src)
+        where = path.relative_to(src.parent).as_posix()
+        for imp in _imports(path, src):
+            is_package = (src.parent.joinpath(*imp.module.split(".")) / "__init__.py").is_file()
+            reason = check_private_import(importer, imp.module, imp.name, package=is_package)
+            if reason:
+                found.append(f"{where}:{imp.line}: {importer}: {reason}")
+    return found
+
+
+def import_graph(src: Path = SRC) -> dict[str, dict[str, int]]:
+    """importer -> {imported module of the package: line of the first such import}."""
+    graph: dict[str, dict[str, int]] = {}
+    for path in sorted(src.rglob("*.py")):
+        edges = graph.setdefault(_module_name(path, src), {})
+        for imp in _imports(path, src):
+            if imp.module.split(".")[0] == PACKAGE and _is_module(imp.module, src):
+                edges.setdefault(imp.module, imp.line)
+    return graph
+
+
+def strongly_connected(graph: Mapping[str, Mapping[str, int]]) -> list[list[str]]:
+    """Tarjan's strongly connected components of `graph`, each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    components: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for succ in graph.get(node, {}):
+            if succ not in index:
+                visit(succ)
+                low[node] = min(low[node], low[succ])
+            elif succ in on_stack:
+                low[node] = min(low[node], index[succ])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            components.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return components
+
+
+def _shortest_cycle(graph: Mapping[str, Mapping[str, int]], members: list[str]) -> list[str]:
+    """A shortest cycle through the first of `members`, staying inside them."""
+    start, inside = members[0], set(members)
+    parents: dict[str, str] = {}
+    frontier = [start]
+    while frontier:
+        following = []
+        for node in frontier:
+            for succ in sorted(graph.get(node, {})):
+                if succ == start:
+                    path = [node]
+                    while path[-1] != start:
+                        path.append(parents[path[-1]])
+                    return [*reversed(path), start]
+                if succ in inside and succ not in parents:
+                    parents[succ] = node
+                    following.append(succ)
+        frontier = following
+    raise AssertionError(f"{members} is not a cycle")
+
+
+def import_cycles(graph: Mapping[str, Mapping[str, int]]) -> dict[frozenset[str], str]:
+    """Each import cycle (its modules) -> a line naming them and one loop with its lines."""
+    found = {}
+    for members in strongly_connected(graph):
+        if len(members) == 1 and members[0] not in graph.get(members[0], {}):
+            continue
+        loop = _shortest_cycle(graph, members)
+        steps = ", ".join(f"{a} -> {b} (line {graph[a][b]})" for a, b in itertools.pairwise(loop))
+        found[frozenset(members)] = f"import cycle among {', '.join(members)}: {steps}"
+    return found
+
+
 def test_no_import_points_up() -> None:
     assert any(SRC.rglob("*.py")), f"no sources under {SRC}"
     found = violations()
     assert not found, "layering violations:\n" + "\n".join(found)
+
+
+def test_no_private_import_across_packages() -> None:
+    found = private_import_violations()
+    assert not found, "private machinery imported from outside its package:\n" + "\n".join(
+        found)
+
+
+def test_no_import_cycles() -> None:
+    cycles = import_cycles(import_graph())
+    found = sorted(cycles.values())
+    assert not found, "import cycles:\n" + "\n".join(found)
 
 
 @pytest.mark.parametrize(
@@ -203,3 +377,102 @@ def test_walk_resolves_relative_imports_and_reports(tmp_path: Path) -> None:
         "headwater/models/x.py:7: headwater: imports the package root; "
         "import from the defining module instead",
     ]
+
+
+@pytest.mark.parametrize(
+    ("importer", "imported", "name", "package"),
+    [
+        ("headwater.testing.fake_provider", "headwater.models._sse", None, False),
+        ("headwater.runner", "headwater.agents._execution", "CallOutcome", False),
+        ("headwater.runner", "headwater.agents.agent", "_drain", False),
+        ("headwater.sessions.sql", "headwater.models", "_factories", True),
+        ("headwater.models", "headwater.models.x._y", None, False),
+        ("headwater.tools.a", "headwater.models._wire.z", "public", False),
+    ],
+)
+def test_check_private_import_reports(importer: str, imported: str, name: str | None,
+                                      package: bool) -> None:
+    assert check_private_import(importer, imported, name, package=package) is not None
+
+
+@pytest.mark.parametrize(
+    ("importer", "imported", "name", "package"),
+    [
+        ("headwater.models.openai", "headwater.models._sse", "ServerSentEvent", False),
+        ("headwater.models", "headwater.models._http", None, False),
+        ("headwater.models.x.y", "headwater.models._sse", None, False),
+        ("headwater.agents.agent", "headwater.agents._execution", "_helper", False),
+        ("headwater.models.registry", "headwater.models", "_factories", True),
+        ("headwater.models.x", "headwater.models.base", "__all__", False),
+        ("headwater.runner", "asyncio", "_private", False),
+        ("headwater.runner", "headwater.agents.agent", "Agent", False),
+        ("headwater.tools.a", "headwater._shared", None, False),  # the whole package's
+    ],
+)
+def test_check_private_import_allows(importer: str, imported: str, name: str | None,
+                                     package: bool) -> None:
+    assert check_private_import(importer, imported, name, package=package) is None
+
+
+def _write_package(root: Path, files: dict[str, str]) -> Path:
+    pkg = root / PACKAGE
+    for name, text in {"__init__.py": "", **files}.items():
+        (pkg / name).parent.mkdir(parents=True, exist_ok=True)
+        (pkg / name).write_text(text)
+    return pkg
+
+
+def test_walk_reports_private_imports_from_outside_their_package(tmp_path: Path) -> None:
+    pkg = _write_package(tmp_path, {
+        "models/__init__.py": "from ._sse import Decoder\n_registry = {}\n",
+        "models/_sse.py": "class Decoder: ...\n",
+        "models/openai.py": "from ._sse import Decoder\nfrom . import _registry\n",
+        "models/wire/x.py": "from .. import _sse\n",
+        "testing/fake.py": "def later() -> None:\n    from ..models._sse import Decoder\n",
+        "runner.py": "from .models import _registry\nimport headwater.models._sse as s\n"
+                     "from .models.openai import _helper\n",
+    })
+    assert private_import_violations(pkg) == [
+        "headwater/runner.py:1: headwater.runner: imports the private name _registry of "
+        "headwater.models from outside headwater.models; make it public or move the caller",
+        "headwater/runner.py:2: headwater.runner: imports the private module "
+        "headwater.models._sse from outside headwater.models; make it public or move the caller",
+        "headwater/runner.py:3: headwater.runner: imports the private name _helper of "
+        "headwater.models.openai from outside headwater.models; make it public or move the "
+        "caller",
+        "headwater/testing/fake.py:2: headwater.testing.fake: imports the private module "
+        "headwater.models._sse from outside headwater.models; make it public or move the caller",
+    ]
+
+
+def test_walk_reports_cycles_through_local_and_type_checking_imports(tmp_path: Path) -> None:
+    pkg = _write_package(tmp_path, {
+        "models/__init__.py": "",
+        "models/base.py": "def connect() -> None:\n    from .connection import Conn\n",
+        "models/connection.py": "from typing import TYPE_CHECKING\n"
+                                "if TYPE_CHECKING:\n    from .base import Req\n",
+        "types.py": "",
+        "a.py": "from . import b\nfrom . import types\n",
+        "b.py": "from .c import x\n",
+        "c.py": "import headwater.a\n",
+        "d.py": "from .d import y\n",
+    })
+    cycles = import_cycles(import_graph(pkg))
+    assert cycles == {
+        frozenset({"headwater.a", "headwater.b", "headwater.c"}):
+            "import cycle among headwater.a, headwater.b, headwater.c: "
+            "headwater.a -> headwater.b (line 1), headwater.b -> headwater.c (line 1), "
+            "headwater.c -> headwater.a (line 1)",
+        frozenset({"headwater.models.base", "headwater.models.connection"}):
+            "import cycle among headwater.models.base, headwater.models.connection: "
+            "headwater.models.base -> headwater.models.connection (line 2), "
+            "headwater.models.connection -> headwater.models.base (line 3)",
+        frozenset({"headwater.d"}): "import cycle among headwater.d: "
+                                    "headwater.d -> headwater.d (line 1)",
+    }
+
+
+def test_an_acyclic_graph_has_no_cycles() -> None:
+    graph = {"a": {"b": 1, "c": 2}, "b": {"c": 1}, "c": {}}
+    assert import_cycles(graph) == {}
+    assert sorted(strongly_connected(graph)) == [["a"], ["b"], ["c"]]

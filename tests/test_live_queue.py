@@ -9,6 +9,7 @@ import pytest
 
 from headwater import Content, LiveRequestQueue
 from headwater.errors import QueueFull, UserError
+from headwater.testing import wait_until
 from headwater.types import Blob
 
 
@@ -44,10 +45,12 @@ async def test_overflow_drops_oldest_blob_but_never_content() -> None:
 
 async def test_waiting_consumer_is_woken_from_another_thread() -> None:
     queue = LiveRequestQueue()
+    assert not queue.waiting
     waiter = asyncio.ensure_future(queue.get())
-    await asyncio.sleep(0)
+    await wait_until(lambda: queue.waiting)
     thread = threading.Thread(target=queue.send_content, args=(Content.from_text("x"),))
     thread.start()
     thread.join()
     item = await asyncio.wait_for(waiter, 2)
     assert item.content is not None and item.content.text == "x"
+    assert not queue.waiting

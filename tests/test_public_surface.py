@@ -1,6 +1,7 @@
-"""The public names of DESIGN.md §8 exist (CONVENTIONS §3).
+"""The public names of docs/public-api.md exist (CONVENTIONS §3).
 
-The names are read from the python code block of §8, so the design and the code
+The names are read from the python code blocks of docs/public-api.md (the
+repository's copy of the design's public names), so the docs and the code
 cannot drift apart silently. Names that later work delivers are listed in
 `PENDING` and expected to fail; once one exists its test fails (strict xfail)
 until its entry is removed.
@@ -16,11 +17,7 @@ from types import ModuleType
 
 import pytest
 
-_HERE = Path(__file__).resolve()
-DESIGN_CANDIDATES = (
-    _HERE.parents[2] / "shared" / "DESIGN.md",  # CI: shared/ is a sibling of the repo
-    _HERE.parents[1] / "DESIGN.md",
-)
+PUBLIC_API = Path(__file__).resolve().parents[1] / "docs" / "public-api.md"
 
 # module, or (module, name) -> the issue that delivers it
 PENDING: dict[str | tuple[str, str], str] = {
@@ -37,16 +34,10 @@ ALL_MODULES = (
 )
 
 
-def _design() -> Path | None:
-    return next((path for path in DESIGN_CANDIDATES if path.is_file()), None)
-
-
 def design_imports(markdown: str) -> list[tuple[str, str]]:
-    """(module, name) for every `from headwater... import` in the §8 python blocks."""
-    section = re.search(r"^## 8\..*?(?=^## |\Z)", markdown, re.MULTILINE | re.DOTALL)
-    assert section, "DESIGN.md has no section '## 8.'"
-    blocks = re.findall(r"^```python\n(.*?)^```", section.group(), re.MULTILINE | re.DOTALL)
-    assert blocks, "DESIGN.md §8 has no python code block"
+    """(module, name) for every `from headwater... import` in the page's python blocks."""
+    blocks = re.findall(r"^```python\n(.*?)^```", markdown, re.MULTILINE | re.DOTALL)
+    assert blocks, "docs/public-api.md has no python code block"
     found = []
     for block in blocks:
         tree = ast.parse(block)  # top-level `await` is only rejected by the compiler
@@ -57,12 +48,8 @@ def design_imports(markdown: str) -> list[tuple[str, str]]:
 
 
 def _cases() -> list[object]:
-    design = _design()
-    if design is None:
-        reason = "DESIGN.md not found at " + " or ".join(map(str, DESIGN_CANDIDATES))
-        return [pytest.param("", "", marks=pytest.mark.skip(reason=reason), id="no-design")]
     cases: list[object] = []
-    for module, name in design_imports(design.read_text(encoding="utf-8")):
+    for module, name in design_imports(PUBLIC_API.read_text(encoding="utf-8")):
         issue = PENDING.get((module, name)) or PENDING.get(module)
         marks = []
         if issue:
@@ -103,22 +90,28 @@ def _import_if_present(module: str) -> ModuleType:
         pytest.skip(f"{module} does not exist yet")
 
 
-def test_design_lists_public_names() -> None:
-    design = _design()
-    if design is None:
-        pytest.skip("DESIGN.md not found at " + " or ".join(map(str, DESIGN_CANDIDATES)))
-    found = design_imports(design.read_text(encoding="utf-8"))
+def test_docs_list_public_names() -> None:
+    found = design_imports(PUBLIC_API.read_text(encoding="utf-8"))
     assert ("headwater", "Runner") in found
     assert ("headwater.models", "get_model") in found  # multi-line and commented imports
+    assert ("headwater.models", "AnthropicModel") in found
     keys = {*found, *(module for module, _ in found)}
     stale = [key for key in PENDING if key not in keys]
-    assert not stale, f"PENDING names entries DESIGN.md §8 no longer lists: {stale}"
+    assert not stale, f"PENDING names entries docs/public-api.md no longer lists: {stale}"
+
+
+def test_design_imports_reads_every_python_block() -> None:
+    page = ("# T\n```python\nfrom headwater import (A,\n    B)  # c\nx = 1\n```\n"
+            "text\n```python\nfrom headwater.models import C\nimport os\n```\n"
+            "```bash\nfrom headwater import D\n```\n")
+    assert design_imports(page) == [("headwater", "A"), ("headwater", "B"),
+                                    ("headwater.models", "C")]
 
 
 @pytest.mark.parametrize(("module", "name"), _cases())
 def test_design_name_is_importable(module: str, name: str) -> None:
     mod = importlib.import_module(module)
-    assert hasattr(mod, name), f"{module} has no attribute {name!r} (DESIGN.md §8)"
+    assert hasattr(mod, name), f"{module} has no attribute {name!r} (docs/public-api.md)"
     exported = getattr(mod, "__all__", None)
     if exported is not None:
         assert name in exported, f"{name!r} missing from {module}.__all__"
@@ -138,3 +131,14 @@ def test_all_is_a_sorted_tuple_of_real_names(module: str) -> None:
     assert len(set(exported)) == len(exported), f"{module}.__all__ has duplicates"
     missing = [name for name in exported if not hasattr(mod, name)]
     assert not missing, f"{module}.__all__ names what it does not define: {missing}"
+
+
+def test_names_exported_in_two_places_are_the_same_objects() -> None:
+    from headwater.models import AnthropicModel, LlmRequest, LlmResponse, OpenAIChatModel
+    from headwater.models.anthropic import AnthropicModel as FromAnthropic
+    from headwater.models.base import LlmRequest as BaseRequest
+    from headwater.models.base import LlmResponse as BaseResponse
+    from headwater.models.openai import OpenAIChatModel as FromOpenai
+
+    assert (AnthropicModel, OpenAIChatModel) == (FromAnthropic, FromOpenai)
+    assert (LlmRequest, LlmResponse) == (BaseRequest, BaseResponse)

@@ -1,8 +1,14 @@
 """headwater: a streaming-first agent development kit.
 
 One event stream per run; partial events for the screen, one aggregate per
-model call as the record. See DESIGN.md for the contracts.
+model call as the record. The contracts are in the repository's docs/.
+
+The library logs under ``"headwater"`` and leaves output to the application:
+the logger has a ``NullHandler``, so nothing reaches stderr (not even through
+Python's last-resort handler) until the application configures logging.
 """
+
+import logging as _logging
 
 from .agents.agent import Agent as Agent
 from .events import Event as Event
@@ -41,3 +47,5 @@ __all__ = (
 )
 
 __version__ = "0.1.0"
+
+_logging.getLogger(__name__).addHandler(_logging.NullHandler())

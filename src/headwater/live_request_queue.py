@@ -66,6 +66,12 @@ class LiveRequestQueue:
             self._loop = None
 
     @property
+    def waiting(self) -> bool:
+        """Whether a consumer is parked in :meth:`get`, waiting for a request."""
+        waiter = self._waiter
+        return waiter is not None and not waiter.done()
+
+    @property
     def closed(self) -> bool:
         """Whether :meth:`close` was called."""
         return self._closed

@@ -6,7 +6,14 @@ import pytest
 
 from headwater import Agent
 from headwater.errors import UserError
-from headwater.models import BaseLlm, LlmRequest, LlmResponse, get_model, register_model
+from headwater.models import (
+    BaseLlm,
+    LlmRequest,
+    LlmResponse,
+    get_model,
+    register_model,
+    registered_model,
+)
 from headwater.models.anthropic import AnthropicModel
 from headwater.models.openai import OpenAIChatModel
 from headwater.models.registry import available_providers
@@ -66,20 +73,39 @@ def test_built_ins_come_through_entry_points() -> None:
     assert isinstance(model, ScriptedModel) and model.model == "echo"
 
 
-def test_third_party_registration_and_agent_strings(monkeypatch: pytest.MonkeyPatch) -> None:
-    from headwater.models import registry
+class Mine(BaseLlm):
+    async def generate_content(self, request: LlmRequest, stream: bool = False):  # type: ignore[override]
+        yield LlmResponse()
 
-    monkeypatch.setattr(registry, "_factories", dict(registry._factories))
-    class Mine(BaseLlm):
-        async def generate_content(self, request: LlmRequest, stream: bool = False):  # type: ignore[override]
-            yield LlmResponse()
 
-    register_model("mine", Mine)
-    assert isinstance(get_model("mine:v1"), Mine)
-    agent = Agent(name="a", model="mine:v2")
-    assert isinstance(agent.model, Mine) and agent.model.model == "v2"
-    model = Mine("x")
-    assert get_model(model) is model
+def test_third_party_registration_and_agent_strings() -> None:
+    undo = register_model("mine", Mine)
+    try:
+        assert "mine" in available_providers()
+        assert isinstance(get_model("mine:v1"), Mine)
+        agent = Agent(name="a", model="mine:v2")
+        assert isinstance(agent.model, Mine) and agent.model.model == "v2"
+        model = Mine("x")
+        assert get_model(model) is model
+    finally:
+        undo()
+    assert "mine" not in available_providers()
+    with pytest.raises(UserError, match="unknown model provider 'mine'"):
+        get_model("mine:v1")
+
+
+def test_a_registration_in_a_block_shadows_a_built_in_and_is_undone(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-env")
+    with registered_model("openai", Mine):
+        assert isinstance(get_model("openai:gpt-4o"), Mine)
+        with registered_model("openai", ScriptedModel):
+            assert isinstance(get_model("openai:gpt-4o"), ScriptedModel)
+        assert isinstance(get_model("openai:gpt-4o"), Mine)
+    assert isinstance(get_model("openai:gpt-4o"), OpenAIChatModel)  # the built-in is back
+    with pytest.raises(RuntimeError, match="boom"), registered_model("mine", Mine):
+        raise RuntimeError("boom")
+    assert "mine" not in available_providers()
 
 
 def test_connect_emulates_live_for_streaming_models_and_refuses_others() -> None:

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from headwater import Agent, Event, RunConfig, Runner, StreamingMode
+from headwater.errors import UserError
 from headwater.models import LlmRequest, LlmResponse
 from headwater.testing import (
     ScriptedCall,
@@ -76,7 +77,7 @@ async def test_scripted_model_records_requests_and_runs_out_loudly() -> None:
     request = LlmRequest(contents=[Content.from_text("hi")])
     await play(model, stream=True)
     assert len(model.requests) == 1
-    with pytest.raises(Exception, match="no scripted turn left"):
+    with pytest.raises(UserError, match="no scripted turn left"):
         [r async for r in model.generate_content(request, stream=True)]
 
 
@@ -108,3 +109,13 @@ async def test_runner_turns_each_broken_shape_into_a_violation(name: str) -> Non
     assert [(e.author, e.text, e.error_code) for e in session.events] == [
         ("user", "where is A17?", None), ("a", "", "model_protocol_violation")]
     assert model.streams[0].closed
+
+
+async def test_a_turn_queued_first_plays_before_the_queued_ones() -> None:
+    model = ScriptedModel().reply("second").call("tool", first=True)
+    model.reply("zeroth", first=True).add(ScriptedTurn(text=("third",)))
+    assert model.pending == 4
+    finals = [check_stream_contract(await play(model, stream=True)) for _ in range(4)]
+    assert [(f.content.text, [c.name for c in f.content.function_calls]) for f in finals
+            if f.content is not None] == [("zeroth", []), ("", ["tool"]), ("second", []),
+                                          ("third", [])]

@@ -14,22 +14,20 @@ from typing import Any
 import httpx
 import pytest
 
-from headwater.testing._render import (
-    ToolCallSpec,
-    cut_inside_utf8,
-    load_transcript,
-    render_anthropic,
-    render_openai,
-    split_events,
-)
-from headwater.testing.fake_provider import (
+from headwater.testing import (
     Close,
     FakeProvider,
     Reset,
     Scenario,
     Sleep,
     Stall,
+    ToolCallSpec,
     Trickle,
+    cut_inside_utf8,
+    load_transcript,
+    render_anthropic,
+    render_openai,
+    split_events,
 )
 
 STREAMS = Path(__file__).parents[1] / "fixtures" / "provider-streams"
@@ -315,7 +313,7 @@ async def test_cut_inside_utf8_then_close_delivers_the_partial_character(
     assert bytes(received) == b"".join(body)
 
 
-async def test_stall_then_client_close_is_recorded_as_client_fin_promptly(
+async def test_stall_then_client_close_is_recorded_as_client_fin(
     provider: FakeProvider, client: httpx.AsyncClient
 ) -> None:
     provider.enqueue(Scenario(body=[b": hello\n\n", Stall()]))
@@ -324,11 +322,10 @@ async def test_stall_then_client_close_is_recorded_as_client_fin_promptly(
         async for chunk in response.aiter_raw():
             assert chunk == b": hello\n\n"
             break
-    closed_by_client = time.monotonic()
+    # How soon is benchmark A3's httpx_close_seen_ms (benchmarks/adapters.py).
 
-    record = await provider.wait_closed(0, timeout=1.0)
+    record = await provider.wait_closed(0, timeout=5.0)
     assert record.close_kind == "client_fin"
-    assert record.closed_at is not None and record.closed_at - closed_by_client < 0.1
 
 
 async def test_trickle_forever_is_ended_by_the_client(

@@ -1,17 +1,23 @@
-"""Model adapters and the model interface (DESIGN.md §3)."""
+"""Model adapters and the model interface (docs/architecture.md), exported where users look."""
 
 from .aggregator import StreamAggregator as StreamAggregator
+from .anthropic import AnthropicModel as AnthropicModel
 from .base import BaseLlm as BaseLlm
-from .base import LlmRequest as LlmRequest
-from .base import LlmResponse as LlmResponse
+from .llm_request import LlmRequest as LlmRequest
+from .llm_response import LlmResponse as LlmResponse
+from .openai import OpenAIChatModel as OpenAIChatModel
 from .registry import get_model as get_model
 from .registry import register_model as register_model
+from .registry import registered_model as registered_model
 
 __all__ = (
+    "AnthropicModel",
     "BaseLlm",
     "LlmRequest",
     "LlmResponse",
+    "OpenAIChatModel",
     "StreamAggregator",
     "get_model",
     "register_model",
+    "registered_model",
 )

@@ -38,7 +38,9 @@ from ..errors import (
 from ..settings import Settings, get_settings
 from ._sse import ServerSentEvent, SSEDecoder
 from .aggregator import StreamAggregator
-from .base import BaseLlm, LlmRequest, LlmResponse
+from .base import BaseLlm
+from .llm_request import LlmRequest
+from .llm_response import LlmResponse
 
 _MAX_ERROR_BODY = 64 * 1024
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from ..errors import ErrorCode
 from ..types import Content, Part, Usage
 from ._toolcalls import ToolCallAssembler
-from .base import LlmResponse
+from .llm_response import LlmResponse
 
 
 class StreamAggregator:

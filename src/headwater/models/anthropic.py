@@ -22,7 +22,7 @@ from ..errors import MalformedChunk, UserError
 from ..types import Content, Part, Usage
 from ._http import HttpStreamingModel, StreamParser
 from ._sse import ServerSentEvent
-from .base import LlmRequest
+from .llm_request import LlmRequest
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 API_VERSION = "2023-06-01"

@@ -1,55 +1,17 @@
-"""The model interface: requests, responses and ``BaseLlm`` (DESIGN.md §3)."""
+"""The model interface: ``BaseLlm`` (DESIGN.md §3).
+
+``LlmRequest`` and ``LlmResponse`` live in their own modules and are
+re-exported here, where ADK users look for them.
+"""
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import AsyncGenerator
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
 
-from ..errors import ErrorCode
-from ..types import Content, ToolDeclaration, Usage
-
-if TYPE_CHECKING:
-    from .connection import BaseLlmConnection
-
-
-@dataclass(slots=True)
-class LlmRequest:
-    """Everything one model call needs, built from persisted history.
-
-    Attributes:
-        model: the model name the adapter should ask for.
-        system_instruction: the agent's instruction, if any.
-        contents: the conversation, oldest first; never holds a partial.
-        tools: declarations of the tools the model may call.
-        config: provider generation settings (temperature, max tokens, …).
-    """
-
-    model: str = ""
-    system_instruction: str | None = None
-    contents: list[Content] = field(default_factory=list)
-    tools: list[ToolDeclaration] = field(default_factory=list)
-    config: dict[str, Any] = field(default_factory=dict)  # raw provider options
-
-
-@dataclass(slots=True)
-class LlmResponse:
-    """One item a model yields: a partial delta or the one aggregate of a call.
-
-    The contract (checked by ``headwater.testing.check_stream_contract``): zero
-    or more partials, then exactly one non-partial; partial texts concatenate to
-    the final text; only the final carries function calls and usage.
-    """
-
-    content: Content | None = None
-    partial: bool = False
-    finish_reason: str | None = None
-    usage: Usage | None = None
-    error_code: ErrorCode | None = None
-    error_message: str | None = None
-    turn_complete: bool = False
-    interrupted: bool = False
+from .connection import BaseLlmConnection, EmulatedLlmConnection
+from .llm_request import LlmRequest as LlmRequest
+from .llm_response import LlmResponse as LlmResponse
 
 
 class BaseLlm(ABC):
@@ -96,8 +58,6 @@ class BaseLlm(ABC):
             NotImplementedError: this model has no live connection.
         """
         if self.live_emulation:
-            from .connection import EmulatedLlmConnection
-
             return EmulatedLlmConnection(self, request)
         raise NotImplementedError(
             f"model {self.model!r} ({type(self).__name__}) does not support live (BIDI) "

@@ -17,15 +17,27 @@ import logging
 from abc import ABC, abstractmethod
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from ..errors import ModelError
 from ..types import Blob, Content, Part
-
-if TYPE_CHECKING:
-    from .base import BaseLlm, LlmRequest, LlmResponse
+from .llm_request import LlmRequest
+from .llm_response import LlmResponse
 
 logger = logging.getLogger("headwater.models")
+
+
+class StreamingModel(Protocol):
+    """What an emulated connection needs of a model: its name and streamed calls.
+
+    Every :class:`~headwater.models.base.BaseLlm` is one.
+    """
+
+    model: str
+
+    def generate_content(
+        self, request: LlmRequest, stream: bool = False
+    ) -> AsyncGenerator[LlmResponse, None]: ...
 
 
 class BaseLlmConnection(ABC):
@@ -78,7 +90,7 @@ class EmulatedLlmConnection(BaseLlmConnection):
 
     _END: LlmResponse | None = None
 
-    def __init__(self, model: BaseLlm, request: LlmRequest) -> None:
+    def __init__(self, model: StreamingModel, request: LlmRequest) -> None:
         self._model = model
         self._request = request
         self._contents: list[Content] = list(request.contents)
@@ -150,8 +162,6 @@ class EmulatedLlmConnection(BaseLlmConnection):
                 await asyncio.wait([self._turn])
 
     async def _run_turn(self) -> None:
-        from .base import LlmRequest, LlmResponse
-
         request = LlmRequest(model=self._request.model,
                              system_instruction=self._request.system_instruction,
                              contents=list(self._contents), tools=list(self._request.tools),

@@ -18,7 +18,7 @@ Invariants, by the name a :class:`~headwater.errors.ModelProtocolViolation` carr
 from __future__ import annotations
 
 from ..errors import ModelProtocolViolation
-from .base import LlmResponse
+from .llm_response import LlmResponse
 
 
 class StreamContract:

@@ -22,7 +22,7 @@ from ..errors import MalformedChunk, UserError
 from ..types import Content, Usage
 from ._http import HttpStreamingModel, StreamParser
 from ._sse import ServerSentEvent
-from .base import LlmRequest
+from .llm_request import LlmRequest
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 _CUT_SHORT = {"length": "the model stopped at its token limit",

@@ -17,7 +17,9 @@ from ..errors import ErrorCode, UserError
 from ..events import new_id
 from ..types import Usage
 from .aggregator import StreamAggregator
-from .base import BaseLlm, LlmRequest, LlmResponse
+from .base import BaseLlm
+from .llm_request import LlmRequest
+from .llm_response import LlmResponse
 
 
 @dataclass(slots=True)
@@ -120,22 +122,34 @@ class ScriptedModel(BaseLlm):
         self.requests: list[LlmRequest] = []
         self.streams: list[StreamRecord] = []
 
-    def add(self, turn: ScriptedTurn) -> ScriptedModel:
-        """Queue a turn; returns ``self`` for chaining."""
-        self._turns.append(turn)
+    def add(self, turn: ScriptedTurn, *, first: bool = False) -> ScriptedModel:
+        """Queue a turn; returns ``self`` for chaining.
+
+        Args:
+            turn: what the model does on that call.
+            first: play it on the next call, ahead of the turns already queued
+                (a question answered while a scripted conversation waits).
+        """
+        if first:
+            self._turns.appendleft(turn)
+        else:
+            self._turns.append(turn)
         return self
 
-    def reply(self, *text: str, **options: Any) -> ScriptedModel:
-        """Queue a text turn streamed as the given pieces."""
-        return self.add(ScriptedTurn(text=text, **options))
+    def reply(self, *text: str, first: bool = False, **options: Any) -> ScriptedModel:
+        """Queue a text turn streamed as the given pieces (``first``: as in :meth:`add`)."""
+        return self.add(ScriptedTurn(text=text, **options), first=first)
 
     def call(
         self, name: str, args: dict[str, Any] | None = None, *, fragments: int = 1,
-        call_id: str | None = None, **options: Any,
+        call_id: str | None = None, first: bool = False, **options: Any,
     ) -> ScriptedModel:
-        """Queue a turn that calls one tool (``text=`` may precede the call)."""
+        """Queue a turn that calls one tool (``text=`` may precede the call).
+
+        ``first``: as in :meth:`add`.
+        """
         scripted = ScriptedCall(name=name, args=args or {}, id=call_id, fragments=fragments)
-        return self.add(ScriptedTurn(calls=(scripted,), **options))
+        return self.add(ScriptedTurn(calls=(scripted,), **options), first=first)
 
     @property
     def pending(self) -> int:

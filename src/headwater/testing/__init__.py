@@ -5,13 +5,15 @@
 ``FakeProvider`` is a loopback HTTP server that speaks OpenAI and Anthropic SSE
 at the byte level (and can stall, cut, reset and trickle), with renderers that
 build provider streams from an abstract turn; ``VirtualClock`` and
-``LiveHarness`` test live runs and time-based tools in virtual time.
+``LiveHarness`` test live runs and time-based tools in virtual time;
+``wait_until`` waits on a condition instead of a count of event-loop turns.
 """
 
 from ..models.scripted import ScriptedCall as ScriptedCall
 from ..models.scripted import ScriptedModel as ScriptedModel
 from ..models.scripted import ScriptedTurn as ScriptedTurn
 from ..models.scripted import StreamRecord as StreamRecord
+from ._render import ToolCallSpec as ToolCallSpec
 from ._render import cut_inside_utf8 as cut_inside_utf8
 from ._render import load_transcript as load_transcript
 from ._render import render_anthropic as render_anthropic
@@ -30,6 +32,7 @@ from .fake_provider import Sleep as Sleep
 from .fake_provider import Stall as Stall
 from .fake_provider import Trickle as Trickle
 from .harness import LiveHarness as LiveHarness
+from .waiting import wait_until as wait_until
 
 __all__ = (
     "Close",
@@ -46,6 +49,7 @@ __all__ = (
     "Stall",
     "StreamContractError",
     "StreamRecord",
+    "ToolCallSpec",
     "Trickle",
     "VirtualClock",
     "check_stream_contract",
@@ -54,4 +58,5 @@ __all__ = (
     "render_anthropic",
     "render_openai",
     "split_events",
+    "wait_until",
 )

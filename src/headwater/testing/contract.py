@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..errors import ModelProtocolViolation
-from ..models.base import LlmResponse
 from ..models.contract import StreamContract
+from ..models.llm_response import LlmResponse
 
 
 class StreamContractError(AssertionError):

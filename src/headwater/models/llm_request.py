@@ -1,0 +1,27 @@
+"""``LlmRequest``: what one model call is asked (DESIGN.md §3)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..types import Content, ToolDeclaration
+
+
+@dataclass(slots=True)
+class LlmRequest:
+    """Everything one model call needs, built from persisted history.
+
+    Attributes:
+        model: the model name the adapter should ask for.
+        system_instruction: the agent's instruction, if any.
+        contents: the conversation, oldest first; never holds a partial.
+        tools: declarations of the tools the model may call.
+        config: provider generation settings (temperature, max tokens, …).
+    """
+
+    model: str = ""
+    system_instruction: str | None = None
+    contents: list[Content] = field(default_factory=list)
+    tools: list[ToolDeclaration] = field(default_factory=list)
+    config: dict[str, Any] = field(default_factory=dict)  # raw provider options

@@ -1,0 +1,78 @@
+"""The repository carries its own docs, and they agree with the code.
+
+Tests read only files inside the repository: the design's contracts live in
+docs/, the license beside pyproject.toml.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from headwater.errors import ERROR_CODES
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+PAGES = ("architecture.md", "event-contract.md", "frame-protocol.md", "public-api.md")
+
+# Codes the docs list before the code has them -> the work that adds them.
+PENDING_CODES = {"store_unavailable": "the session store work"}
+TOOL_RESULT_CODES = {"tool_error", "invalid_arguments", "unknown_tool", "timeout",
+                     "budget_exceeded", "cancelled", "interrupted", "denied",
+                     "stream_incomplete"}
+
+
+def table_codes(markdown: str, heading: str) -> list[str]:
+    """The first-column codes of the table under ``## <heading>``."""
+    section = re.search(rf"^## {re.escape(heading)}\n(.*?)(?=^## |\Z)", markdown,
+                        re.MULTILINE | re.DOTALL)
+    assert section, f"no section '## {heading}'"
+    return re.findall(r"^\| `([a-z_]+)` \|", section.group(1), re.MULTILINE)
+
+
+def test_table_codes_reads_one_section() -> None:
+    page = ("## A\n| code | when |\n|---|---|\n| `x_y` | a |\n| `z` | b |\n"
+            "## B\n| `w` | c |\n")
+    assert table_codes(page, "A") == ["x_y", "z"]
+    assert table_codes(page, "B") == ["w"]
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_every_page_exists_and_its_links_resolve(page: str) -> None:
+    text = (DOCS / page).read_text(encoding="utf-8")
+    assert text.startswith("# ")
+    for target in re.findall(r"\]\(([^)#]+\.md)(?:#[^)]*)?\)", text):
+        assert (DOCS / target).is_file(), f"{page} links to missing {target}"
+
+
+def test_error_codes_in_the_docs_are_the_code_s() -> None:
+    documented = table_codes((DOCS / "event-contract.md").read_text(encoding="utf-8"),
+                             "Error codes")
+    assert len(documented) == len(set(documented))
+    assert set(documented) == ERROR_CODES | set(PENDING_CODES)
+    landed = sorted(set(PENDING_CODES) & ERROR_CODES)
+    assert not landed, f"remove {landed} from PENDING_CODES: errors.py has them now"
+
+
+def test_tool_result_codes_are_documented() -> None:
+    documented = table_codes((DOCS / "event-contract.md").read_text(encoding="utf-8"),
+                             "Tool error results")
+    assert set(documented) == TOOL_RESULT_CODES
+
+
+def test_readme_points_at_docs_and_nothing_missing() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert "DESIGN.md" not in readme  # not in the repository
+    assert "docs/event-contract.md" in readme
+    for target in re.findall(r"\]\(([^)#:]+)\)", readme):
+        assert (ROOT / target).exists(), f"README links to missing {target}"
+
+
+def test_the_license_is_the_one_pyproject_names() -> None:
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    assert pyproject["project"]["license"] == {"text": "Apache-2.0"}
+    license_text = (ROOT / "LICENSE").read_text(encoding="utf-8")
+    assert "Apache License" in license_text and "Version 2.0, January 2004" in license_text
