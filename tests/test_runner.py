@@ -368,7 +368,7 @@ async def test_an_adapter_bug_propagates_and_the_session_stays_usable() -> None:
     runner, sid = await make(_ExplodingModel("boom"))
     with pytest.raises(RuntimeError, match="adapter bug"):
         await collect(runner, sid)
-    runner.agent._model = ScriptedModel().reply("fine")
+    runner.agent.model = ScriptedModel().reply("fine")
     assert (await collect(runner, sid))[-1].text == "fine"
 
 

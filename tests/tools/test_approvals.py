@@ -125,10 +125,9 @@ async def test_mismatched_and_replayed_answers_are_refused_and_lose_nothing() ->
 
 async def test_a_text_message_while_approval_is_pending_keeps_history_valid() -> None:
     model = deploy_model()
-    model.reply("It will deploy to prod once you approve.")
     runner = runner_for(model)
     await run(runner, "deploy to prod")
-    model._turns.rotate(-1)  # the question is answered before the deployment's reply
+    model.reply("It will deploy to prod once you approve.", first=True)  # answered next
     events = await run(runner, "what will it do?")
     assert events[-1].text == "It will deploy to prod once you approve."
     contents = model.requests[1].contents
