@@ -2,8 +2,19 @@
 
 from __future__ import annotations
 
+import dataclasses
+
+import pytest
+
 from headwater import Event, EventActions
-from headwater.events import ToolProgress, ToolStreamEvent, event_from_json, event_to_json
+from headwater.events import (
+    NO_ACTIONS,
+    ToolProgress,
+    ToolStreamEvent,
+    event_from_json,
+    event_to_json,
+    partial_event,
+)
 from headwater.types import Blob, Content, FunctionCall, FunctionResponse, Part, Usage
 
 
@@ -42,3 +53,21 @@ def test_json_round_trip_keeps_every_field() -> None:
 
 def test_ids_are_unique() -> None:
     assert len({Event().id for _ in range(1000)}) == 1000
+
+
+def test_partial_event_is_a_partial_event_with_read_only_empty_actions() -> None:
+    content = Content("model", [Part(text="Hel")])
+    fast = partial_event("inv", "agent", content, branch="agent/c1")
+    slow = Event(invocation_id="inv", author="agent", content=content, branch="agent/c1",
+                 partial=True)
+    fast.id, fast.timestamp = slow.id, slow.timestamp
+    # Every field is set (a field added to Event and forgotten here fails this) and equal,
+    # the actions aside, which are empty but shared and read-only.
+    for name in (f.name for f in dataclasses.fields(Event)):
+        if name not in ("actions", "long_running_tool_ids"):
+            assert getattr(fast, name) == getattr(slow, name), name
+    assert list(fast.long_running_tool_ids) == []
+    assert not fast.actions.state_delta and not fast.actions.requested_approvals
+    with pytest.raises(TypeError):
+        fast.actions.state_delta["k"] = 1
+    assert fast.actions is NO_ACTIONS and fast.is_final_response() is False

@@ -11,10 +11,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from headwater.errors import ToolCallAssemblyError
-from headwater.models import StreamAggregator
+from headwater.models import LlmResponse, StreamAggregator
 from headwater.models._toolcalls import ToolCallAssembler
 from headwater.testing import check_stream_contract
-from headwater.types import Usage
+from headwater.types import Content, Part, Usage
 
 
 def test_aggregator_builds_partials_and_one_final() -> None:
@@ -113,3 +113,11 @@ def test_truncated_arguments_never_assemble(args: dict[str, Any], data: st.DataO
     assembler.feed(index=0, call_id="c", name="f", arguments=text[:cut])
     with pytest.raises(ToolCallAssemblyError):
         assembler.finish()
+
+
+@pytest.mark.parametrize("thought", [False, True])
+def test_the_per_chunk_partial_equals_the_constructors(thought: bool) -> None:
+    agg = StreamAggregator()
+    made = agg.thought("abc") if thought else agg.text("abc")
+    assert made == LlmResponse(content=Content("model", [Part(text="abc", thought=thought)]),
+                               partial=True)

@@ -142,5 +142,33 @@ class StreamAggregator:
         )
 
 
+_new = object.__new__
+
+
 def _partial(text: str, thought: bool) -> LlmResponse:
-    return LlmResponse(content=Content("model", [Part(text=text, thought=thought)]), partial=True)
+    """``LlmResponse(content=Content("model", [Part(text=, thought=)]), partial=True)``.
+
+    Built slot by slot: this runs once per streamed chunk, and the dataclass
+    constructors (keyword parsing, defaults) cost more than twice as much.
+    ``tests/models/test_aggregator.py`` checks it equals the constructors' result.
+    """
+    part: Part = _new(Part)
+    part.text = text
+    part.thought = thought
+    part.thought_signature = None
+    part.function_call = None
+    part.function_response = None
+    part.inline_data = None
+    content: Content = _new(Content)
+    content.role = "model"
+    content.parts = [part]
+    response: LlmResponse = _new(LlmResponse)
+    response.content = content
+    response.partial = True
+    response.finish_reason = None
+    response.usage = None
+    response.error_code = None
+    response.error_message = None
+    response.turn_complete = False
+    response.interrupted = False
+    return response

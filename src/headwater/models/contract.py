@@ -62,8 +62,12 @@ class StreamContract:
             if part.function_call is not None or part.function_response is not None:
                 raise ModelProtocolViolation(
                     "calls_only_on_final", "a partial response carried a function call")
-            if part.text is not None:
-                (self._thoughts if part.thought else self._texts).append(part.text)
+            text = part.text
+            if text is not None:
+                if part.thought:
+                    self._thoughts.append(text)
+                else:
+                    self._texts.append(text)
 
     def final_response(self, final: LlmResponse) -> None:
         """Check the non-partial response against the partials seen before it."""
