@@ -263,8 +263,11 @@ class Store(Protocol):
         """Appended to a session-row SELECT that must lock the row (PostgreSQL)."""
         ...
 
-    def start_write(self, steps: Steps[T]) -> asyncio.Future[T]:
-        """Start a write that finishes (commits or rolls back) whatever its caller does."""
+    def start_write(self, steps: Steps[T], order: Key | None = None) -> asyncio.Future[T]:
+        """Start a write that finishes (commits or rolls back) whatever its caller does.
+
+        Writes with the same ``order`` key resolve in the order they commit.
+        """
         ...
 
     async def write(self, steps: Steps[T]) -> T: ...

@@ -117,13 +117,34 @@ class PostgresStore:
         self._schema_lock = asyncio.Lock()
         self._schema_ready = False
         self._writes: set[asyncio.Future[Any]] = set()
+        self._order: dict[core.Key, tuple[asyncio.Lock, list[int]]] = {}
 
-    def start_write(self, steps: core.Steps[T]) -> asyncio.Future[T]:
-        """Start a write as a task of its own: a cancelled caller does not cancel it."""
-        task = asyncio.ensure_future(self.write(steps))
+    def start_write(self, steps: core.Steps[T], order: core.Key | None = None
+                    ) -> asyncio.Future[T]:
+        """Start a write as a task of its own: a cancelled caller does not cancel it.
+
+        Writes with the same ``order`` key run one after another, in the order
+        they started, so they finish (and update the caller's ``Session``) in
+        the order they committed. They would wait for the row lock anyway.
+        """
+        task = asyncio.ensure_future(self._ordered(steps, order) if order else self.write(steps))
         self._writes.add(task)
         task.add_done_callback(self._writes.discard)
         return task
+
+    async def _ordered(self, steps: core.Steps[T], order: core.Key) -> T:
+        entry = self._order.get(order)
+        if entry is None:
+            entry = self._order[order] = (asyncio.Lock(), [0])
+        lock, users = entry
+        users[0] += 1
+        try:
+            async with lock:
+                return await self.write(steps)
+        finally:
+            users[0] -= 1
+            if not users[0]:
+                del self._order[order]
 
     async def write(self, steps: core.Steps[T]) -> T:
         return await self._run(steps)

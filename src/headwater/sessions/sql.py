@@ -251,7 +251,7 @@ class SqlSessionService(BaseSessionService):
             data=event_to_json(event).decode(), delta=json.dumps(delta) if delta else None,
             call_ids=tuple(final_call_ids(event)),
             holder=(lease.owner, lease.run_id) if lease is not None else None)
-        return self._store.start_write(core.append(write, self._store.lock))
+        return self._store.start_write(core.append(write, self._store.lock), order=write.key)
 
     async def _append(
         self, session: Session, event: Event, delta: dict[str, Any], lease: Lease | None

@@ -304,8 +304,13 @@ class SqliteStore:
                             f"{opened.queue_timeout} s (setting sqlite_queue_timeout)"))
                     return
 
-    def start_write(self, steps: core.Steps[T]) -> asyncio.Future[T]:
-        """Queue a write at once (opening the store first if need be); see :meth:`submit`."""
+    def start_write(self, steps: core.Steps[T], order: core.Key | None = None
+                    ) -> asyncio.Future[T]:
+        """Queue a write at once (opening the store first if need be); see :meth:`submit`.
+
+        The one writer thread commits in queue order, and hands outcomes back
+        in that order: ``order`` needs nothing more here.
+        """
         opened = self._open
         if opened is not None:
             return self.submit(steps, opened)
