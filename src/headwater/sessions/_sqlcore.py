@@ -15,10 +15,9 @@ grows in commit order within a session (what the incremental read relies on).
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
-from collections.abc import Callable, Generator
+from collections.abc import Awaitable, Callable, Generator
 from dataclasses import dataclass
 from typing import Any, Final, Protocol, TypeVar
 
@@ -263,10 +262,14 @@ class Store(Protocol):
         """Appended to a session-row SELECT that must lock the row (PostgreSQL)."""
         ...
 
-    def start_write(self, steps: Steps[T], order: Key | None = None) -> asyncio.Future[T]:
+    def start_write(self, steps: Steps[T], order: Key | None = None,
+                    on_commit: Callable[[], None] | None = None) -> Awaitable[T]:
         """Start a write that finishes (commits or rolls back) whatever its caller does.
 
-        Writes with the same ``order`` key resolve in the order they commit.
+        Cancelling the awaitable stops only the waiting. ``on_commit`` is
+        called on the loop once the write committed, before the awaitable
+        completes; writes with the same ``order`` key commit (and call it) in
+        the order they started.
         """
         ...
 

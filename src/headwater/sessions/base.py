@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -165,30 +166,39 @@ class BaseSessionService(ABC):
                 f"(event {event.id} by {event.author!r})"
             )
         delta = persistent_delta(event)
-        commit = self._start_append(session, event, delta, lease)
-        if commit.done():  # a store that writes synchronously (in memory)
-            _apply_commit(commit, session, event, delta)
-            commit.result()
-            return event
-        commit.add_done_callback(lambda done: _apply_commit(done, session, event, delta))
-        # The shield keeps a cancelled caller from cancelling the write itself;
-        # the callback above, registered first, updates `session` before any
-        # awaiting caller resumes.
-        await asyncio.shield(commit)
+
+        def committed() -> None:
+            session.events.append(event)
+            if delta:
+                session.state.update(delta)
+            session.last_update_time = event.timestamp
+
+        await self._start_append(session, event, delta, lease, committed)
         return event
 
     def _start_append(
-        self, session: Session, event: Event, delta: dict[str, Any], lease: Lease | None
-    ) -> asyncio.Future[None]:
-        """Start committing ``event`` and ``delta``; the future resolves when it is done.
+        self, session: Session, event: Event, delta: dict[str, Any], lease: Lease | None,
+        on_commit: Callable[[], None],
+    ) -> Awaitable[None]:
+        """Start committing ``event`` and ``delta``; await the result to wait for the outcome.
 
-        The default runs :meth:`_append` as a task that a cancelled caller does
-        not cancel. Stores that write in another thread override this.
+        The contract every store keeps: the write goes on whatever happens to
+        the awaitable (cancelling it only stops the waiting), and ``on_commit``
+        is called on the event loop as soon as the write has committed, before
+        the awaitable completes, whether or not anyone still waits.
+
+        The default runs :meth:`_append` as a task of its own.
         """
         task = asyncio.ensure_future(self._append(session, event, delta, lease))
         _pending_writes.add(task)
-        task.add_done_callback(_pending_writes.discard)
-        return task
+
+        def done(finished: asyncio.Future[None]) -> None:
+            _pending_writes.discard(finished)
+            if not finished.cancelled() and finished.exception() is None:
+                on_commit()
+
+        task.add_done_callback(done)  # registered before the shield's, so it runs first
+        return asyncio.shield(task)
 
     @abstractmethod
     async def _append(
@@ -273,19 +283,7 @@ class BaseSessionService(ABC):
         """Release connections; the service may not be used afterwards."""
 
 
-_pending_writes: set[asyncio.Future[None]] = set()  # writes no caller awaits any more
-
-
-def _apply_commit(
-    done: asyncio.Future[None], session: Session, event: Event, delta: dict[str, Any]
-) -> None:
-    """Mirror a committed append in the caller's ``Session`` (a done-callback, on the loop)."""
-    if done.cancelled() or done.exception() is not None:
-        return
-    session.events.append(event)
-    if delta:
-        session.state.update(delta)
-    session.last_update_time = event.timestamp
+_pending_writes: set[asyncio.Future[None]] = set()  # writes no caller may await any more
 
 
 def final_call_ids(event: Event) -> list[str]:

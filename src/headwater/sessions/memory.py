@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import time
 import uuid
-from typing import Any
+from collections.abc import Awaitable, Callable, Generator
+from typing import Any, Final
 
 from ..errors import CallAlreadyAnsweredError, LeaseLostError, SessionError, SessionNotFoundError
 from ..events import Event
@@ -84,17 +84,14 @@ class InMemorySessionService(BaseSessionService):
         return EventPage(events=list(page), next_cursor=end if end < len(stored.events) else None)
 
     def _start_append(
-        self, session: Session, event: Event, delta: dict[str, Any], lease: Lease | None
-    ) -> asyncio.Future[None]:
-        # Synchronous, hence atomic on the loop: checks and writes see no other call between them.
-        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        try:
-            self._commit(session, event, delta, lease)
-        except Exception as exc:  # handed to the caller through the future
-            done.set_exception(exc)
-        else:
-            done.set_result(None)
-        return done
+        self, session: Session, event: Event, delta: dict[str, Any], lease: Lease | None,
+        on_commit: Callable[[], None],
+    ) -> Awaitable[None]:
+        # Synchronous, hence atomic on the loop: checks and writes see no other call between
+        # them, and a cancel cannot land in the middle. Failures raise from here.
+        self._commit(session, event, delta, lease)
+        on_commit()
+        return _DONE
 
     async def _append(
         self, session: Session, event: Event, delta: dict[str, Any], lease: Lease | None
@@ -161,6 +158,17 @@ class InMemorySessionService(BaseSessionService):
         if stored is None:
             raise SessionNotFoundError(f"no session {key[2]!r} for this user")
         return stored
+
+
+class _Done:
+    """An awaitable that is already complete (awaiting it never suspends)."""
+
+    def __await__(self) -> Generator[None, None, None]:
+        return
+        yield
+
+
+_DONE: Final = _Done()
 
 
 def _copy(s: Session) -> Session:

@@ -8,7 +8,7 @@ session's row first, so writes of one session from any replica serialise.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, Final, TypeVar
 
 from sqlalchemy import (
@@ -119,32 +119,42 @@ class PostgresStore:
         self._writes: set[asyncio.Future[Any]] = set()
         self._order: dict[core.Key, tuple[asyncio.Lock, list[int]]] = {}
 
-    def start_write(self, steps: core.Steps[T], order: core.Key | None = None
-                    ) -> asyncio.Future[T]:
-        """Start a write as a task of its own: a cancelled caller does not cancel it.
+    def start_write(self, steps: core.Steps[T], order: core.Key | None = None,
+                    on_commit: Callable[[], None] | None = None) -> Awaitable[T]:
+        """Start a write as a task of its own; see :class:`~._sqlcore.Store`.
 
         Writes with the same ``order`` key run one after another, in the order
-        they started, so they finish (and update the caller's ``Session``) in
-        the order they committed. They would wait for the row lock anyway.
+        they started (they would wait for the session's row lock anyway), so
+        ``on_commit`` calls follow the commit order.
         """
-        task = asyncio.ensure_future(self._ordered(steps, order) if order else self.write(steps))
+        task = asyncio.ensure_future(self._write_in_order(steps, order, on_commit))
         self._writes.add(task)
         task.add_done_callback(self._writes.discard)
-        return task
+        return asyncio.shield(task)
 
-    async def _ordered(self, steps: core.Steps[T], order: core.Key) -> T:
-        entry = self._order.get(order)
-        if entry is None:
-            entry = self._order[order] = (asyncio.Lock(), [0])
-        lock, users = entry
-        users[0] += 1
-        try:
-            async with lock:
-                return await self.write(steps)
-        finally:
-            users[0] -= 1
-            if not users[0]:
-                del self._order[order]
+    async def _write_in_order(self, steps: core.Steps[T], order: core.Key | None,
+                              on_commit: Callable[[], None] | None) -> T:
+        if order is None:
+            result = await self.write(steps)
+        else:
+            entry = self._order.get(order)
+            if entry is None:
+                entry = self._order[order] = (asyncio.Lock(), [0])
+            lock, users = entry
+            users[0] += 1
+            try:
+                async with lock:
+                    result = await self.write(steps)
+                    if on_commit is not None:
+                        on_commit()
+                    return result
+            finally:
+                users[0] -= 1
+                if not users[0]:
+                    del self._order[order]
+        if on_commit is not None:
+            on_commit()
+        return result
 
     async def write(self, steps: core.Steps[T]) -> T:
         return await self._run(steps)

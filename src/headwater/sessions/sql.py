@@ -32,7 +32,7 @@ import json
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Literal
@@ -236,11 +236,12 @@ class SqlSessionService(BaseSessionService):
                          next_cursor=int(page[-1][0]) if len(rows) > limit else None)
 
     def _start_append(
-        self, session: Session, event: Event, delta: dict[str, Any], lease: Lease | None
-    ) -> Any:
+        self, session: Session, event: Event, delta: dict[str, Any], lease: Lease | None,
+        on_commit: Callable[[], None],
+    ) -> Awaitable[None]:
         """Encode the write on the loop, then hand it to the store (see the base class).
 
-        Raises (through the future):
+        Raises (when awaited):
             SessionNotFoundError, LeaseLostError, CallAlreadyAnsweredError: see
                 :meth:`append_event`.
             SessionError: the event id is already stored, or the database failed.
@@ -251,12 +252,13 @@ class SqlSessionService(BaseSessionService):
             data=event_to_json(event).decode(), delta=json.dumps(delta) if delta else None,
             call_ids=tuple(final_call_ids(event)),
             holder=(lease.owner, lease.run_id) if lease is not None else None)
-        return self._store.start_write(core.append(write, self._store.lock), order=write.key)
+        return _discard(self._store.start_write(core.append(write, self._store.lock),
+                                                order=write.key, on_commit=on_commit))
 
     async def _append(
         self, session: Session, event: Event, delta: dict[str, Any], lease: Lease | None
     ) -> None:
-        await self._start_append(session, event, delta, lease)
+        await self._start_append(session, event, delta, lease, lambda: None)
 
     async def _try_acquire_lease(
         self, app_name: str, user_id: str, session_id: str, owner: str, run_id: str, ttl: float
@@ -291,6 +293,10 @@ class SqlSessionService(BaseSessionService):
         """
         self._cache.clear()
         await self._store.close()
+
+
+async def _discard(result: Awaitable[Any]) -> None:
+    await result
 
 
 def _resolve_url(url: str) -> URL:

@@ -23,7 +23,7 @@ import queue
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
@@ -52,13 +52,14 @@ class SqliteConfig:
 class _Job:
     """One write: its steps, and the future on the caller's loop that gets the outcome."""
 
-    __slots__ = ("future", "loop", "steps")
+    __slots__ = ("future", "loop", "on_commit", "steps")
 
     def __init__(self, steps: core.Steps[Any], loop: asyncio.AbstractEventLoop,
-                 future: asyncio.Future[Any]) -> None:
+                 future: asyncio.Future[Any], on_commit: Callable[[], None] | None) -> None:
         self.steps = steps
         self.loop = loop
         self.future = future
+        self.on_commit = on_commit
 
 
 _Outcome = tuple[_Job, Any, BaseException | None]
@@ -175,8 +176,14 @@ def _deliver(outcomes: list[_Outcome]) -> None:
 
 
 def _resolve(outcomes: list[_Outcome]) -> None:
+    """On the caller's loop: report commits first (even to callers gone), then wake callers."""
     for job, result, error in outcomes:
-        if job.future.done():  # a caller that stopped waiting (non-append writes)
+        if error is None and job.on_commit is not None:
+            try:
+                job.on_commit()
+            except Exception as exc:  # a bug in the hook must not strand the other callers
+                job.loop.call_exception_handler({"message": "on_commit failed", "exception": exc})
+        if job.future.done():  # the caller stopped waiting
             continue
         if error is not None:
             job.future.set_exception(error)
@@ -275,11 +282,16 @@ class SqliteStore:
             return opened
         return await asyncio.to_thread(self._opened)  # opening creates tables: not on the loop
 
-    def submit(self, steps: core.Steps[T], opened: _Open) -> asyncio.Future[T]:
-        """Queue a write; the future resolves on this loop once it committed or rolled back."""
+    def submit(self, steps: core.Steps[T], opened: _Open,
+               on_commit: Callable[[], None] | None = None) -> asyncio.Future[T]:
+        """Queue a write; the future resolves on this loop once it committed or rolled back.
+
+        Cancelling the future stops only the waiting: the thread still runs the
+        write, and ``on_commit`` (if given) is called on this loop if it commits.
+        """
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
-        job = _Job(steps, loop, future)
+        job = _Job(steps, loop, future, on_commit)
         try:
             opened.writer.queue.put_nowait(job)
         except queue.Full:
@@ -304,20 +316,24 @@ class SqliteStore:
                             f"{opened.queue_timeout} s (setting sqlite_queue_timeout)"))
                     return
 
-    def start_write(self, steps: core.Steps[T], order: core.Key | None = None
-                    ) -> asyncio.Future[T]:
+    def start_write(self, steps: core.Steps[T], order: core.Key | None = None,
+                    on_commit: Callable[[], None] | None = None) -> Awaitable[T]:
         """Queue a write at once (opening the store first if need be); see :meth:`submit`.
 
-        The one writer thread commits in queue order, and hands outcomes back
-        in that order: ``order`` needs nothing more here.
+        The one writer thread commits in queue order and reports commits in
+        that order: ``order`` needs nothing more here.
         """
         opened = self._open
         if opened is not None:
-            return self.submit(steps, opened)
-        task = asyncio.ensure_future(self.write(steps))
+            return self.submit(steps, opened, on_commit)
+        task = asyncio.ensure_future(self._submit_when_open(steps, on_commit))
         self._submitting.add(task)
         task.add_done_callback(self._submitting.discard)
-        return task
+        return asyncio.shield(task)
+
+    async def _submit_when_open(self, steps: core.Steps[T],
+                                on_commit: Callable[[], None] | None) -> T:
+        return await self.submit(steps, await self._ready(), on_commit)
 
     async def write(self, steps: core.Steps[T]) -> T:
         """Run a write on the writer thread and wait for it.
