@@ -23,6 +23,9 @@ class Settings(BaseSettings):
         sqlite_write_batch_size: most writes committed in one SQLite
             transaction (group commit; each stays all-or-nothing for its caller).
         sqlite_readers: reader connections (and threads) per SQLite database.
+        sqlite_checkpoint_every: writes between WAL checkpoints, which a reader
+            thread runs without the write lock; 0 leaves checkpoints to SQLite,
+            inside an unlucky commit.
         session_cache_size: sessions whose parsed events a SQL store keeps, so
             ``get_session`` reads only what is new (least recently used go first;
             0 turns the cache off).
@@ -66,8 +69,9 @@ class Settings(BaseSettings):
     sqlite_busy_timeout_ms: int = Field(default=5000, ge=0)
     sqlite_write_queue_size: int = Field(default=10_000, ge=1)
     sqlite_queue_timeout: float = Field(default=10.0, ge=0)
-    sqlite_write_batch_size: int = Field(default=128, ge=1)
+    sqlite_write_batch_size: int = Field(default=32, ge=1)
     sqlite_readers: int = Field(default=4, ge=1)
+    sqlite_checkpoint_every: int = Field(default=500, ge=0)
     session_cache_size: int = Field(default=256, ge=0)
     session_lease_ttl: float = Field(default=30.0, gt=0)
     lease_poll_interval: float = Field(default=0.05, gt=0)

@@ -91,11 +91,15 @@ def _store_error(exc: BaseException) -> BaseException:
 class _Writer(threading.Thread):
     """The one thread that writes one database; see the module docstring."""
 
-    def __init__(self, conn: sqlite3.Connection, queue_size: int, batch_size: int) -> None:
+    def __init__(self, conn: sqlite3.Connection, queue_size: int, batch_size: int,
+                 checkpoint: Callable[[], None], checkpoint_every: int) -> None:
         super().__init__(name="headwater-sqlite-writer", daemon=True)
         self.conn = conn
         self.queue: queue.Queue[_Job | None] = queue.Queue(queue_size)
         self.batch_size = batch_size
+        self.checkpoint = checkpoint
+        self.checkpoint_every = checkpoint_every
+        self.since_checkpoint = 0
 
     def run(self) -> None:
         try:
@@ -115,8 +119,24 @@ class _Writer(threading.Thread):
                         break
                     batch.append(job)
                 _deliver(self._commit(batch))
+                self._maybe_checkpoint(len(batch))
         finally:
             self.conn.close()
+
+    def _maybe_checkpoint(self, written: int) -> None:
+        """Every ``checkpoint_every`` writes, or sooner once the queue is idle, checkpoint.
+
+        A checkpoint that ran while no write came in copied the whole WAL, so
+        the next write starts the WAL over: that keeps the file small.
+        """
+        if not self.checkpoint_every:
+            return
+        self.since_checkpoint += written
+        due = self.since_checkpoint >= self.checkpoint_every or (
+            self.since_checkpoint > self.checkpoint_every // 10 and self.queue.empty())
+        if due:
+            self.since_checkpoint = 0
+            self.checkpoint()
 
     def _commit(self, batch: list[_Job]) -> list[_Outcome]:
         """Run ``batch`` in one transaction; every job gets its own outcome."""
@@ -200,6 +220,7 @@ class _Readers:
         self.local = threading.local()
         self.opened: list[sqlite3.Connection] = []
         self.lock = threading.Lock()
+        self.checkpointing = False
 
     def read(self, steps: core.Steps[T]) -> T:
         """Run ``steps`` in one read transaction (a consistent snapshot), in a reader thread."""
@@ -219,12 +240,37 @@ class _Readers:
         except sqlite3.Error as exc:
             raise _store_error(exc) from exc
 
+    def start_checkpoint(self) -> None:
+        """Ask a reader thread for a WAL checkpoint, unless one is already under way.
+
+        A ``PASSIVE`` checkpoint copies committed pages into the database
+        without taking the write lock, so the writer never pays for it (with
+        SQLite's automatic checkpoint, an unlucky commit would, fsync included).
+        """
+        with self.lock:
+            if self.checkpointing:
+                return
+            self.checkpointing = True
+        try:
+            self.pool.submit(self.read, _checkpoint(self))
+        except RuntimeError:  # the pool is shutting down: closing checkpoints anyway
+            self.checkpointing = False
+
     def close(self) -> None:
         self.pool.shutdown(wait=True)
         with self.lock:
             opened, self.opened = self.opened, []
         for conn in opened:
             conn.close()
+
+
+def _checkpoint(readers: _Readers) -> core.Steps[None]:
+    try:
+        yield "COMMIT", {}  # a checkpoint cannot run inside the read transaction
+        yield "PRAGMA wal_checkpoint(PASSIVE)", {}
+        yield "BEGIN", {}
+    finally:
+        readers.checkpointing = False
 
 
 class _Open:
@@ -241,9 +287,13 @@ class _Open:
         except sqlite3.Error as exc:
             conn.close()
             raise _store_error(exc) from exc
-        self.writer = _Writer(conn, settings.sqlite_write_queue_size,
-                              settings.sqlite_write_batch_size)
         self.readers = _Readers(config, settings.sqlite_readers)
+        every = settings.sqlite_checkpoint_every
+        if every:
+            conn.execute("PRAGMA wal_autocheckpoint=0")  # the readers checkpoint instead
+        self.writer = _Writer(conn, settings.sqlite_write_queue_size,
+                              settings.sqlite_write_batch_size, self.readers.start_checkpoint,
+                              every)
         self.queue_timeout = settings.sqlite_queue_timeout
         self.writer.start()
 
