@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from headwater import settings as settings_module
 from headwater.errors import CallAlreadyAnsweredError, SessionError
 from headwater.events import Event
 from headwater.sessions import BaseSessionService, Session, SqlSessionService
@@ -157,12 +156,9 @@ async def test_one_failing_write_in_a_group_commit_fails_alone(store: Store) -> 
 
 
 @sqlite_only
-async def test_a_full_write_queue_waits_for_room(
-    store: Store, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(settings_module, "_settings", Settings(sqlite_write_queue_size=1,
-                                                               sqlite_write_batch_size=1))
-    service = store.reopen()
+async def test_a_full_write_queue_waits_for_room(store: Store) -> None:
+    service = store.reopen(settings=Settings(sqlite_write_queue_size=1,
+                                             sqlite_write_batch_size=1))
     session = await service.create_session(app_name=APP, user_id="u1")
     await asyncio.gather(*(service.append_event(session, said(f"q{i}", **{f"q{i}": i}))
                            for i in range(50)))
@@ -172,11 +168,10 @@ async def test_a_full_write_queue_waits_for_room(
 
 @sqlite_only
 async def test_a_write_queue_that_stays_full_refuses_with_store_unavailable(
-    store: Store, monkeypatch: pytest.MonkeyPatch
+    store: Store,
 ) -> None:
-    monkeypatch.setattr(settings_module, "_settings", Settings(sqlite_write_queue_size=1,
-                                                               sqlite_queue_timeout=0))
-    service = store.reopen(busy_timeout_ms=60_000)
+    service = store.reopen(busy_timeout_ms=60_000, settings=Settings(
+        sqlite_write_queue_size=1, sqlite_queue_timeout=0))
     session = await service.create_session(app_name=APP, user_id="u1")
     blocker = sqlite3.connect(sqlite_path(store), isolation_level=None)
     try:
@@ -225,11 +220,8 @@ async def test_get_session_sees_what_another_instance_appended(store: Store) -> 
 
 
 @sql_only
-async def test_a_small_session_cache_stays_correct(
-    store: Store, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(settings_module, "_settings", Settings(session_cache_size=1))
-    reader, writer = store.reopen(), store.reopen()
+async def test_a_small_session_cache_stays_correct(store: Store) -> None:
+    reader, writer = store.reopen(settings=Settings(session_cache_size=1)), store.reopen()
     sessions = [await writer.create_session(app_name=APP, user_id="u1") for _ in range(3)]
     for turn in range(3):
         for n, session in enumerate(sessions):

@@ -230,10 +230,15 @@ class BaseSessionService(ABC):
                 (polling every ``lease_poll_interval``, doubling, at most 0.5 s,
                 and never past the holder's expiry).
 
+        A caller cancelled while the write is under way may still have taken
+        the lease: release it with a ``Lease`` of the same owner and run id
+        (release and renew match on those alone), or let it expire.
+
         Raises:
             SessionNotFoundError: no such session for this user.
             SessionBusyError: another unexpired lease holds it (after ``wait``).
             SessionError: the store failed.
+            ValueError: ``ttl`` is not positive.
         """
         if ttl <= 0:
             raise ValueError(f"ttl must be positive, not {ttl}")

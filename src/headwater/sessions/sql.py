@@ -40,7 +40,7 @@ from typing import Any, Final, Literal
 from sqlalchemy.engine import URL, make_url
 
 from ..events import Event, event_from_json, event_to_json
-from ..settings import get_settings
+from ..settings import Settings, get_settings
 from . import _sqlcore as core
 from .base import BaseSessionService, EventPage, Lease, Session, final_call_ids
 
@@ -75,6 +75,8 @@ class SqlSessionService(BaseSessionService):
             another process); defaults to the ``sqlite_busy_timeout_ms`` setting.
         trace: called with every SQL statement the service's connections run
             (from the thread that runs it), for debugging.
+        settings: the bounds to use (queue, batch, readers, cache, timeouts);
+            defaults to :func:`~headwater.settings.get_settings`.
 
     Threads and connections open on first use and stay open until
     :meth:`close`; a call after ``close`` opens new ones. SQLite's threads
@@ -100,8 +102,9 @@ class SqlSessionService(BaseSessionService):
         synchronous: SqliteSynchronous | None = None,
         busy_timeout_ms: int | None = None,
         trace: Callable[[str], None] | None = None,
+        settings: Settings | None = None,
     ) -> None:
-        settings = get_settings()
+        settings = settings or get_settings()
         self._url = _resolve_url(url or settings.database_url)
         mode = (synchronous or settings.sqlite_synchronous).upper()
         if mode not in _SYNCHRONOUS_MODES:
@@ -114,7 +117,8 @@ class SqlSessionService(BaseSessionService):
             from .sqlite import SqliteConfig, SqliteStore
 
             database, uri = _sqlite_database(self._url)
-            self._store = SqliteStore(SqliteConfig(database, uri, mode, int(timeout), trace))
+            self._store = SqliteStore(SqliteConfig(database, uri, mode, int(timeout), settings,
+                                                   trace))
         else:
             from .postgres import PostgresStore
 

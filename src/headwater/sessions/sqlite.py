@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
 from ..errors import HeadwaterError, SessionError
-from ..settings import get_settings
+from ..settings import Settings
 from . import _sqlcore as core
 
 T = TypeVar("T")
@@ -46,6 +46,7 @@ class SqliteConfig:
     uri: bool
     synchronous: str
     busy_timeout_ms: int
+    settings: Settings  # the queue, batch, reader and checkpoint bounds
     trace: Trace | None = None
 
 
@@ -236,7 +237,8 @@ class _Readers:
             try:
                 return core.drive(lambda sql, p: conn.execute(sql, p).fetchall(), steps)
             finally:
-                conn.execute("COMMIT")
+                if conn.in_transaction:
+                    conn.execute("COMMIT")
         except sqlite3.Error as exc:
             raise _store_error(exc) from exc
 
@@ -277,7 +279,7 @@ class _Open:
     """One open generation of the store: the writer thread and the reader pool."""
 
     def __init__(self, config: SqliteConfig) -> None:
-        settings = get_settings()
+        settings = config.settings
         conn = _connect(config)
         try:
             conn.execute("BEGIN IMMEDIATE")
@@ -298,10 +300,24 @@ class _Open:
         self.writer.start()
 
     def close(self) -> None:
-        """Let the writer finish what is queued, then close every connection."""
+        """Let the writer finish what is queued, then close every connection.
+
+        A write that found the queue full and got in only after the writer
+        stopped fails with ``SessionError`` (it was never run).
+        """
         self.writer.queue.put(_STOP)
         self.writer.join()
         self.readers.close()
+        stranded: list[_Outcome] = []
+        while True:
+            try:
+                job = self.writer.queue.get_nowait()
+            except queue.Empty:
+                break
+            if job is not None:
+                stranded.append((job, None, SessionError("session store closed before the "
+                                                         "write could run")))
+        _deliver(stranded)
 
 
 class SqliteStore:
