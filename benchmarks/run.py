@@ -66,12 +66,14 @@ class Sizes:
     a1_samples: int = 5
     w1_sessions: int = 50
     w1_turns: int = 20
+    w1_long_events: int = 2_000
 
 
 FULL = Sizes()
 SMALL = Sizes(s1_chunks=50, s1_samples=1, s2_chunks=5, s2_turns_memory=5, s2_turns_sqlite=3,
               s2_warmup=1, s3_sessions=5, s3_chunks=10, s4_chunks=3, s4_turns=5, s4_warmup=1,
-              a1_chunks=50, a1_samples=1, w1_sessions=3, w1_turns=2)
+              a1_chunks=50, a1_samples=1, w1_sessions=3, w1_turns=2,
+              w1_long_events=8)
 
 TARGETS: dict[str, dict[str, str]] = {
     "S1": {"overhead_us_per_chunk": "< 10"},
@@ -115,7 +117,10 @@ METHODS: dict[str, str] = {
            "included); turn_* = the whole turn; lock_hold_* = each write transaction on the "
            "writer thread from BEGIN IMMEDIATE to the end of COMMIT, i.e. how long SQLite's "
            "write lock is held (measured by timing the writer's transaction function); "
-           "appends_per_transaction = group-commit batching; errors = exceptions raised"),
+           "appends_per_transaction = group-commit batching; errors = exceptions raised. "
+           "get_session_long_ms = median get_session of a session of w1_long_events events "
+           "on a service that read it before (one event added between reads); *_cold_ms = "
+           "the same on a fresh service instance (every event read and parsed)"),
     "S4": ("median over turns of perf_counter_ns from calling run_async() to receiving the "
            "first partial event (stream creation + first __anext__), fresh in-memory session "
            "per turn, SSE, after warm-up turns; gc.collect() once before the loop. "
@@ -508,12 +513,45 @@ async def _w1(sizes: Sizes) -> Figures:
                 wall_s = elapsed_since(start) / 1e9
         finally:
             await service.close()
+        long_warm, long_cold = await long_session_reads(tmp, sizes.w1_long_events)
     return {"append_p50_ms": p(appends, 0.5), "append_p99_ms": p(appends, 0.99),
             "turn_p50_ms": p(turns, 0.5), "turn_p99_ms": p(turns, 0.99),
             "lock_hold_p50_ms": p(timer.holds_ns, 0.5),
             "lock_hold_p99_ms": p(timer.holds_ns, 0.99),
             "appends_per_transaction": sum(timer.batch_sizes) / len(timer.batch_sizes),
-            "appends_per_s": len(appends) / wall_s, "errors": float(errors)}
+            "appends_per_s": len(appends) / wall_s, "errors": float(errors),
+            "get_session_long_ms": long_warm, "get_session_long_cold_ms": long_cold}
+
+
+async def long_session_reads(tmp: str, events: int) -> tuple[float, float]:
+    """``get_session`` of a session of ``events`` events: warm (one new event each time), cold."""
+    from headwater.sessions import SqlSessionService
+
+    url = f"sqlite+aiosqlite:///{tmp}/long.db"
+    service = SqlSessionService(url)
+    try:
+        session = await service.create_session(app_name=APP, user_id=USER)
+        for turn in range(events // 4):
+            for event in turn_events(turn):
+                await service.append_event(session, event)
+        warm: list[int] = []
+        for turn in range(20):  # a turn: read the session, then add to it
+            start = time.perf_counter_ns()
+            await service.get_session(app_name=APP, user_id=USER, session_id=session.id)
+            warm.append(elapsed_since(start))
+            await service.append_event(session, Event(author="user", invocation_id=str(turn)))
+    finally:
+        await service.close()
+    cold: list[int] = []
+    for _ in range(3):
+        fresh = SqlSessionService(url)  # a new instance: nothing cached
+        try:
+            start = time.perf_counter_ns()
+            await fresh.get_session(app_name=APP, user_id=USER, session_id=session.id)
+            cold.append(elapsed_since(start))
+        finally:
+            await fresh.close()
+    return statistics.median(warm) / 1e6, statistics.median(cold) / 1e6
 
 
 # -- harness ------------------------------------------------------------------------------

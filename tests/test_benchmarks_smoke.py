@@ -27,7 +27,8 @@ FIGURES = {
     "A1": {f"{prefix}{key}" for prefix in ("", "one_write_")
            for key in ("floor_us_per_chunk", "adapter_us_per_chunk", "ratio_to_floor")},
     "W1": {"append_p50_ms", "append_p99_ms", "turn_p50_ms", "turn_p99_ms", "lock_hold_p50_ms",
-           "lock_hold_p99_ms", "appends_per_transaction", "appends_per_s", "errors"},
+           "lock_hold_p99_ms", "appends_per_transaction", "appends_per_s", "errors",
+           "get_session_long_ms", "get_session_long_cold_ms"},
 }
 
 
