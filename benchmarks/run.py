@@ -33,10 +33,11 @@ from pathlib import Path
 from typing import Any
 
 import adapters  # benchmarks/adapters.py, beside this file
-from headwater import Agent, RunConfig, Runner, StreamingMode
+from headwater import Agent, Content, Event, Part, RunConfig, Runner, StreamingMode
 from headwater.models.base import BaseLlm, LlmRequest, LlmResponse
 from headwater.sessions import BaseSessionService, InMemorySessionService
 from headwater.testing import ScriptedModel
+from headwater.types import FunctionCall, FunctionResponse
 
 APP = "bench"
 USER = "bench-user"
@@ -66,12 +67,16 @@ class Sizes:
     a2_bytes: int = 1 << 18
     a2_samples: int = 3
     a3_samples: int = 3
+    w1_sessions: int = 50
+    w1_turns: int = 20
+    w1_long_events: int = 2_000
 
 
 FULL = Sizes()
 SMALL = Sizes(s1_chunks=50, s1_samples=1, s2_chunks=5, s2_turns_memory=5, s2_turns_sqlite=3,
               s2_warmup=1, s3_sessions=5, s3_chunks=10, s4_chunks=3, s4_turns=5, s4_warmup=1,
-              a1_chunks=50, a1_samples=1, a2_bytes=1 << 12, a2_samples=1, a3_samples=1)
+              a1_chunks=50, a1_samples=1, a2_bytes=1 << 12, a2_samples=1, a3_samples=1,
+              w1_sessions=3, w1_turns=2, w1_long_events=8)
 
 TARGETS: dict[str, dict[str, str]] = {
     "S1": {"overhead_us_per_chunk": "< 10"},
@@ -79,6 +84,7 @@ TARGETS: dict[str, dict[str, str]] = {
     "S3": {"wall_s": "< 3", "peak_rss_mb": "< 300",
            "interleaved_wall_s": "< 3", "interleaved_peak_rss_mb": "< 300"},
     "S4": {"first_partial_ms": "< 1", "first_partial_after_gc_ms": "< 1"},
+    "W1": {"lock_hold_p99_ms": "< 20", "errors": "0"},
     "A1": {"ratio_to_floor": "< 2", "one_write_ratio_to_floor": "(reported)"},
     "A2": {"cost_ratio_4x_bytes": "< 8 (4 = linear)"},
     "A3": {"close_seen_ms": "< 100", "httpx_close_seen_ms": "< 100",
@@ -119,11 +125,26 @@ METHODS: dict[str, str] = {
            "reported too but inherits the parent's RSS across fork+exec on Linux. "
            "max_in_flight = most streams open at once. interleaved_* = same, but the model "
            "yields to the event loop before each chunk, as a socket read would"),
+    "W1": ("store write load, no runner: M sessions on one SQLite file (SqlSessionService, a "
+           "temp dir, WAL, synchronous=NORMAL), each doing N turns at once with the others "
+           "(asyncio.gather over sessions; within a session the turns run in order). A turn = "
+           "get_session (incremental), then 4 append_event: user text, model call with a state "
+           "delta, function response (a final result: claims its call id), answer. "
+           "append_* = wall time of each append_event as its caller sees it (queueing "
+           "included); turn_* = the whole turn; lock_hold_* = each write transaction on the "
+           "writer thread from BEGIN IMMEDIATE to the end of COMMIT, i.e. how long SQLite's "
+           "write lock is held (measured by timing the writer's transaction function); "
+           "appends_per_transaction = group-commit batching; errors = exceptions raised. "
+           "get_session_long_ms = median get_session of a session of w1_long_events events "
+           "on a service that read it before (one event added between reads); *_cold_ms = "
+           "the same on a fresh service instance (every event read and parsed)"),
     "S4": ("median over turns of perf_counter_ns from calling run_async() to receiving the "
            "first partial event (stream creation + first __anext__), fresh in-memory session "
            "per turn, SSE, after warm-up turns; gc.collect() once before the loop. "
            "first_partial_after_gc_ms: the same with gc.collect() right before every turn, "
-           "which leaves CPU caches cold (a pessimistic figure)"),
+           "which leaves CPU caches cold (a pessimistic figure). first_partial_sqlite_ms: the "
+           "warm figure with SqlSessionService on a SQLite file in a temp dir (the turn reads "
+           "the session and commits the user's message before the model is called)"),
 }
 
 
@@ -378,14 +399,15 @@ async def first_partial_ns(runner: Runner, session_id: str, chunks: int) -> int:
     return first
 
 
-async def first_partial_samples(sizes: Sizes, collect_each: bool) -> list[int]:
+async def first_partial_samples(sizes: Sizes, collect_each: bool,
+                                service: BaseSessionService | None = None) -> list[int]:
     """Warm-up turns, then one sample per turn; ``collect_each``: ``gc.collect()`` before each."""
     items = chunks_of(sizes.s4_chunks)
     total = sizes.s4_warmup + sizes.s4_turns
     model = ScriptedModel()
     for _ in range(total):
         model.reply(*items)
-    runner = make_runner(model)
+    runner = make_runner(model, service)
     samples: list[int] = []
     gc.collect()
     for turn in range(total):
@@ -399,11 +421,154 @@ async def first_partial_samples(sizes: Sizes, collect_each: bool) -> list[int]:
 
 
 async def _s4(sizes: Sizes) -> Figures:
+    from headwater.sessions import SqlSessionService
+
     warm = await first_partial_samples(sizes, collect_each=False)
     after_gc = await first_partial_samples(sizes, collect_each=True)
+    with tempfile.TemporaryDirectory(prefix="hw-bench-") as tmp:
+        sql = SqlSessionService(f"sqlite+aiosqlite:///{tmp}/sessions.db")
+        try:
+            on_sqlite = await first_partial_samples(sizes, collect_each=False, service=sql)
+        finally:
+            await sql.close()
     return {"first_partial_ms": statistics.median(warm) / 1e6,
             "first_partial_p90_ms": statistics.quantiles(warm, n=10)[-1] / 1e6,
-            "first_partial_after_gc_ms": statistics.median(after_gc) / 1e6}
+            "first_partial_after_gc_ms": statistics.median(after_gc) / 1e6,
+            "first_partial_sqlite_ms": statistics.median(on_sqlite) / 1e6}
+
+
+# -- W1: the SQLite store under concurrent turns -------------------------------------------
+
+
+def turn_events(turn: int) -> list[Event]:
+    """What one tool turn records: the user's text, a call (with a delta), its result, an answer."""
+    call_id = f"call-{turn}"
+    ask = Event(invocation_id=f"inv-{turn}", author="user",
+                content=Content.from_text(f"question {turn}"))
+    call = Event(invocation_id=f"inv-{turn}", author="bench", content=Content("model", [
+        Part(function_call=FunctionCall(id=call_id, name="echo", args={"value": turn}))]))
+    call.actions.state_delta.update({"turn": turn, "last_call": call_id})
+    result = Event(invocation_id=f"inv-{turn}", author="bench", content=Content("user", [
+        Part(function_response=FunctionResponse(id=call_id, name="echo",
+                                                response={"value": turn}))]))
+    answer = Event(invocation_id=f"inv-{turn}", author="bench",
+                   content=Content.from_text(f"answer {turn} " + "x" * 200, role="model"))
+    return [ask, call, result, answer]
+
+
+class TransactionTimer:
+    """Times each write transaction of the SQLite writer thread (benchmark instrumentation).
+
+    Wraps the writer's transaction function, which runs from ``BEGIN IMMEDIATE`` to
+    the end of ``COMMIT``: exactly the time SQLite's write lock is held.
+    """
+
+    def __init__(self) -> None:
+        from headwater.sessions import sqlite as sqlite_store
+
+        self.module = sqlite_store
+        self.original = sqlite_store._Writer._commit
+        self.holds_ns: list[int] = []
+        self.batch_sizes: list[int] = []
+
+    def __enter__(self) -> TransactionTimer:
+        original, holds, sizes = self.original, self.holds_ns, self.batch_sizes
+
+        def timed(writer: Any, batch: list[Any]) -> Any:
+            start = time.perf_counter_ns()
+            try:
+                return original(writer, batch)
+            finally:
+                holds.append(time.perf_counter_ns() - start)
+                sizes.append(len(batch))
+
+        self.module._Writer._commit = timed  # type: ignore[method-assign]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.module._Writer._commit = self.original  # type: ignore[method-assign]
+
+
+def p(samples: Sequence[int], q: float) -> float:
+    """The ``q`` quantile of nanosecond samples, in milliseconds."""
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] / 1e6
+
+
+async def _w1(sizes: Sizes) -> Figures:
+    from headwater.sessions import SqlSessionService
+
+    appends: list[int] = []
+    turns: list[int] = []
+    errors = 0
+
+    async def session_turns(service: BaseSessionService, session_id: str) -> None:
+        nonlocal errors
+        for turn in range(sizes.w1_turns):
+            start = time.perf_counter_ns()
+            try:
+                session = await service.get_session(app_name=APP, user_id=USER,
+                                                    session_id=session_id)
+                assert session is not None
+                for event in turn_events(turn):
+                    began = time.perf_counter_ns()
+                    await service.append_event(session, event)
+                    appends.append(elapsed_since(began))
+            except Exception:
+                errors += 1
+            turns.append(elapsed_since(start))
+
+    with tempfile.TemporaryDirectory(prefix="hw-bench-") as tmp:
+        service = SqlSessionService(f"sqlite+aiosqlite:///{tmp}/sessions.db")
+        try:
+            ids = [(await service.create_session(app_name=APP, user_id=USER)).id
+                   for _ in range(sizes.w1_sessions)]
+            gc.collect()
+            with TransactionTimer() as timer:
+                start = time.perf_counter_ns()
+                await asyncio.gather(*(session_turns(service, sid) for sid in ids))
+                wall_s = elapsed_since(start) / 1e9
+        finally:
+            await service.close()
+        long_warm, long_cold = await long_session_reads(tmp, sizes.w1_long_events)
+    return {"append_p50_ms": p(appends, 0.5), "append_p99_ms": p(appends, 0.99),
+            "turn_p50_ms": p(turns, 0.5), "turn_p99_ms": p(turns, 0.99),
+            "lock_hold_p50_ms": p(timer.holds_ns, 0.5),
+            "lock_hold_p99_ms": p(timer.holds_ns, 0.99),
+            "appends_per_transaction": sum(timer.batch_sizes) / len(timer.batch_sizes),
+            "appends_per_s": len(appends) / wall_s, "errors": float(errors),
+            "get_session_long_ms": long_warm, "get_session_long_cold_ms": long_cold}
+
+
+async def long_session_reads(tmp: str, events: int) -> tuple[float, float]:
+    """``get_session`` of a session of ``events`` events: warm (one new event each time), cold."""
+    from headwater.sessions import SqlSessionService
+
+    url = f"sqlite+aiosqlite:///{tmp}/long.db"
+    service = SqlSessionService(url)
+    try:
+        session = await service.create_session(app_name=APP, user_id=USER)
+        for turn in range(events // 4):
+            for event in turn_events(turn):
+                await service.append_event(session, event)
+        warm: list[int] = []
+        for turn in range(20):  # a turn: read the session, then add to it
+            start = time.perf_counter_ns()
+            await service.get_session(app_name=APP, user_id=USER, session_id=session.id)
+            warm.append(elapsed_since(start))
+            await service.append_event(session, Event(author="user", invocation_id=str(turn)))
+    finally:
+        await service.close()
+    cold: list[int] = []
+    for _ in range(3):
+        fresh = SqlSessionService(url)  # a new instance: nothing cached
+        try:
+            start = time.perf_counter_ns()
+            await fresh.get_session(app_name=APP, user_id=USER, session_id=session.id)
+            cold.append(elapsed_since(start))
+        finally:
+            await fresh.close()
+    return statistics.median(warm) / 1e6, statistics.median(cold) / 1e6
 
 
 # -- harness ------------------------------------------------------------------------------
@@ -416,6 +581,7 @@ SCENARIOS: dict[str, Callable[[Sizes], Figures]] = {
     "A1": lambda sizes: adapters.a1(sizes.a1_chunks, sizes.a1_samples),
     "A2": lambda sizes: adapters.a2(sizes.a2_bytes, sizes.a2_samples),
     "A3": lambda sizes: adapters.a3(sizes.a3_samples),
+    "W1": lambda sizes: asyncio.run(_w1(sizes)),
 }
 
 

@@ -22,12 +22,16 @@ FIGURES = {
     "S3": {f"{prefix}{key}" for prefix in ("", "interleaved_")
            for key in ("wall_s", "max_in_flight", "peak_rss_mb", "baseline_rss_mb",
                        "ru_maxrss_mb")},
-    "S4": {"first_partial_ms", "first_partial_p90_ms", "first_partial_after_gc_ms"},
+    "S4": {"first_partial_ms", "first_partial_p90_ms", "first_partial_after_gc_ms",
+           "first_partial_sqlite_ms"},
     "A1": {f"{prefix}{key}" for prefix in ("", "one_write_")
            for key in ("floor_us_per_chunk", "adapter_us_per_chunk", "ratio_to_floor")},
     "A2": {"us_per_kib_small", "us_per_kib_large", "cost_ratio_4x_bytes"},
     "A3": {"close_seen_ms", "httpx_close_seen_ms", "idle_timeout_overrun_ms",
            "total_deadline_overrun_ms", "retry_after_1_wait_s"},
+    "W1": {"append_p50_ms", "append_p99_ms", "turn_p50_ms", "turn_p99_ms", "lock_hold_p50_ms",
+           "lock_hold_p99_ms", "appends_per_transaction", "appends_per_s", "errors",
+           "get_session_long_ms", "get_session_long_cold_ms"},
 }
 
 

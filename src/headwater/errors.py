@@ -22,6 +22,8 @@
     ├── SessionError               the session store refused or failed
     │   ├── SessionNotFoundError
     │   ├── SessionBusyError       another run holds the session
+    │   │   └── LeaseLostError     a lease this run held was taken over or released
+    │   ├── CallAlreadyAnsweredError  a call already has its one final result (call_ids)
     │   └── PartialEventError      a partial event was offered to the store
     └── BudgetExceeded             a run hit one of its budgets
 
@@ -47,6 +49,7 @@ ErrorCode = Literal[
     "session_busy",
     "cancelled",
     "server_shutdown",
+    "store_unavailable",
     "internal",
 ]
 
@@ -168,11 +171,23 @@ class ToolArgumentsError(ToolError):
 
 
 class SessionError(HeadwaterError):
-    """The session store refused an operation or failed."""
+    """The session store refused an operation or failed.
+
+    Raised as such (not a subclass), it means the store could not do the work
+    (database locked past its timeout, disk or connection failure, a full write
+    queue): wire code ``store_unavailable``.
+    """
+
+    code: ErrorCode = "store_unavailable"
 
 
 class SessionNotFoundError(SessionError, UserError):
-    """No session with that app, user and id exists (or it belongs to someone else)."""
+    """No session with that app, user and id exists (or it belongs to someone else).
+
+    The gateway answers 404 for it, by type; its code is not a store failure.
+    """
+
+    code: ErrorCode = "internal"
 
 
 class SessionBusyError(SessionError):
@@ -181,8 +196,34 @@ class SessionBusyError(SessionError):
     code: ErrorCode = "session_busy"
 
 
+class LeaseLostError(SessionBusyError):
+    """A lease this run held no longer holds the session (taken over, or released).
+
+    A write fenced by that lease stored nothing.
+    """
+
+
+class CallAlreadyAnsweredError(SessionError):
+    """An event carried a final result for a call that already has one; nothing was stored.
+
+    Each call has exactly one stored final result: the first write wins
+    (DESIGN.md §5). A long-running tool's ticket is not a final result.
+
+    Attributes:
+        call_ids: the call ids that already had a final result, sorted.
+    """
+
+    code: ErrorCode = "internal"
+
+    def __init__(self, call_ids: list[str] | tuple[str, ...]) -> None:
+        self.call_ids: tuple[str, ...] = tuple(sorted(call_ids))
+        super().__init__("already answered: " + ", ".join(repr(c) for c in self.call_ids))
+
+
 class PartialEventError(SessionError, UserError):
     """A partial event was offered to a session store; partials are never persisted."""
+
+    code: ErrorCode = "internal"
 
 
 class BudgetExceeded(HeadwaterError):

@@ -16,6 +16,23 @@ class Settings(BaseSettings):
         sqlite_synchronous: ``NORMAL`` survives a process crash and may lose the
             last commits on power loss; ``FULL`` does not.
         sqlite_busy_timeout_ms: how long a writer waits for SQLite's lock.
+        sqlite_write_queue_size: writes waiting for a SQLite database's writer
+            thread; past it, a writer waits up to ``sqlite_queue_timeout``.
+        sqlite_queue_timeout: seconds a write waits for room in a full write
+            queue before ``SessionError`` (``store_unavailable``).
+        sqlite_write_batch_size: most writes committed in one SQLite
+            transaction (group commit; each stays all-or-nothing for its caller).
+        sqlite_readers: reader connections (and threads) per SQLite database.
+        sqlite_checkpoint_every: writes between WAL checkpoints, which a reader
+            thread runs without the write lock; 0 leaves checkpoints to SQLite,
+            inside an unlucky commit.
+        session_cache_size: sessions whose parsed events a SQL store keeps, so
+            ``get_session`` reads only what is new (least recently used go first;
+            0 turns the cache off).
+        session_lease_ttl: seconds a session lease lasts unless renewed (the
+            runner renews it while a run goes on).
+        lease_poll_interval: seconds between attempts of ``acquire_lease(wait=…)``
+            (doubling, at most 0.5 s, never past the wait).
         max_parallel_tools: tool calls of one model turn running at once.
         tool_timeout: seconds a tool call may run before it gets a ``timeout``
             result (a tool's own ``timeout`` wins).
@@ -50,6 +67,14 @@ class Settings(BaseSettings):
     database_url: str = "sqlite+aiosqlite:///.headwater/sessions.db"
     sqlite_synchronous: Literal["OFF", "NORMAL", "FULL", "EXTRA"] = "NORMAL"
     sqlite_busy_timeout_ms: int = Field(default=5000, ge=0)
+    sqlite_write_queue_size: int = Field(default=10_000, ge=1)
+    sqlite_queue_timeout: float = Field(default=10.0, ge=0)
+    sqlite_write_batch_size: int = Field(default=32, ge=1)
+    sqlite_readers: int = Field(default=4, ge=1)
+    sqlite_checkpoint_every: int = Field(default=500, ge=0)
+    session_cache_size: int = Field(default=256, ge=0)
+    session_lease_ttl: float = Field(default=30.0, gt=0)
+    lease_poll_interval: float = Field(default=0.05, gt=0)
     max_parallel_tools: int = Field(default=8, ge=1)
     tool_timeout: float = Field(default=300.0, gt=0)
     session_lock_timeout: float = Field(default=10.0, ge=0)

@@ -64,7 +64,10 @@ def live_responder(request: LlmRequest) -> ScriptedTurn:
         args: dict[str, Any] = {"function_name": "watch_price"}
         if "call" in text:
             args["call_id"] = text.split()[-1]
-        return ScriptedTurn(calls=[ScriptedCall("stop_streaming", args, id=f"stop-{len(text)}")])
+        # Call ids are unique per session (the store keeps one result per id): count the stops.
+        stops = sum(1 for c in request.contents for f in c.function_calls
+                    if f.name == "stop_streaming")
+        return ScriptedTurn(calls=[ScriptedCall("stop_streaming", args, id=f"stop-{stops}")])
     if text.startswith("Function"):
         return ScriptedTurn(text=["Noted: ", text.split(":", 1)[1].strip()])
     return ScriptedTurn(text=["Hello."])

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from sqlalchemy import event as sa_event
 
 from headwater import settings as settings_module
 from headwater.errors import PartialEventError, SessionError, SessionNotFoundError
@@ -352,9 +351,7 @@ def sqlite_path(store: Store) -> Path:
 
 
 async def pragma(service: SqlSessionService, name: str) -> Any:
-    engine = await service._ready_engine()  # the service's own pooled connections
-    async with engine.connect() as conn:
-        return (await conn.exec_driver_sql(f"PRAGMA {name}")).scalar()
+    return (await service.pragmas())[name]  # the writer connection's settings
 
 
 @sqlite_only
@@ -383,16 +380,10 @@ async def test_sqlite_pragmas_are_in_effect(store: Store) -> None:
 
 @sqlite_only
 async def test_sqlite_writes_begin_immediate_and_reads_do_not(store: Store) -> None:
-    service = store.service
+    statements: list[str] = []
+    service = store.reopen(trace=statements.append)
     assert isinstance(service, SqlSessionService)
     session = await service.create_session(app_name=APP, user_id="u1", session_id="s")
-    statements: list[str] = []
-
-    def capture(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
-        statements.append(statement)
-
-    engine = await service._ready_engine()
-    sa_event.listen(engine.sync_engine, "before_cursor_execute", capture)
 
     async def first_statement(operation: Any) -> str:
         statements.clear()

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from .base import BaseSessionService as BaseSessionService
 from .base import EventPage as EventPage
+from .base import Lease as Lease
 from .base import Session as Session
 from .memory import InMemorySessionService as InMemorySessionService
 
@@ -18,6 +19,7 @@ __all__ = (
     "BaseSessionService",
     "EventPage",
     "InMemorySessionService",
+    "Lease",
     "Session",
     "SqlSessionService",
 )

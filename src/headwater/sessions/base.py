@@ -2,17 +2,33 @@
 
 A session holds its events (non-partial only, in commit order) and its state.
 An event's ``actions.state_delta`` is applied atomically with the event.
+
+Three guarantees hold on every store:
+
+- **One run at a time**: a :class:`Lease` holds a session for one run across
+  runner instances, processes and replicas; writes fenced by it commit only
+  while it holds.
+- **Exactly one result per call**: an event's function responses are final
+  results, except those whose call id the same event lists in
+  ``long_running_tool_ids`` (a ticket); the store refuses a second final
+  result for a call (:class:`~headwater.errors.CallAlreadyAnsweredError`).
+- **A cancelled caller sees what was committed**: an ``append_event`` whose
+  caller is cancelled still commits or rolls back whole, and the ``Session``
+  object it was given is updated if it committed.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import PartialEventError
+from ..errors import PartialEventError, SessionBusyError
 from ..events import Event
+from ..settings import get_settings
 from ..state import TEMP_PREFIX
 
 
@@ -30,6 +46,28 @@ class Session:
     state: dict[str, Any] = field(default_factory=dict)  # raw JSON values
     events: list[Event] = field(default_factory=list)
     last_update_time: float = field(default_factory=time.time)
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """One run's hold on a session (DESIGN.md §5), from :meth:`BaseSessionService.acquire_lease`.
+
+    Attributes:
+        owner: who holds it (a process and runner id).
+        run_id: the run holding it.
+        expires_at: ``time.time()`` seconds after which another run may take it
+            over unless it is renewed.
+        took_over: the run id of an expired lease this one replaced: that run
+            ended without releasing (a crash, or a hang), so repair may be due.
+    """
+
+    app_name: str
+    user_id: str
+    session_id: str
+    owner: str
+    run_id: str
+    expires_at: float
+    took_over: str | None = None
 
 
 @dataclass(slots=True)
@@ -93,15 +131,34 @@ class BaseSessionService(ABC):
             SessionNotFoundError: no such session for this user.
         """
 
-    async def append_event(self, session: Session, event: Event) -> Event:
+    async def append_event(
+        self, session: Session, event: Event, *, lease: Lease | None = None
+    ) -> Event:
         """Persist a non-partial event and apply its state delta atomically.
 
         The event is added to ``session.events`` and the delta to
-        ``session.state`` only once the store has committed them.
+        ``session.state`` only once the store has committed them, and then
+        always: if the caller is cancelled while the write is under way, the
+        write still commits or rolls back whole (it never leaves a transaction
+        or lock open), and ``session`` is updated on the event loop when it
+        commits. So after a cancel, ``session`` still matches the store.
+
+        An event whose function responses are final results (call ids not in
+        its own ``long_running_tool_ids``) commits only if none of those calls
+        has a final result stored yet: the first result wins.
+
+        Args:
+            lease: fence the write: it commits only if this lease still holds
+                the session (same owner and run id; past its expiry too, as long
+                as no other run took it over).
 
         Raises:
             PartialEventError: the event is partial; partials are never stored.
             SessionNotFoundError: the session no longer exists.
+            LeaseLostError: ``lease`` no longer holds the session; nothing stored.
+            CallAlreadyAnsweredError: a call already has its final result;
+                nothing stored.
+            SessionError: the store failed (code ``store_unavailable``).
         """
         if event.partial:
             raise PartialEventError(
@@ -109,19 +166,143 @@ class BaseSessionService(ABC):
                 f"(event {event.id} by {event.author!r})"
             )
         delta = persistent_delta(event)
-        await self._append(session, event, delta)
-        session.events.append(event)
-        if delta:
-            session.state.update(delta)
-        session.last_update_time = event.timestamp
+
+        def committed() -> None:
+            session.events.append(event)
+            if delta:
+                session.state.update(delta)
+            session.last_update_time = event.timestamp
+
+        await self._start_append(session, event, delta, lease, committed)
         return event
 
+    def _start_append(
+        self, session: Session, event: Event, delta: dict[str, Any], lease: Lease | None,
+        on_commit: Callable[[], None],
+    ) -> Awaitable[None]:
+        """Start committing ``event`` and ``delta``; await the result to wait for the outcome.
+
+        The contract every store keeps: the write goes on whatever happens to
+        the awaitable (cancelling it only stops the waiting), and ``on_commit``
+        is called on the event loop as soon as the write has committed, before
+        the awaitable completes, whether or not anyone still waits.
+
+        The default runs :meth:`_append` as a task of its own.
+        """
+        task = asyncio.ensure_future(self._append(session, event, delta, lease))
+        _pending_writes.add(task)
+
+        def done(finished: asyncio.Future[None]) -> None:
+            _pending_writes.discard(finished)
+            if not finished.cancelled() and finished.exception() is None:
+                on_commit()
+
+        task.add_done_callback(done)  # registered before the shield's, so it runs first
+        return asyncio.shield(task)
+
     @abstractmethod
-    async def _append(self, session: Session, event: Event, delta: dict[str, Any]) -> None:
-        """Commit ``event`` and ``delta`` in one transaction."""
+    async def _append(
+        self, session: Session, event: Event, delta: dict[str, Any], lease: Lease | None
+    ) -> None:
+        """Commit ``event`` and ``delta`` in one transaction (fenced by ``lease``)."""
+
+    async def acquire_lease(
+        self,
+        *,
+        app_name: str,
+        user_id: str,
+        session_id: str,
+        owner: str,
+        run_id: str,
+        ttl: float,
+        wait: float = 0.0,
+    ) -> Lease:
+        """Take the session for one run until ``time.time() + ttl`` (renew to keep it).
+
+        Taking it is one atomic write: of two runs asking at once, one wins.
+        A lease past its expiry may be taken over; the new lease then names the
+        old run in ``took_over``. Asking again with the same owner and run id
+        extends the lease.
+
+        Args:
+            ttl: seconds the lease lasts unless renewed.
+            wait: seconds to keep trying while another run holds the session
+                (polling every ``lease_poll_interval``, doubling, at most 0.5 s,
+                and never past the holder's expiry).
+
+        A caller cancelled while the write is under way may still have taken
+        the lease: release it with a ``Lease`` of the same owner and run id
+        (release and renew match on those alone), or let it expire.
+
+        Raises:
+            SessionNotFoundError: no such session for this user.
+            SessionBusyError: another unexpired lease holds it (after ``wait``).
+            SessionError: the store failed.
+            ValueError: ``ttl`` is not positive.
+        """
+        if ttl <= 0:
+            raise ValueError(f"ttl must be positive, not {ttl}")
+        deadline = time.monotonic() + max(wait, 0.0)
+        interval = get_settings().lease_poll_interval
+        while True:
+            taken = await self._try_acquire_lease(app_name, user_id, session_id, owner, run_id,
+                                                  ttl)
+            if isinstance(taken, Lease):
+                return taken
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise SessionBusyError(f"session {session_id!r} has a run in progress")
+            until_expiry = max(taken - time.time(), 0.001)
+            await asyncio.sleep(min(interval, left, until_expiry))
+            interval = min(interval * 2, 0.5)
+
+    @abstractmethod
+    async def _try_acquire_lease(
+        self, app_name: str, user_id: str, session_id: str, owner: str, run_id: str, ttl: float
+    ) -> Lease | float:
+        """One atomic attempt: the new lease, or the holder's ``expires_at`` if it is busy.
+
+        Raises:
+            SessionNotFoundError: no such session for this user.
+        """
+
+    @abstractmethod
+    async def renew_lease(self, lease: Lease, ttl: float) -> Lease:
+        """Extend ``lease`` to ``time.time() + ttl``; works past expiry if nobody took it over.
+
+        Raises:
+            LeaseLostError: another run took the session over, or the lease was
+                released (or the session deleted).
+            SessionError: the store failed.
+        """
+
+    @abstractmethod
+    async def release_lease(self, lease: Lease) -> None:
+        """Give the session up; a no-op if ``lease`` no longer holds it (idempotent).
+
+        Raises:
+            SessionError: the store failed.
+        """
 
     async def close(self) -> None:  # noqa: B027 - optional hook, nothing to release by default
         """Release connections; the service may not be used afterwards."""
+
+
+_pending_writes: set[asyncio.Future[None]] = set()  # writes no caller may await any more
+
+
+def final_call_ids(event: Event) -> list[str]:
+    """The call ids whose final result ``event`` carries (long-running tickets excluded)."""
+    content = event.content
+    if content is None:
+        return []
+    pending = event.long_running_tool_ids
+    ids: list[str] = []
+    for part in content.parts:
+        response = part.function_response
+        if response is not None and response.id not in pending and response.id not in ids:
+            ids.append(response.id)
+    return ids
 
 
 def persistent_delta(event: Event) -> dict[str, Any]:

@@ -1,141 +1,98 @@
-"""``SqlSessionService``: sessions in SQLite (default) or PostgreSQL, on SQLAlchemy async Core.
+"""``SqlSessionService``: sessions in SQLite (default) or PostgreSQL.
 
-Two tables, created on first use: ``hw_sessions`` (one row per session, its
-state as JSON text) and ``hw_events`` (one row per non-partial event, as
-:func:`~headwater.events.event_to_json` text). ``hw_events.seq`` is a
-monotonic sequence: events are read back in ``seq`` order and ``seq`` is the
-pagination cursor. An event and its state delta commit in one transaction
-(DESIGN.md §5).
+Tables, created on first use: ``hw_sessions`` (one row per session, its state
+as JSON text), ``hw_events`` (one row per non-partial event, as
+:func:`~headwater.events.event_to_json` text), ``hw_call_results`` (one row
+per call that has its final result) and ``hw_leases`` (the run holding each
+session). ``hw_events.seq`` is a monotonic sequence: events are read back in
+``seq`` order and ``seq`` is the pagination cursor. An event, its state delta
+and its result claims commit in one transaction (DESIGN.md §5).
 
-SQLite (DESIGN.md §7.8) runs in WAL mode with ``synchronous`` from the settings
+SQLite (DESIGN.md §7.8; :mod:`.sqlite`): one writer thread per database runs
+each write transaction whole (``BEGIN IMMEDIATE``), committing writes queued
+together in one transaction; WAL with ``synchronous`` from the settings
 (``NORMAL``: survives a process crash, may lose the last commits on power loss;
-``FULL`` is one setting away), and every write transaction starts with
-``BEGIN IMMEDIATE``: a writer takes the lock first and waits up to
-``busy_timeout`` for it, instead of failing late at its first write. Reads use
-a plain ``BEGIN`` and are never blocked by a writer.
+``FULL`` is one setting away); reads on a small pool of reader threads, never
+blocked by the writer.
 
-PostgreSQL (``postgresql+asyncpg://…``, for several gateway replicas) uses the
-same tables; an append locks the session row (``SELECT … FOR UPDATE``), so
-appends from several processes keep the state consistent.
+PostgreSQL (``postgresql+asyncpg://…``, for several gateway replicas;
+:mod:`.postgres`) uses the same tables; every write locks the session's row,
+so writes from several processes keep the state consistent.
+
+``get_session`` keeps the parsed events of recently read sessions (a
+``session_cache_size`` LRU) and reads only the events committed since: its
+cost follows what is new, not the session's length.
 """
 
 from __future__ import annotations
 
-import asyncio
+import bisect
 import importlib
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final, Literal, cast
+from typing import Any, Final, Literal
 
-from sqlalchemy import (
-    BigInteger,
-    Column,
-    ColumnElement,
-    Double,
-    ForeignKeyConstraint,
-    Index,
-    Integer,
-    MetaData,
-    String,
-    Table,
-    Text,
-    bindparam,
-    delete,
-    insert,
-    select,
-    text,
-    update,
-)
-from sqlalchemy import event as sa_event
-from sqlalchemy.engine import URL, Connection, make_url
-from sqlalchemy.exc import DBAPIError, IntegrityError
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+from sqlalchemy.engine import URL, make_url
 
-from ..errors import SessionError, SessionNotFoundError
 from ..events import Event, event_from_json, event_to_json
-from ..settings import get_settings
-from .base import BaseSessionService, EventPage, Session
+from ..settings import Settings, get_settings
+from . import _sqlcore as core
+from .base import BaseSessionService, EventPage, Lease, Session, final_call_ids
 
 SqliteSynchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
 """SQLite ``PRAGMA synchronous``: ``NORMAL`` survives a process crash, ``FULL`` a power cut."""
 
 _SYNCHRONOUS_MODES: Final = ("OFF", "NORMAL", "FULL", "EXTRA")
-_WRITE: Final = "headwater_write"  # connection execution option: this transaction writes
-_SCHEMA_LOCK_KEY: Final = 0x6877_7365_7373  # PostgreSQL advisory lock for CREATE TABLE
-
-_metadata = MetaData()
-
-_sessions = Table(
-    "hw_sessions",
-    _metadata,
-    Column("app_name", String, primary_key=True),
-    Column("user_id", String, primary_key=True),
-    Column("id", String, primary_key=True),
-    Column("state", Text, nullable=False),
-    Column("create_time", Double, nullable=False),
-    Column("update_time", Double, nullable=False),
-)
-
-_events = Table(
-    "hw_events",
-    _metadata,
-    # INTEGER (not BIGINT) on SQLite, so the column is the rowid and AUTOINCREMENT applies.
-    Column("seq", BigInteger().with_variant(Integer, "sqlite"), primary_key=True,
-           autoincrement=True),
-    Column("id", String, nullable=False, unique=True),
-    Column("app_name", String, nullable=False),
-    Column("user_id", String, nullable=False),
-    Column("session_id", String, nullable=False),
-    Column("invocation_id", String, nullable=False),
-    Column("author", String, nullable=False),
-    Column("timestamp", Double, nullable=False),
-    Column("data", Text, nullable=False),
-    ForeignKeyConstraint(
-        ["app_name", "user_id", "session_id"],
-        ["hw_sessions.app_name", "hw_sessions.user_id", "hw_sessions.id"],
-        ondelete="CASCADE",
-    ),
-    Index("ix_hw_events_session_seq", "app_name", "user_id", "session_id", "seq"),
-    sqlite_autoincrement=True,  # never reuse a seq, even after deletes
-)
+_PRAGMAS: Final = ("journal_mode", "synchronous", "busy_timeout", "foreign_keys")
 
 
-_KEY = ((_sessions.c.app_name == bindparam("k_app")) & (_sessions.c.user_id == bindparam("k_user"))
-        & (_sessions.c.id == bindparam("k_id")))
-_TOUCH = update(_sessions).where(_KEY).values(update_time=bindparam("update_time"))
-_TOUCH_WITH_STATE = update(_sessions).where(_KEY).values(update_time=bindparam("update_time"),
-                                                         state=bindparam("state"))
-_INSERT_EVENT = insert(_events)
+@dataclass(slots=True)
+class _Cached:
+    """A session's events as this service last read them."""
+
+    create_time: float  # tells a deleted-and-recreated session from the one cached
+    seqs: list[int]
+    events: list[Event]
 
 
 class SqlSessionService(BaseSessionService):
     """Sessions and events in a SQL database, shared by every process that opens it.
 
     Args:
-        url: a SQLAlchemy async URL; defaults to ``get_settings().database_url``
-            (``sqlite+aiosqlite:///.headwater/sessions.db``). ``sqlite://`` and
-            ``postgresql://`` get the ``aiosqlite`` and ``asyncpg`` drivers. The
-            parent directory of a SQLite file is created when first used.
+        url: a SQLAlchemy-style URL; defaults to ``get_settings().database_url``
+            (``sqlite+aiosqlite:///.headwater/sessions.db``). Any ``sqlite``
+            URL (whatever its driver part) opens the file with the writer-thread
+            store; ``postgresql://`` gets the ``asyncpg`` driver. The parent
+            directory of a SQLite file is created when first used.
         synchronous: SQLite ``PRAGMA synchronous``; defaults to the
             ``sqlite_synchronous`` setting (``NORMAL``).
-        busy_timeout_ms: how long a SQLite writer waits for the lock; defaults
-            to the ``sqlite_busy_timeout_ms`` setting.
+        busy_timeout_ms: how long a SQLite writer waits for the lock (held by
+            another process); defaults to the ``sqlite_busy_timeout_ms`` setting.
+        trace: called with every SQL statement the service's connections run
+            (from the thread that runs it), for debugging.
+        settings: the bounds to use (queue, batch, readers, cache, timeouts);
+            defaults to :func:`~headwater.settings.get_settings`.
 
-    The engine (a connection pool) is created on first use and belongs to the
-    event loop that used it; used from another loop, the service disposes it
-    and opens a new one. Connections stay open until :meth:`close`; a call
-    after ``close`` opens new ones. Call ``close`` on the loop that used the
-    service: PostgreSQL connections of a loop that has already stopped cannot
-    be closed cleanly (asyncpg then warns about unclosed connections).
+    Threads and connections open on first use and stay open until
+    :meth:`close`; a call after ``close`` opens new ones. SQLite's threads
+    belong to no event loop. A PostgreSQL pool belongs to the loop that used it
+    (used from another loop, the service opens a new one): call ``close`` on
+    the loop that used the service.
+
+    ``get_session`` returns a new ``Session`` each time; its ``events`` list is
+    a copy, but the ``Event`` objects in it are shared with the cache and with
+    other callers: treat them as read-only.
 
     Raises:
         ImportError: a PostgreSQL URL without asyncpg installed (the message
             says ``pip install "headwater[postgres]"``).
-        ValueError: an unknown ``synchronous`` mode or a negative timeout.
+        ValueError: an unknown ``synchronous`` mode, a negative timeout, or an
+            in-memory SQLite URL (use ``InMemorySessionService``).
     """
 
     def __init__(
@@ -144,21 +101,30 @@ class SqlSessionService(BaseSessionService):
         *,
         synchronous: SqliteSynchronous | None = None,
         busy_timeout_ms: int | None = None,
+        trace: Callable[[str], None] | None = None,
+        settings: Settings | None = None,
     ) -> None:
-        settings = get_settings()
+        settings = settings or get_settings()
         self._url = _resolve_url(url or settings.database_url)
         mode = (synchronous or settings.sqlite_synchronous).upper()
         if mode not in _SYNCHRONOUS_MODES:
             raise ValueError(f"synchronous must be one of {_SYNCHRONOUS_MODES}, not {mode!r}")
-        self._synchronous = mode
         timeout = settings.sqlite_busy_timeout_ms if busy_timeout_ms is None else busy_timeout_ms
         if timeout < 0:
             raise ValueError(f"busy_timeout_ms must be >= 0, not {timeout}")
-        self._busy_timeout_ms = int(timeout)
-        self._engine: AsyncEngine | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._schema_lock = asyncio.Lock()
-        self._schema_ready = False
+        self._store: core.Store
+        if self._url.get_backend_name() == "sqlite":
+            from .sqlite import SqliteConfig, SqliteStore
+
+            database, uri = _sqlite_database(self._url)
+            self._store = SqliteStore(SqliteConfig(database, uri, mode, int(timeout), settings,
+                                                   trace))
+        else:
+            from .postgres import PostgresStore
+
+            self._store = PostgresStore(self._url, trace)
+        self._cache: OrderedDict[core.Key, _Cached] = OrderedDict()
+        self._cache_size = settings.session_cache_size
 
     def __repr__(self) -> str:
         return f"SqlSessionService({self._url.render_as_string(hide_password=True)!r})"
@@ -180,13 +146,7 @@ class SqlSessionService(BaseSessionService):
         sid = session_id or uuid.uuid4().hex
         encoded = json.dumps(state or {})
         now = time.time()
-        try:
-            async with self._transaction(write=True) as conn:
-                await conn.execute(insert(_sessions).values(
-                    app_name=app_name, user_id=user_id, id=sid, state=encoded,
-                    create_time=now, update_time=now))
-        except IntegrityError as exc:
-            raise SessionError(f"session {sid!r} already exists") from exc
+        await self._store.write(core.create_session((app_name, user_id, sid), encoded, now))
         return Session(id=sid, app_name=app_name, user_id=user_id, state=json.loads(encoded),
                        last_update_time=now)
 
@@ -195,23 +155,42 @@ class SqlSessionService(BaseSessionService):
     ) -> Session | None:
         """The session with all its events in commit order, or ``None`` (missing or not theirs).
 
+        Reads only the events committed after those this service already holds
+        for the session (by any process: the ``seq`` order tells what is new).
+
         Raises:
             SessionError: the database failed.
         """
-        async with self._transaction(write=False) as conn:
-            row = (await conn.execute(
-                select(_sessions.c.state, _sessions.c.update_time)
-                .where(_session_key(app_name, user_id, session_id)))).first()
-            if row is None:
-                return None
-            data = await conn.scalars(
-                select(_events.c.data)
-                .where(_events_of(app_name, user_id, session_id))
-                .order_by(_events.c.seq))
-            events = [event_from_json(d) for d in data]
+        key = (app_name, user_id, session_id)
+        cached = self._cache.get(key)
+        after = cached.seqs[-1] if cached is not None and cached.seqs else 0
+        rows = await self._store.read(core.read_session(key, after))
+        if rows is None:
+            self._cache.pop(key, None)
+            return None
+        cached = self._cache.get(key)  # another read may have moved it on meanwhile
+        if cached is None or cached.create_time != rows.create_time:
+            cached = _Cached(rows.create_time, [], [])
+        last = cached.seqs[-1] if cached.seqs else 0
+        for seq, data in rows.events:
+            if seq > last:
+                cached.seqs.append(int(seq))
+                cached.events.append(event_from_json(data))
+        # This read's snapshot ends at its own last row (or its cursor), whatever the cache holds.
+        seen = int(rows.events[-1][0]) if rows.events else after
+        events = cached.events[: bisect.bisect_right(cached.seqs, seen)]
+        self._remember(key, cached)
         return Session(id=session_id, app_name=app_name, user_id=user_id,
-                       state=json.loads(row.state), events=events,
-                       last_update_time=float(row.update_time))
+                       state=json.loads(rows.state), events=events,
+                       last_update_time=rows.update_time)
+
+    def _remember(self, key: core.Key, cached: _Cached) -> None:
+        if self._cache_size == 0:
+            return
+        self._cache[key] = cached
+        self._cache.move_to_end(key)
+        while len(self._cache) > self._cache_size:
+            self._cache.popitem(last=False)
 
     async def list_sessions(self, *, app_name: str, user_id: str) -> list[Session]:
         """The user's sessions, most recently updated first, without their events.
@@ -219,25 +198,19 @@ class SqlSessionService(BaseSessionService):
         Raises:
             SessionError: the database failed.
         """
-        async with self._transaction(write=False) as conn:
-            rows = (await conn.execute(
-                select(_sessions.c.id, _sessions.c.state, _sessions.c.update_time)
-                .where(_sessions.c.app_name == app_name, _sessions.c.user_id == user_id)
-                .order_by(_sessions.c.update_time.desc(), _sessions.c.create_time.desc()))).all()
-        return [Session(id=str(r.id), app_name=app_name, user_id=user_id,
-                        state=json.loads(r.state), last_update_time=float(r.update_time))
-                for r in rows]
+        rows = await self._store.read(core.list_sessions(app_name, user_id))
+        return [Session(id=str(sid), app_name=app_name, user_id=user_id, state=json.loads(state),
+                        last_update_time=float(update_time)) for sid, state, update_time in rows]
 
     async def delete_session(self, *, app_name: str, user_id: str, session_id: str) -> None:
-        """Delete a session and its events; deleting a missing one is a no-op.
+        """Delete a session, its events, result claims and lease; a missing one is a no-op.
 
         Raises:
             SessionError: the database failed.
         """
-        async with self._transaction(write=True) as conn:
-            await conn.execute(delete(_events).where(_events_of(app_name, user_id, session_id)))
-            await conn.execute(delete(_sessions).where(
-                _session_key(app_name, user_id, session_id)))
+        key = (app_name, user_id, session_id)
+        self._cache.pop(key, None)
+        await self._store.write(core.delete_session(key))
 
     async def list_events(
         self,
@@ -260,175 +233,83 @@ class SqlSessionService(BaseSessionService):
         """
         if limit < 1:
             raise ValueError(f"limit must be at least 1, not {limit}")
-        query = select(_events.c.seq, _events.c.data).where(
-            _events_of(app_name, user_id, session_id))
-        if after is not None:
-            query = query.where(_events.c.seq > after)
-        async with self._transaction(write=False) as conn:
-            await _require_session(conn, app_name, user_id, session_id, lock=False)
-            rows = (await conn.execute(query.order_by(_events.c.seq).limit(limit + 1))).all()
+        rows = await self._store.read(core.list_events(
+            (app_name, user_id, session_id), after or 0, limit + 1))
         page = rows[:limit]
-        more = len(rows) > limit
-        return EventPage(events=[event_from_json(r.data) for r in page],
-                         next_cursor=int(page[-1].seq) if more else None)
+        return EventPage(events=[event_from_json(data) for _, data in page],
+                         next_cursor=int(page[-1][0]) if len(rows) > limit else None)
 
-    async def _append(self, session: Session, event: Event, delta: dict[str, Any]) -> None:
-        """Update the state, then insert the event, in one write transaction.
+    def _start_append(
+        self, session: Session, event: Event, delta: dict[str, Any], lease: Lease | None,
+        on_commit: Callable[[], None],
+    ) -> Awaitable[None]:
+        """Encode the write on the loop, then hand it to the store (see the base class).
 
-        The state is written first, so a failing insert (e.g. an event id that
-        is already stored) proves the rollback: nothing of the call remains.
-
-        Raises:
-            SessionNotFoundError: the session does not exist (any more).
+        Raises (when awaited):
+            SessionNotFoundError, LeaseLostError, CallAlreadyAnsweredError: see
+                :meth:`append_event`.
             SessionError: the event id is already stored, or the database failed.
         """
-        key = (session.app_name, session.user_id, session.id)
-        try:
-            async with self._transaction(write=True) as conn:
-                where = {"k_app": key[0], "k_user": key[1], "k_id": key[2]}
-                if delta:
-                    # Read-modify-write under the row lock; without a delta the UPDATE
-                    # alone takes the lock and proves the session exists.
-                    merged = json.loads(await _require_session(conn, *key, lock=True))
-                    merged.update(delta)
-                    result = await conn.execute(_TOUCH_WITH_STATE, {
-                        **where, "update_time": event.timestamp, "state": json.dumps(merged)})
-                else:
-                    result = await conn.execute(_TOUCH, {**where,
-                                                         "update_time": event.timestamp})
-                if result.rowcount == 0:
-                    raise SessionNotFoundError(f"no session {key[2]!r} for this user")
-                # Statements built once (module level): only parameters change per event.
-                await conn.execute(_INSERT_EVENT, {
-                    "id": event.id, "app_name": key[0], "user_id": key[1],
-                    "session_id": key[2], "invocation_id": event.invocation_id,
-                    "author": event.author, "timestamp": event.timestamp,
-                    "data": event_to_json(event).decode()})
-        except IntegrityError as exc:
-            raise SessionError(f"event {event.id!r} could not be stored (already stored?)") from exc
+        write = core.AppendWrite(
+            key=(session.app_name, session.user_id, session.id), event_id=event.id,
+            invocation_id=event.invocation_id, author=event.author, timestamp=event.timestamp,
+            data=event_to_json(event).decode(), delta=json.dumps(delta) if delta else None,
+            call_ids=tuple(final_call_ids(event)),
+            holder=(lease.owner, lease.run_id) if lease is not None else None)
+        return _discard(self._store.start_write(core.append(write, self._store.lock),
+                                                order=write.key, on_commit=on_commit))
+
+    async def _append(
+        self, session: Session, event: Event, delta: dict[str, Any], lease: Lease | None
+    ) -> None:
+        await self._start_append(session, event, delta, lease, lambda: None)
+
+    async def _try_acquire_lease(
+        self, app_name: str, user_id: str, session_id: str, owner: str, run_id: str, ttl: float
+    ) -> Lease | float:
+        return await self._store.write(core.acquire_lease(
+            (app_name, user_id, session_id), owner, run_id, ttl, self._store.lock))
+
+    async def renew_lease(self, lease: Lease, ttl: float) -> Lease:
+        """See the base class; one conditional write on the lease's row."""
+        return await self._store.write(core.renew_lease(lease, ttl, self._store.lock))
+
+    async def release_lease(self, lease: Lease) -> None:
+        """See the base class; one conditional delete of the lease's row."""
+        await self._store.write(core.release_lease(lease, self._store.lock))
+
+    async def pragmas(self) -> dict[str, Any]:
+        """The SQLite settings in effect on the writer connection (empty for PostgreSQL).
+
+        Keys: ``journal_mode``, ``synchronous`` (0–3), ``busy_timeout`` (ms),
+        ``foreign_keys`` (0/1). For diagnostics and tests.
+        """
+        if self._url.get_backend_name() != "sqlite":
+            return {}
+        return await self._store.write(core.pragmas(_PRAGMAS))
 
     async def close(self) -> None:
-        """Dispose the engine and close its connections; a later call opens new ones."""
-        engine, loop = self._engine, self._loop
-        self._engine, self._loop, self._schema_ready = None, None, False
-        if engine is not None:
-            await _dispose(engine, loop)
+        """Finish the writes under way, then end the threads and close every connection.
 
-    @asynccontextmanager
-    async def _transaction(self, *, write: bool) -> AsyncIterator[AsyncConnection]:
-        """A connection in a transaction (``BEGIN IMMEDIATE`` on SQLite when ``write``)."""
-        engine = await self._ready_engine()
-        try:
-            async with engine.connect() as conn:
-                if write:
-                    await conn.execution_options(**{_WRITE: True})
-                async with conn.begin():
-                    yield conn
-        except IntegrityError:
-            raise
-        except DBAPIError as exc:
-            # The driver's message (e.g. "database is locked"), without SQL or parameters.
-            raise SessionError(f"session store failed: {exc.orig}") from exc
-
-    async def _ready_engine(self) -> AsyncEngine:
-        """The engine for the running loop, with the tables created."""
-        loop = asyncio.get_running_loop()
-        if self._engine is not None and self._loop is not loop:
-            engine, old_loop = self._engine, self._loop
-            self._engine, self._loop = None, None
-            await _dispose(engine, old_loop)
-        if self._engine is None:
-            self._engine = self._build_engine()
-            self._loop = loop
-            self._schema_lock = asyncio.Lock()
-            self._schema_ready = False
-        engine = self._engine
-        if not self._schema_ready:
-            async with self._schema_lock:
-                if not self._schema_ready:
-                    await self._create_tables(engine)
-                    self._schema_ready = True
-        return engine
-
-    def _build_engine(self) -> AsyncEngine:
-        if self._url.get_backend_name() != "sqlite":
-            return create_async_engine(self._url, pool_pre_ping=True)
-        engine = create_async_engine(_prepare_sqlite_file(self._url))
-        pragmas = (f"PRAGMA busy_timeout={self._busy_timeout_ms}", "PRAGMA journal_mode=WAL",
-                   f"PRAGMA synchronous={self._synchronous}", "PRAGMA foreign_keys=ON")
-
-        def on_connect(dbapi_connection: Any, _record: Any) -> None:
-            # The driver's own implicit BEGIN is off: on_begin below emits every BEGIN.
-            dbapi_connection.isolation_level = None
-            cursor = dbapi_connection.cursor()
-            try:
-                for pragma in pragmas:
-                    cursor.execute(pragma)
-            finally:
-                cursor.close()
-
-        def on_begin(conn: Connection) -> None:
-            write = conn.get_execution_options().get(_WRITE, False)
-            conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
-
-        sa_event.listen(engine.sync_engine, "connect", on_connect)
-        sa_event.listen(engine.sync_engine, "begin", on_begin)
-        return engine
-
-    async def _create_tables(self, engine: AsyncEngine) -> None:
-        async with engine.connect() as conn:
-            await conn.execution_options(**{_WRITE: True})
-            async with conn.begin():
-                if engine.dialect.name == "postgresql":
-                    # Replicas starting together must not race on CREATE TABLE.
-                    await conn.execute(text(f"SELECT pg_advisory_xact_lock({_SCHEMA_LOCK_KEY})"))
-                await conn.run_sync(_metadata.create_all)
+        On SQLite the writer thread ends after the writes already queued, and
+        with the last connection closed no ``-wal`` file is left behind. A
+        later call opens everything again.
+        """
+        self._cache.clear()
+        await self._store.close()
 
 
-def _session_key(app_name: str, user_id: str, session_id: str) -> ColumnElement[bool]:
-    c = _sessions.c
-    return (c.app_name == app_name) & (c.user_id == user_id) & (c.id == session_id)
-
-
-def _events_of(app_name: str, user_id: str, session_id: str) -> ColumnElement[bool]:
-    c = _events.c
-    return (c.app_name == app_name) & (c.user_id == user_id) & (c.session_id == session_id)
-
-
-async def _require_session(
-    conn: AsyncConnection, app_name: str, user_id: str, session_id: str, *, lock: bool
-) -> str:
-    """The session's stored state (JSON text); ``lock`` holds its row until commit."""
-    query = select(_sessions.c.state).where(_session_key(app_name, user_id, session_id))
-    if lock:
-        query = query.with_for_update()  # PostgreSQL; SQLite already holds BEGIN IMMEDIATE
-    state = (await conn.execute(query)).scalar_one_or_none()
-    if state is None:
-        raise SessionNotFoundError(f"no session {session_id!r} for this user")
-    return cast(str, state)
-
-
-async def _dispose(engine: AsyncEngine, loop: asyncio.AbstractEventLoop | None) -> None:
-    """Close an engine's connections, on the loop that opened them if it still runs."""
-    if loop is None or loop is asyncio.get_running_loop():
-        await engine.dispose()
-    elif loop.is_running():
-        # That loop runs in another thread: its connections can only close there.
-        await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(engine.dispose(), loop))
-    elif engine.dialect.name == "sqlite":
-        await engine.dispose()  # aiosqlite connections live in their own threads
-    else:
-        # Sockets of a stopped loop cannot be closed from this one: drop the pool.
-        await engine.dispose(close=False)
+async def _discard(result: Awaitable[Any]) -> None:
+    await result
 
 
 def _resolve_url(url: str) -> URL:
-    """Parse ``url``, pick the async driver, and check that the driver is installed."""
+    """Parse ``url``, pick the driver, and check that asyncpg is installed for PostgreSQL."""
     parsed = make_url(url)
     if parsed.drivername == "postgresql":
         parsed = parsed.set(drivername="postgresql+asyncpg")
     elif parsed.drivername == "sqlite":
-        parsed = parsed.set(drivername="sqlite+aiosqlite")
+        parsed = parsed.set(drivername="sqlite+aiosqlite")  # the name users know; unused
     if parsed.get_driver_name() == "asyncpg":
         try:
             importlib.import_module("asyncpg")
@@ -439,11 +320,14 @@ def _resolve_url(url: str) -> URL:
     return parsed
 
 
-def _prepare_sqlite_file(url: URL) -> URL:
-    """Make a SQLite file path absolute and create its directory (memory and URIs untouched)."""
+def _sqlite_database(url: URL) -> tuple[str, bool]:
+    """The file to open (absolute, its directory created) and whether it is a ``file:`` URI."""
     database = url.database
-    if not database or database == ":memory:" or database.startswith("file:"):
-        return url
+    if not database or database == ":memory:" or "mode=memory" in database:
+        raise ValueError("SqlSessionService needs a SQLite file (several connections share "
+                         "it); for sessions in memory use InMemorySessionService")
+    if database.startswith("file:"):
+        return database, True
     path = Path(database).expanduser().absolute()
     path.parent.mkdir(parents=True, exist_ok=True)
-    return url.set(database=str(path))
+    return str(path), False

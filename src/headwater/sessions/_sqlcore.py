@@ -1,0 +1,288 @@
+"""What the SQL stores share: the schema, the statements, and each operation as steps.
+
+Every operation is a generator of ``(sql, params)`` steps (sans-I/O): it yields
+a statement, receives its rows, and returns the result or raises. The SQLite
+writer thread drives the steps synchronously inside its transaction; the
+PostgreSQL store drives the very same steps with ``await``. The statements use
+``:name`` parameters, which both ``sqlite3`` and SQLAlchemy's ``text()`` take.
+
+Serialisation: on SQLite a write transaction holds the database's one write
+lock (``BEGIN IMMEDIATE``). On PostgreSQL every write locks the session's row
+first (an ``UPDATE``, or ``SELECT … FOR UPDATE``), so appends, lease changes
+and result claims of one session run one after another, and ``hw_events.seq``
+grows in commit order within a session (what the incremental read relies on).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Awaitable, Callable, Generator
+from dataclasses import dataclass
+from typing import Any, Final, Protocol, TypeVar
+
+from ..errors import CallAlreadyAnsweredError, LeaseLostError, SessionError, SessionNotFoundError
+from .base import Lease
+
+T = TypeVar("T")
+Row = tuple[Any, ...]  # one result row (raw column values)
+Step = tuple[str, dict[str, Any]]
+Steps = Generator[Step, list[Row], T]
+"""An operation: yields statements, is sent each statement's rows, returns its result."""
+
+Key = tuple[str, str, str]  # app_name, user_id, session_id
+
+# The SQLite DDL is what SQLAlchemy generated for the first two tables, so
+# files written by earlier versions open unchanged; postgres.py declares the
+# same tables with SQLAlchemy.
+SQLITE_SCHEMA: Final = (
+    """CREATE TABLE IF NOT EXISTS hw_sessions (
+    app_name VARCHAR NOT NULL, user_id VARCHAR NOT NULL, id VARCHAR NOT NULL,
+    state TEXT NOT NULL, create_time DOUBLE NOT NULL, update_time DOUBLE NOT NULL,
+    PRIMARY KEY (app_name, user_id, id))""",
+    """CREATE TABLE IF NOT EXISTS hw_events (
+    seq INTEGER NOT NULL PRIMARY KEY AUTOINCREMENT, id VARCHAR NOT NULL,
+    app_name VARCHAR NOT NULL, user_id VARCHAR NOT NULL, session_id VARCHAR NOT NULL,
+    invocation_id VARCHAR NOT NULL, author VARCHAR NOT NULL, timestamp DOUBLE NOT NULL,
+    data TEXT NOT NULL,
+    FOREIGN KEY(app_name, user_id, session_id) REFERENCES hw_sessions (app_name, user_id, id)
+        ON DELETE CASCADE,
+    UNIQUE (id))""",
+    "CREATE INDEX IF NOT EXISTS ix_hw_events_session_seq "
+    "ON hw_events (app_name, user_id, session_id, seq)",
+    """CREATE TABLE IF NOT EXISTS hw_call_results (
+    app_name VARCHAR NOT NULL, user_id VARCHAR NOT NULL, session_id VARCHAR NOT NULL,
+    call_id VARCHAR NOT NULL, event_id VARCHAR NOT NULL,
+    PRIMARY KEY (app_name, user_id, session_id, call_id),
+    FOREIGN KEY(app_name, user_id, session_id) REFERENCES hw_sessions (app_name, user_id, id)
+        ON DELETE CASCADE)""",
+    """CREATE TABLE IF NOT EXISTS hw_leases (
+    app_name VARCHAR NOT NULL, user_id VARCHAR NOT NULL, session_id VARCHAR NOT NULL,
+    owner VARCHAR NOT NULL, run_id VARCHAR NOT NULL, expires_at DOUBLE NOT NULL,
+    took_over VARCHAR,
+    PRIMARY KEY (app_name, user_id, session_id),
+    FOREIGN KEY(app_name, user_id, session_id) REFERENCES hw_sessions (app_name, user_id, id)
+        ON DELETE CASCADE)""",
+)
+
+_SESSION: Final = "app_name = :app AND user_id = :user AND id = :sid"
+_OF_SESSION: Final = "app_name = :app AND user_id = :user AND session_id = :sid"
+
+INSERT_SESSION: Final = (
+    "INSERT INTO hw_sessions (app_name, user_id, id, state, create_time, update_time) "
+    "VALUES (:app, :user, :sid, :state, :now, :now) ON CONFLICT DO NOTHING RETURNING 1")
+SESSION_ROW: Final = f"SELECT state, create_time, update_time FROM hw_sessions WHERE {_SESSION}"
+SESSION_STATE: Final = f"SELECT state FROM hw_sessions WHERE {_SESSION}"
+SESSION_EXISTS: Final = f"SELECT 1 FROM hw_sessions WHERE {_SESSION}"
+TOUCH: Final = f"UPDATE hw_sessions SET update_time = :t WHERE {_SESSION} RETURNING 1"
+TOUCH_STATE: Final = f"UPDATE hw_sessions SET update_time = :t, state = :state WHERE {_SESSION}"
+LIST_SESSIONS: Final = (
+    "SELECT id, state, update_time FROM hw_sessions WHERE app_name = :app AND user_id = :user "
+    "ORDER BY update_time DESC, create_time DESC")
+EVENTS_AFTER: Final = (
+    f"SELECT seq, data FROM hw_events WHERE {_OF_SESSION} AND seq > :after ORDER BY seq")
+EVENTS_PAGE: Final = EVENTS_AFTER + " LIMIT :limit"
+INSERT_EVENT: Final = (
+    "INSERT INTO hw_events (id, app_name, user_id, session_id, invocation_id, author, "
+    "timestamp, data) VALUES (:id, :app, :user, :sid, :inv, :author, :ts, :data) RETURNING seq")
+CLAIM_RESULT: Final = (
+    "INSERT INTO hw_call_results (app_name, user_id, session_id, call_id, event_id) "
+    "VALUES (:app, :user, :sid, :call, :event) ON CONFLICT DO NOTHING RETURNING 1")
+LEASE_OF: Final = f"SELECT owner, run_id, expires_at, took_over FROM hw_leases WHERE {_OF_SESSION}"
+INSERT_LEASE: Final = (
+    "INSERT INTO hw_leases (app_name, user_id, session_id, owner, run_id, expires_at, took_over) "
+    "VALUES (:app, :user, :sid, :owner, :run, :exp, :took)")
+REPLACE_LEASE: Final = (
+    "UPDATE hw_leases SET owner = :owner, run_id = :run, expires_at = :exp, took_over = :took "
+    f"WHERE {_OF_SESSION}")
+RENEW_LEASE: Final = (f"UPDATE hw_leases SET expires_at = :exp WHERE {_OF_SESSION} "
+                      "AND owner = :owner AND run_id = :run RETURNING took_over")
+RELEASE_LEASE: Final = (f"DELETE FROM hw_leases WHERE {_OF_SESSION} "
+                        "AND owner = :owner AND run_id = :run")
+DELETE_SESSION: Final = (
+    f"DELETE FROM hw_call_results WHERE {_OF_SESSION}",
+    f"DELETE FROM hw_leases WHERE {_OF_SESSION}",
+    f"DELETE FROM hw_events WHERE {_OF_SESSION}",
+    f"DELETE FROM hw_sessions WHERE {_SESSION}",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class AppendWrite:
+    """One ``append_event``, encoded on the caller's loop (the event cannot change under it)."""
+
+    key: Key
+    event_id: str
+    invocation_id: str
+    author: str
+    timestamp: float
+    data: str  # event_to_json
+    delta: str | None  # the state delta as JSON, None without one
+    call_ids: tuple[str, ...]  # calls whose final result the event carries
+    holder: tuple[str, str] | None  # the fencing lease's (owner, run_id)
+
+
+@dataclass(frozen=True, slots=True)
+class SessionRows:
+    """A session's row and its events after a cursor, read in one transaction."""
+
+    state: str
+    create_time: float
+    update_time: float
+    events: list[Row]  # (seq, data) in seq order
+
+
+def params(key: Key) -> dict[str, Any]:
+    return {"app": key[0], "user": key[1], "sid": key[2]}
+
+
+def not_found(key: Key) -> SessionNotFoundError:
+    return SessionNotFoundError(f"no session {key[2]!r} for this user")
+
+
+def create_session(key: Key, state: str, now: float) -> Steps[None]:
+    rows = yield INSERT_SESSION, {**params(key), "state": state, "now": now}
+    if not rows:
+        raise SessionError(f"session {key[2]!r} already exists")
+
+
+def delete_session(key: Key) -> Steps[None]:
+    for statement in DELETE_SESSION:
+        yield statement, params(key)
+
+
+def read_session(key: Key, after: int) -> Steps[SessionRows | None]:
+    rows = yield SESSION_ROW, params(key)
+    if not rows:
+        return None
+    state, create_time, update_time = rows[0]
+    events = yield EVENTS_AFTER, {**params(key), "after": after}
+    return SessionRows(state, float(create_time), float(update_time), events)
+
+
+def list_sessions(app_name: str, user_id: str) -> Steps[list[Row]]:
+    return (yield LIST_SESSIONS, {"app": app_name, "user": user_id})
+
+
+def list_events(key: Key, after: int, limit: int) -> Steps[list[Row]]:
+    if not (yield SESSION_EXISTS, params(key)):
+        raise not_found(key)
+    return (yield EVENTS_PAGE, {**params(key), "after": after, "limit": limit})
+
+
+def append(write: AppendWrite, lock: str) -> Steps[int]:
+    """Touch (and lock) the session, check the fence, claim the results, insert the event.
+
+    Returns:
+        The event's ``seq``.
+    """
+    key = params(write.key)
+    if write.delta is not None:
+        rows = yield SESSION_STATE + lock, key
+        if not rows:
+            raise not_found(write.key)
+        merged = json.loads(rows[0][0])
+        merged.update(json.loads(write.delta))
+        yield TOUCH_STATE, {**key, "t": write.timestamp, "state": json.dumps(merged)}
+    elif not (yield TOUCH, {**key, "t": write.timestamp}):
+        raise not_found(write.key)
+    if write.holder is not None:
+        rows = yield LEASE_OF, key
+        if not rows or (rows[0][0], rows[0][1]) != write.holder:
+            raise LeaseLostError(f"run {write.holder[1]!r} no longer holds session "
+                                 f"{write.key[2]!r}; event {write.event_id} was not stored")
+    clash = []
+    for call_id in write.call_ids:
+        if not (yield CLAIM_RESULT, {**key, "call": call_id, "event": write.event_id}):
+            clash.append(call_id)
+    if clash:
+        raise CallAlreadyAnsweredError(clash)
+    rows = yield INSERT_EVENT, {
+        **key, "id": write.event_id, "inv": write.invocation_id, "author": write.author,
+        "ts": write.timestamp, "data": write.data}
+    return int(rows[0][0])
+
+
+def acquire_lease(key: Key, owner: str, run_id: str, ttl: float, lock: str
+                  ) -> Steps[Lease | float]:
+    """Take the lease if it is free, expired, or already this run's; else the holder's expiry."""
+    if not (yield SESSION_EXISTS + lock, params(key)):
+        raise not_found(key)
+    now = time.time()  # when the write runs, not when it was queued
+    rows = yield LEASE_OF, params(key)
+    took_over: str | None = None
+    if rows:
+        held_owner, held_run, expires_at, held_took_over = rows[0]
+        if (held_owner, held_run) != (owner, run_id):
+            if float(expires_at) > now:
+                return float(expires_at)
+            took_over = str(held_run)
+        else:
+            took_over = held_took_over
+    lease = Lease(*key, owner=owner, run_id=run_id, expires_at=now + ttl, took_over=took_over)
+    values = {**params(key), "owner": owner, "run": run_id, "exp": lease.expires_at,
+              "took": took_over}
+    yield (REPLACE_LEASE if rows else INSERT_LEASE), values
+    return lease
+
+
+def renew_lease(lease: Lease, ttl: float, lock: str) -> Steps[Lease]:
+    key: Key = (lease.app_name, lease.user_id, lease.session_id)
+    yield SESSION_EXISTS + lock, params(key)  # serialises with acquire on PostgreSQL
+    expires_at = time.time() + ttl
+    rows = yield RENEW_LEASE, {**params(key), "owner": lease.owner, "run": lease.run_id,
+                               "exp": expires_at}
+    if not rows:
+        raise LeaseLostError(f"run {lease.run_id!r} no longer holds session {key[2]!r}")
+    return Lease(*key, owner=lease.owner, run_id=lease.run_id, expires_at=expires_at,
+                 took_over=rows[0][0])
+
+
+def release_lease(lease: Lease, lock: str) -> Steps[None]:
+    key: Key = (lease.app_name, lease.user_id, lease.session_id)
+    yield SESSION_EXISTS + lock, params(key)
+    yield RELEASE_LEASE, {**params(key), "owner": lease.owner, "run": lease.run_id}
+
+
+def drive(execute: Callable[[str, dict[str, Any]], list[Row]], steps: Steps[T]) -> T:
+    """Run ``steps`` synchronously; ``execute(sql, params)`` returns the statement's rows."""
+    try:
+        step = next(steps)
+        while True:
+            step = steps.send(execute(*step))
+    except StopIteration as stop:
+        return stop.value  # type: ignore[no-any-return]
+
+
+class Store(Protocol):
+    """What ``SqlSessionService`` needs of a database: run steps as reads or writes."""
+
+    @property
+    def lock(self) -> str:
+        """Appended to a session-row SELECT that must lock the row (PostgreSQL)."""
+        ...
+
+    def start_write(self, steps: Steps[T], order: Key | None = None,
+                    on_commit: Callable[[], None] | None = None) -> Awaitable[T]:
+        """Start a write that finishes (commits or rolls back) whatever its caller does.
+
+        Cancelling the awaitable stops only the waiting. ``on_commit`` is
+        called on the loop once the write committed, before the awaitable
+        completes; writes with the same ``order`` key commit (and call it) in
+        the order they started.
+        """
+        ...
+
+    async def write(self, steps: Steps[T]) -> T: ...
+
+    async def read(self, steps: Steps[T]) -> T: ...
+
+    async def close(self) -> None: ...
+
+
+def pragmas(names: tuple[str, ...]) -> Steps[dict[str, Any]]:
+    found: dict[str, Any] = {}
+    for name in names:
+        rows = yield f"PRAGMA {name}", {}
+        found[name] = rows[0][0] if rows else None
+    return found

@@ -1,0 +1,236 @@
+"""The PostgreSQL store behind ``SqlSessionService``, on SQLAlchemy async Core and asyncpg.
+
+For several gateway replicas on one database. The operations are the steps of
+:mod:`._sqlcore`, each driven inside one transaction; every write locks the
+session's row first, so writes of one session from any replica serialise.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any, Final, TypeVar
+
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    Double,
+    ForeignKeyConstraint,
+    Index,
+    MetaData,
+    String,
+    Table,
+    Text,
+    TextClause,
+    text,
+)
+from sqlalchemy import event as sa_event
+from sqlalchemy.engine import URL
+from sqlalchemy.exc import DBAPIError, IntegrityError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+
+from ..errors import SessionError
+from . import _sqlcore as core
+
+T = TypeVar("T")
+_SCHEMA_LOCK: Final = "SELECT pg_advisory_xact_lock(114862246425459)"  # for CREATE TABLE
+
+_metadata = MetaData()
+
+
+def _session_fk() -> ForeignKeyConstraint:
+    return ForeignKeyConstraint(
+        ["app_name", "user_id", "session_id"],
+        ["hw_sessions.app_name", "hw_sessions.user_id", "hw_sessions.id"], ondelete="CASCADE")
+
+
+Table(
+    "hw_sessions", _metadata,
+    Column("app_name", String, primary_key=True),
+    Column("user_id", String, primary_key=True),
+    Column("id", String, primary_key=True),
+    Column("state", Text, nullable=False),
+    Column("create_time", Double, nullable=False),
+    Column("update_time", Double, nullable=False),
+)
+Table(
+    "hw_events", _metadata,
+    Column("seq", BigInteger, primary_key=True, autoincrement=True),
+    Column("id", String, nullable=False, unique=True),
+    Column("app_name", String, nullable=False),
+    Column("user_id", String, nullable=False),
+    Column("session_id", String, nullable=False),
+    Column("invocation_id", String, nullable=False),
+    Column("author", String, nullable=False),
+    Column("timestamp", Double, nullable=False),
+    Column("data", Text, nullable=False),
+    _session_fk(),
+    Index("ix_hw_events_session_seq", "app_name", "user_id", "session_id", "seq"),
+)
+Table(
+    "hw_call_results", _metadata,
+    Column("app_name", String, primary_key=True),
+    Column("user_id", String, primary_key=True),
+    Column("session_id", String, primary_key=True),
+    Column("call_id", String, primary_key=True),
+    Column("event_id", String, nullable=False),
+    _session_fk(),
+)
+Table(
+    "hw_leases", _metadata,
+    Column("app_name", String, primary_key=True),
+    Column("user_id", String, primary_key=True),
+    Column("session_id", String, primary_key=True),
+    Column("owner", String, nullable=False),
+    Column("run_id", String, nullable=False),
+    Column("expires_at", Double, nullable=False),
+    Column("took_over", String, nullable=True),
+    _session_fk(),
+)
+
+_statements: dict[str, TextClause] = {}
+
+
+def _statement(sql: str) -> TextClause:
+    found = _statements.get(sql)
+    if found is None:
+        found = _statements[sql] = text(sql)
+    return found
+
+
+class PostgresStore:
+    """Sessions in PostgreSQL; see the module docstring.
+
+    The engine (a connection pool) is created on first use and belongs to the
+    event loop that used it; used from another loop, the store disposes it and
+    opens a new one. Close it on the loop that used it: connections of a loop
+    that has stopped cannot be closed cleanly.
+    """
+
+    lock: Final = " FOR UPDATE"
+
+    def __init__(self, url: URL, trace: Callable[[str], None] | None = None) -> None:
+        self._url = url
+        self._trace = trace
+        self._engine: AsyncEngine | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._schema_lock = asyncio.Lock()
+        self._schema_ready = False
+        self._writes: set[asyncio.Future[Any]] = set()
+        self._order: dict[core.Key, tuple[asyncio.Lock, list[int]]] = {}
+
+    def start_write(self, steps: core.Steps[T], order: core.Key | None = None,
+                    on_commit: Callable[[], None] | None = None) -> Awaitable[T]:
+        """Start a write as a task of its own; see :class:`~._sqlcore.Store`.
+
+        Writes with the same ``order`` key run one after another, in the order
+        they started (they would wait for the session's row lock anyway), so
+        ``on_commit`` calls follow the commit order.
+        """
+        task = asyncio.ensure_future(self._write_in_order(steps, order, on_commit))
+        self._writes.add(task)
+        task.add_done_callback(self._writes.discard)
+        return asyncio.shield(task)
+
+    async def _write_in_order(self, steps: core.Steps[T], order: core.Key | None,
+                              on_commit: Callable[[], None] | None) -> T:
+        if order is None:
+            result = await self.write(steps)
+        else:
+            entry = self._order.get(order)
+            if entry is None:
+                entry = self._order[order] = (asyncio.Lock(), [0])
+            lock, users = entry
+            users[0] += 1
+            try:
+                async with lock:
+                    result = await self.write(steps)
+                    if on_commit is not None:
+                        on_commit()
+                    return result
+            finally:
+                users[0] -= 1
+                if not users[0]:
+                    del self._order[order]
+        if on_commit is not None:
+            on_commit()
+        return result
+
+    async def write(self, steps: core.Steps[T]) -> T:
+        return await self._run(steps)
+
+    async def read(self, steps: core.Steps[T]) -> T:
+        return await self._run(steps)
+
+    async def _run(self, steps: core.Steps[T]) -> T:
+        """Drive ``steps`` in one transaction; a raise in them rolls it back."""
+        engine = await self._ready_engine()
+        try:
+            async with engine.connect() as conn, conn.begin():
+                return await _drive(conn, steps)
+        except IntegrityError as exc:
+            raise SessionError(f"the database refused the write (already stored?): {exc.orig}"
+                               ) from exc
+        except DBAPIError as exc:
+            # The driver's message, without SQL or parameters.
+            raise SessionError(f"session store failed: {exc.orig}") from exc
+
+    async def close(self) -> None:
+        """Wait for writes under way, then dispose the engine; a later call opens a new one."""
+        if self._writes:
+            await asyncio.gather(*self._writes, return_exceptions=True)
+        engine, loop = self._engine, self._loop
+        self._engine, self._loop, self._schema_ready = None, None, False
+        if engine is not None:
+            await _dispose(engine, loop)
+
+    async def _ready_engine(self) -> AsyncEngine:
+        """The engine for the running loop, with the tables created."""
+        loop = asyncio.get_running_loop()
+        if self._engine is not None and self._loop is not loop:
+            engine, old_loop = self._engine, self._loop
+            self._engine, self._loop = None, None
+            await _dispose(engine, old_loop)
+        if self._engine is None:
+            self._engine = create_async_engine(self._url, pool_pre_ping=True)
+            if self._trace is not None:
+                trace = self._trace
+                sa_event.listen(self._engine.sync_engine, "before_cursor_execute",
+                                lambda _c, _cur, sql, *_a: trace(sql))
+            self._loop = loop
+            self._schema_lock = asyncio.Lock()
+            self._schema_ready = False
+        engine = self._engine
+        if not self._schema_ready:
+            async with self._schema_lock:
+                if not self._schema_ready:
+                    async with engine.connect() as conn, conn.begin():
+                        # Replicas starting together must not race on CREATE TABLE.
+                        await conn.execute(_statement(_SCHEMA_LOCK))
+                        await conn.run_sync(_metadata.create_all)
+                    self._schema_ready = True
+        return engine
+
+
+async def _drive(conn: AsyncConnection, steps: core.Steps[T]) -> T:
+    try:
+        sql, params = next(steps)
+        while True:
+            result = await conn.execute(_statement(sql), params)
+            rows: list[core.Row] = ([tuple(r) for r in result.all()] if result.returns_rows
+                                    else [])
+            sql, params = steps.send(rows)
+    except StopIteration as stop:
+        return stop.value  # type: ignore[no-any-return]
+
+
+async def _dispose(engine: AsyncEngine, loop: asyncio.AbstractEventLoop | None) -> None:
+    """Close an engine's connections, on the loop that opened them if it still runs."""
+    if loop is None or loop is asyncio.get_running_loop():
+        await engine.dispose()
+    elif loop.is_running():
+        # That loop runs in another thread: its connections can only close there.
+        await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(engine.dispose(), loop))
+    else:
+        # Sockets of a stopped loop cannot be closed from this one: drop the pool.
+        await engine.dispose(close=False)

@@ -1,0 +1,426 @@
+"""The SQLite store behind ``SqlSessionService``: one writer thread per database.
+
+A write never runs statement by statement through the event loop. Each
+database gets a dedicated writer thread owning a plain ``sqlite3`` connection
+(WAL, ``synchronous`` from the settings, foreign keys on), fed by a bounded
+queue. The thread runs every write transaction whole: ``BEGIN IMMEDIATE``, the
+work, ``COMMIT``, so the write lock is held for the time SQLite needs and no
+longer. Writes queued together commit in one transaction (group commit), each
+inside its own ``SAVEPOINT``: one that fails rolls back alone and its caller
+alone gets the error. Reads run on a small pool of reader connections in their
+own threads (WAL readers never wait for the writer).
+
+A caller's cancellation cannot leave a transaction or lock open: the work is
+already the thread's, which finishes it (or rolls it back) whatever the caller
+does, and hands the outcome back to the caller's loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import queue
+import sqlite3
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Final, TypeVar
+
+from ..errors import HeadwaterError, SessionError
+from ..settings import Settings
+from . import _sqlcore as core
+
+T = TypeVar("T")
+Trace = Callable[[str], None]
+_STOP: Final = None  # the writer's queue sentinel
+_NO_LOCK: Final = ""  # SQLite has no row locks: BEGIN IMMEDIATE already serialises writers
+
+
+@dataclass(frozen=True, slots=True)
+class SqliteConfig:
+    """How to open one database's connections."""
+
+    database: str  # a path, or a ``file:`` URI
+    uri: bool
+    synchronous: str
+    busy_timeout_ms: int
+    settings: Settings  # the queue, batch, reader and checkpoint bounds
+    trace: Trace | None = None
+
+
+class _Job:
+    """One write: its steps, and the future on the caller's loop that gets the outcome."""
+
+    __slots__ = ("future", "loop", "on_commit", "steps")
+
+    def __init__(self, steps: core.Steps[Any], loop: asyncio.AbstractEventLoop,
+                 future: asyncio.Future[Any], on_commit: Callable[[], None] | None) -> None:
+        self.steps = steps
+        self.loop = loop
+        self.future = future
+        self.on_commit = on_commit
+
+
+_Outcome = tuple[_Job, Any, BaseException | None]
+
+
+def _connect(config: SqliteConfig) -> sqlite3.Connection:
+    # check_same_thread=False: connections are opened and closed by the store,
+    # but only ever used by the one thread they belong to.
+    conn = sqlite3.connect(config.database, uri=config.uri, isolation_level=None,
+                           timeout=config.busy_timeout_ms / 1000, check_same_thread=False)
+    for pragma in (f"PRAGMA busy_timeout={config.busy_timeout_ms}", "PRAGMA journal_mode=WAL",
+                   f"PRAGMA synchronous={config.synchronous}", "PRAGMA foreign_keys=ON"):
+        conn.execute(pragma)
+    if config.trace is not None:
+        conn.set_trace_callback(config.trace)
+    return conn
+
+
+def _store_error(exc: BaseException) -> BaseException:
+    """What the caller sees: headwater errors as they are, driver errors as ``SessionError``."""
+    if isinstance(exc, HeadwaterError) or not isinstance(exc, sqlite3.Error):
+        return exc
+    if isinstance(exc, sqlite3.IntegrityError):
+        return SessionError(f"the database refused the write (already stored?): {exc}")
+    # The driver's message (e.g. "database is locked"), never SQL or parameters.
+    return SessionError(f"session store failed: {exc}")
+
+
+class _Writer(threading.Thread):
+    """The one thread that writes one database; see the module docstring."""
+
+    def __init__(self, conn: sqlite3.Connection, queue_size: int, batch_size: int,
+                 checkpoint: Callable[[], None], checkpoint_every: int) -> None:
+        super().__init__(name="headwater-sqlite-writer", daemon=True)
+        self.conn = conn
+        self.queue: queue.Queue[_Job | None] = queue.Queue(queue_size)
+        self.batch_size = batch_size
+        self.checkpoint = checkpoint
+        self.checkpoint_every = checkpoint_every
+        self.since_checkpoint = 0
+
+    def run(self) -> None:
+        try:
+            stop = False
+            while not stop:
+                job = self.queue.get()
+                if job is None:
+                    break
+                batch = [job]
+                while len(batch) < self.batch_size:
+                    try:
+                        job = self.queue.get_nowait()
+                    except queue.Empty:
+                        break
+                    if job is None:
+                        stop = True
+                        break
+                    batch.append(job)
+                _deliver(self._commit(batch))
+                self._maybe_checkpoint(len(batch))
+        finally:
+            self.conn.close()
+
+    def _maybe_checkpoint(self, written: int) -> None:
+        """Every ``checkpoint_every`` writes, or sooner once the queue is idle, checkpoint.
+
+        A checkpoint that ran while no write came in copied the whole WAL, so
+        the next write starts the WAL over: that keeps the file small.
+        """
+        if not self.checkpoint_every:
+            return
+        self.since_checkpoint += written
+        due = self.since_checkpoint >= self.checkpoint_every or (
+            self.since_checkpoint > self.checkpoint_every // 10 and self.queue.empty())
+        if due:
+            self.since_checkpoint = 0
+            self.checkpoint()
+
+    def _commit(self, batch: list[_Job]) -> list[_Outcome]:
+        """Run ``batch`` in one transaction; every job gets its own outcome."""
+        conn = self.conn
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            error = _store_error(exc)
+            return [(job, None, error) for job in batch]
+        outcomes: list[_Outcome] = []
+        try:
+            if len(batch) == 1:
+                outcomes.append(self._run_alone(batch[0]))
+            else:
+                outcomes.extend(self._run_in_savepoint(job) for job in batch)
+            if conn.in_transaction:
+                conn.execute("COMMIT")
+        except BaseException as exc:  # COMMIT or ROLLBACK TO failed: nothing of the batch stays
+            if conn.in_transaction:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
+            error = _store_error(exc)
+            return [(job, None, error) for job in batch]
+        return outcomes
+
+    def _run_alone(self, job: _Job) -> _Outcome:
+        try:
+            return job, core.drive(self._execute, job.steps), None
+        except Exception as exc:
+            self.conn.execute("ROLLBACK")
+            return job, None, _store_error(exc)
+
+    def _run_in_savepoint(self, job: _Job) -> _Outcome:
+        conn = self.conn
+        conn.execute("SAVEPOINT hw_write")
+        try:
+            result = core.drive(self._execute, job.steps)
+        except Exception as exc:
+            conn.execute("ROLLBACK TO hw_write")
+            conn.execute("RELEASE hw_write")
+            return job, None, _store_error(exc)
+        conn.execute("RELEASE hw_write")
+        return job, result, None
+
+    def _execute(self, sql: str, params: dict[str, Any]) -> list[core.Row]:
+        return self.conn.execute(sql, params).fetchall()
+
+
+def _deliver(outcomes: list[_Outcome]) -> None:
+    """Hand each outcome to its caller's loop: one wake-up per loop per batch."""
+    by_loop: dict[asyncio.AbstractEventLoop, list[_Outcome]] = {}
+    for outcome in outcomes:
+        by_loop.setdefault(outcome[0].loop, []).append(outcome)
+    for loop, mine in by_loop.items():
+        with contextlib.suppress(RuntimeError):  # that loop is closed: nobody is waiting
+            loop.call_soon_threadsafe(_resolve, mine)
+
+
+def _resolve(outcomes: list[_Outcome]) -> None:
+    """On the caller's loop: report commits first (even to callers gone), then wake callers."""
+    for job, result, error in outcomes:
+        if error is None and job.on_commit is not None:
+            try:
+                job.on_commit()
+            except Exception as exc:  # a bug in the hook must not strand the other callers
+                job.loop.call_exception_handler({"message": "on_commit failed", "exception": exc})
+        if job.future.done():  # the caller stopped waiting
+            continue
+        if error is not None:
+            job.future.set_exception(error)
+        else:
+            job.future.set_result(result)
+
+
+class _Readers:
+    """A few reader connections, each used by one thread of a small pool."""
+
+    def __init__(self, config: SqliteConfig, size: int) -> None:
+        self.config = config
+        self.pool = ThreadPoolExecutor(size, thread_name_prefix="headwater-sqlite-reader")
+        self.local = threading.local()
+        self.opened: list[sqlite3.Connection] = []
+        self.lock = threading.Lock()
+        self.checkpointing = False
+
+    def read(self, steps: core.Steps[T]) -> T:
+        """Run ``steps`` in one read transaction (a consistent snapshot), in a reader thread."""
+        found: sqlite3.Connection | None = getattr(self.local, "conn", None)
+        if found is None:
+            found = _connect(self.config)
+            self.local.conn = found
+            with self.lock:
+                self.opened.append(found)
+        conn = found
+        try:
+            conn.execute("BEGIN")
+            try:
+                return core.drive(lambda sql, p: conn.execute(sql, p).fetchall(), steps)
+            finally:
+                if conn.in_transaction:
+                    conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            raise _store_error(exc) from exc
+
+    def start_checkpoint(self) -> None:
+        """Ask a reader thread for a WAL checkpoint, unless one is already under way.
+
+        A ``PASSIVE`` checkpoint copies committed pages into the database
+        without taking the write lock, so the writer never pays for it (with
+        SQLite's automatic checkpoint, an unlucky commit would, fsync included).
+        """
+        with self.lock:
+            if self.checkpointing:
+                return
+            self.checkpointing = True
+        try:
+            self.pool.submit(self.read, _checkpoint(self))
+        except RuntimeError:  # the pool is shutting down: closing checkpoints anyway
+            self.checkpointing = False
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True)
+        with self.lock:
+            opened, self.opened = self.opened, []
+        for conn in opened:
+            conn.close()
+
+
+def _checkpoint(readers: _Readers) -> core.Steps[None]:
+    try:
+        yield "COMMIT", {}  # a checkpoint cannot run inside the read transaction
+        yield "PRAGMA wal_checkpoint(PASSIVE)", {}
+        yield "BEGIN", {}
+    finally:
+        readers.checkpointing = False
+
+
+class _Open:
+    """One open generation of the store: the writer thread and the reader pool."""
+
+    def __init__(self, config: SqliteConfig) -> None:
+        settings = config.settings
+        conn = _connect(config)
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            for statement in core.SQLITE_SCHEMA:
+                conn.execute(statement)
+            conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            conn.close()
+            raise _store_error(exc) from exc
+        self.readers = _Readers(config, settings.sqlite_readers)
+        every = settings.sqlite_checkpoint_every
+        if every:
+            conn.execute("PRAGMA wal_autocheckpoint=0")  # the readers checkpoint instead
+        self.writer = _Writer(conn, settings.sqlite_write_queue_size,
+                              settings.sqlite_write_batch_size, self.readers.start_checkpoint,
+                              every)
+        self.queue_timeout = settings.sqlite_queue_timeout
+        self.writer.start()
+
+    def close(self) -> None:
+        """Let the writer finish what is queued, then close every connection.
+
+        A write that found the queue full and got in only after the writer
+        stopped fails with ``SessionError`` (it was never run).
+        """
+        self.writer.queue.put(_STOP)
+        self.writer.join()
+        self.readers.close()
+        stranded: list[_Outcome] = []
+        while True:
+            try:
+                job = self.writer.queue.get_nowait()
+            except queue.Empty:
+                break
+            if job is not None:
+                stranded.append((job, None, SessionError("session store closed before the "
+                                                         "write could run")))
+        _deliver(stranded)
+
+
+class SqliteStore:
+    """Sessions in one SQLite file: writes on the writer thread, reads on the reader pool.
+
+    Threads and connections start on first use and end in :meth:`close`; a call
+    after ``close`` starts them again. Nothing here belongs to an event loop:
+    the store may be used from several loops, one after another or at once.
+    """
+
+    lock: Final = _NO_LOCK
+
+    def __init__(self, config: SqliteConfig) -> None:
+        self._config = config
+        self._open: _Open | None = None
+        self._open_lock = threading.Lock()
+        self._submitting: set[asyncio.Future[Any]] = set()
+
+    def _opened(self) -> _Open:
+        with self._open_lock:
+            if self._open is None:
+                self._open = _Open(self._config)
+            return self._open
+
+    async def _ready(self) -> _Open:
+        opened = self._open
+        if opened is not None:
+            return opened
+        return await asyncio.to_thread(self._opened)  # opening creates tables: not on the loop
+
+    def submit(self, steps: core.Steps[T], opened: _Open,
+               on_commit: Callable[[], None] | None = None) -> asyncio.Future[T]:
+        """Queue a write; the future resolves on this loop once it committed or rolled back.
+
+        Cancelling the future stops only the waiting: the thread still runs the
+        write, and ``on_commit`` (if given) is called on this loop if it commits.
+        """
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+        job = _Job(steps, loop, future, on_commit)
+        try:
+            opened.writer.queue.put_nowait(job)
+        except queue.Full:
+            task = loop.create_task(self._submit_when_room(job, opened))
+            self._submitting.add(task)
+            task.add_done_callback(self._submitting.discard)
+        return future
+
+    async def _submit_when_room(self, job: _Job, opened: _Open) -> None:
+        deadline = time.monotonic() + opened.queue_timeout
+        while True:
+            await asyncio.sleep(0.001)
+            try:
+                opened.writer.queue.put_nowait(job)
+                return
+            except queue.Full:
+                if time.monotonic() >= deadline:
+                    job.steps.close()
+                    if not job.future.done():
+                        job.future.set_exception(SessionError(
+                            "session store overloaded: the SQLite write queue stayed full for "
+                            f"{opened.queue_timeout} s (setting sqlite_queue_timeout)"))
+                    return
+
+    def start_write(self, steps: core.Steps[T], order: core.Key | None = None,
+                    on_commit: Callable[[], None] | None = None) -> Awaitable[T]:
+        """Queue a write at once (opening the store first if need be); see :meth:`submit`.
+
+        The one writer thread commits in queue order and reports commits in
+        that order: ``order`` needs nothing more here.
+        """
+        opened = self._open
+        if opened is not None:
+            return self.submit(steps, opened, on_commit)
+        task = asyncio.ensure_future(self._submit_when_open(steps, on_commit))
+        self._submitting.add(task)
+        task.add_done_callback(self._submitting.discard)
+        return asyncio.shield(task)
+
+    async def _submit_when_open(self, steps: core.Steps[T],
+                                on_commit: Callable[[], None] | None) -> T:
+        return await self.submit(steps, await self._ready(), on_commit)
+
+    async def write(self, steps: core.Steps[T]) -> T:
+        """Run a write on the writer thread and wait for it.
+
+        A cancelled caller stops waiting; the write still commits or rolls back whole.
+        """
+        return await self.submit(steps, await self._ready())
+
+    async def read(self, steps: core.Steps[T]) -> T:
+        """Run a read transaction on a reader thread and wait for it."""
+        opened = await self._ready()
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(opened.readers.pool, opened.readers.read, steps)
+
+    async def close(self) -> None:
+        """End the writer thread (after the writes already queued) and close every connection.
+
+        Once every connection is closed, SQLite checkpoints the WAL and removes
+        the ``-wal`` and ``-shm`` files.
+        """
+        with self._open_lock:
+            opened, self._open = self._open, None
+        if opened is not None:
+            await asyncio.to_thread(opened.close)
