@@ -15,6 +15,7 @@ import pytest
 
 from headwater import Agent, RunConfig, Runner, StreamingMode
 from headwater.sessions import SqlSessionService
+from headwater.settings import Settings
 from headwater.testing import ScriptedModel
 
 CHILD = textwrap.dedent("""
@@ -47,12 +48,14 @@ CHILD = textwrap.dedent("""
 """)
 
 
-def run_and_kill(url: str, kill_point: str) -> list[str]:
+def run_and_kill(url: str, kill_point: str, child_env: dict[str, str]) -> list[str]:
     """Start the child, SIGKILL it at the kill point; return the non-partial ids it saw."""
     seen: list[str] = []
     partials = 0
+    # A short lease, so that the next run can take the dead run's session over soon.
+    env = {**child_env, "HEADWATER_SESSION_LEASE_TTL": "1"}
     with subprocess.Popen([sys.executable, "-c", CHILD, url, kill_point],
-                          stdout=subprocess.PIPE, text=True) as child:
+                          stdout=subprocess.PIPE, text=True, env=env) as child:
         assert child.stdout is not None
         try:
             for line in child.stdout:
@@ -76,10 +79,11 @@ def run_and_kill(url: str, kill_point: str) -> list[str]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kill_point", ["tool", "stream"])
-async def test_sigkill_mid_run(tmp_path: Path, kill_point: str) -> None:
+async def test_sigkill_mid_run(tmp_path: Path, kill_point: str,
+                               child_env: dict[str, str]) -> None:
     path = tmp_path / "sessions.db"
     url = f"sqlite+aiosqlite:///{path}"
-    seen = run_and_kill(url, kill_point)
+    seen = run_and_kill(url, kill_point, child_env)
     assert seen, "the caller had received non-partial events before the kill"
 
     with sqlite3.connect(path) as raw:
@@ -98,8 +102,9 @@ async def test_sigkill_mid_run(tmp_path: Path, kill_point: str) -> None:
             assert not any("word" in e.text for e in session.events)
 
         model = ScriptedModel().reply("back again")
+        # The dead run's lease is taken over once it expires; its calls are repaired then.
         runner = Runner(agent=Agent(name="bot", model=model), app_name="app",
-                        session_service=service)
+                        session_service=service, settings=Settings(session_lock_timeout=10))
         events = [e async for e in runner.run_async(
             user_id="u", session_id="s", new_message="hello?",
             run_config=RunConfig(streaming_mode=StreamingMode.SSE))]

@@ -14,8 +14,11 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import weakref
-from collections.abc import AsyncGenerator, Iterator
+import contextlib
+import logging
+import os
+import socket
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator
 from contextlib import aclosing
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -28,15 +31,23 @@ from .agents.invocation import InvocationContext, RunStats
 from .agents.live_flow import LiveFlow
 from .artifacts import BaseArtifactService
 from .clock import SYSTEM_CLOCK, Clock
-from .errors import SessionBusyError, SessionNotFoundError, UserError
+from .errors import (
+    CallAlreadyAnsweredError,
+    LeaseLostError,
+    SessionError,
+    SessionNotFoundError,
+    UserError,
+)
 from .events import Event, EventActions, new_id
 from .live_request_queue import LiveRequestQueue
 from .run_config import RunConfig, StreamingMode
-from .sessions.base import BaseSessionService, Session
+from .sessions.base import BaseSessionService, Lease, Session
 from .sessions.ledger import CallLedger
 from .sessions.memory import InMemorySessionService
 from .settings import Settings, get_settings
 from .types import Content, Usage, as_content
+
+logger = logging.getLogger("headwater.runner")
 
 _LEDGERS_KEPT = 1024  # sessions whose call ledger the runner keeps between runs
 
@@ -130,19 +141,54 @@ class RunResult:
 
 
 class _Recorder:
-    """The one place a run's events are persisted: the session store, then the ledger."""
+    """The one place a run's events are persisted: the session store, then the ledger.
 
-    __slots__ = ("_ctx", "_service")
+    Every write is fenced by the run's lease: once another run has taken the
+    session over, nothing more of this run is stored (``LeaseLostError``).
+    """
 
-    def __init__(self, service: BaseSessionService, ctx: InvocationContext) -> None:
+    __slots__ = ("_ctx", "_service", "lease")
+
+    def __init__(self, service: BaseSessionService, ctx: InvocationContext, lease: Lease) -> None:
         self._service = service
         self._ctx = ctx
+        self.lease = lease
 
     async def commit(self, event: Event) -> None:
-        """Persist one event; the session and its ledger follow once it is committed."""
+        """Persist one event; the session and its ledger follow once it is committed.
+
+        The ledger follows the session even when the caller is cancelled while
+        the store commits (the store updates the session once the write is in).
+        """
         ctx = self._ctx
-        await self._service.append_event(ctx.session, event)
-        ctx.ledger.observe(event)
+        try:
+            await self._service.append_event(ctx.session, event, lease=self.lease)
+        finally:
+            ctx.ledger.catch_up(ctx.session.events)
+
+    async def seal(self, flow: Flow, reload: Callable[[], Awaitable[Session | None]]) -> None:
+        """Give every call left without a result a ``cancelled`` one; quiet on failure.
+
+        Storing a result and sealing are one conditional write in the store: a
+        result that got in first wins, and the seal is recomputed without it.
+        """
+        for _ in range(2):
+            sealed = flow.seal("cancelled")
+            if sealed is None:
+                return
+            try:
+                await self.commit(sealed)
+                return
+            except CallAlreadyAnsweredError:
+                fresh = await reload()
+                if fresh is None:
+                    return
+                self._ctx.session.events[:] = fresh.events
+                self._ctx.ledger.catch_up(fresh.events)
+            except SessionError as exc:  # the next run repairs what could not be sealed
+                logger.warning("could not seal the run's calls (%s); the next run will",
+                               type(exc).__name__)
+                return
 
 
 class Runner:
@@ -179,8 +225,7 @@ class Runner:
         self.session_service = session_service or InMemorySessionService()
         self.settings = settings or get_settings()
         self.auto_create_session = auto_create_session
-        self._locks: weakref.WeakValueDictionary[tuple[str, str], asyncio.Lock] = (
-            weakref.WeakValueDictionary())
+        self._owner = f"{socket.gethostname()}:{os.getpid()}:{new_id('runner')}"
         self._ledgers: collections.OrderedDict[tuple[str, str], CallLedger] = (
             collections.OrderedDict())
         self._sync_loop: asyncio.AbstractEventLoop | None = None
@@ -214,8 +259,8 @@ class Runner:
 
         Raises (when iterated):
             SessionNotFoundError: the session does not exist for this user.
-            SessionBusyError: another run of this runner holds the session
-                for longer than ``Settings.session_lock_timeout``.
+            SessionBusyError: another run (of any runner or process) holds the
+                session, still after ``Settings.session_lock_timeout`` (0: at once).
             ApprovalError, UserError: the message answers no pending call.
         """
         config = run_config or RunConfig()
@@ -295,17 +340,23 @@ class Runner:
         ledger updated) before it is yielded and before the flow that made it
         goes on.
         """
-        lock = await self._acquire(user_id, session_id)
+        service = self.session_service
+        lease = await self._take(user_id, session_id, invocation_id)
+        heartbeat: asyncio.Task[None] | None = None
         try:
-            session = await self._session(user_id, session_id)
+            session = await service.get_session(app_name=self.app_name, user_id=user_id,
+                                                session_id=session_id)
+            if session is None:
+                raise SessionNotFoundError(f"no session {session_id!r} for user {user_id!r}")
             ctx = InvocationContext(
                 invocation_id=invocation_id, app_name=self.app_name, session=session,
                 run_config=config, settings=self.settings, stats=stats,
                 artifact_service=self.artifact_service, clock=self.clock,
                 ledger=self._ledger(session))
-            recorder = _Recorder(self.session_service, ctx)
+            recorder = _Recorder(service, ctx, lease)
+            heartbeat = asyncio.create_task(self._heartbeat(recorder))
             flow = Flow(self.agent, ctx, recorder)
-            repaired = await flow.repair()
+            repaired = await flow.repair()  # calls of runs whose lease ended without them
             if repaired is not None:
                 await recorder.commit(repaired)
             if message is not None:
@@ -321,51 +372,79 @@ class Runner:
             try:
                 async for event in events:
                     yield event
+            except SessionError as exc:  # the store failed mid-run: one error event, not a raise
+                logger.warning("run %s: the session store failed: %s", invocation_id,
+                               type(exc).__name__)
+                yield flow.error_event(exc.code, "the session store failed; the run stopped")
             finally:
                 await events.aclose()
-                sealed = flow.seal("cancelled")
-                if sealed is not None:
-                    await recorder.commit(sealed)
+                await recorder.seal(flow, lambda: service.get_session(
+                    app_name=self.app_name, user_id=user_id, session_id=session_id))
         finally:
-            lock.release()
+            if heartbeat is not None:
+                heartbeat.cancel()
+                await asyncio.wait([heartbeat])
+            await self._release(lease)
+
+    async def _take(self, user_id: str, session_id: str, run_id: str) -> Lease:
+        """The session's lease for this run (creating the session when allowed).
+
+        Raises:
+            SessionNotFoundError: no such session (and ``auto_create_session`` is off).
+            SessionBusyError: another run holds it (after ``Settings.session_lock_timeout``).
+        """
+        service, settings = self.session_service, self.settings
+        for _ in range(2):
+            try:
+                return await service.acquire_lease(
+                    app_name=self.app_name, user_id=user_id, session_id=session_id,
+                    owner=self._owner, run_id=run_id, ttl=settings.session_lease_ttl,
+                    wait=settings.session_lock_timeout)
+            except SessionNotFoundError:
+                if not self.auto_create_session:
+                    raise SessionNotFoundError(
+                        f"no session {session_id!r} for user {user_id!r} in app "
+                        f"{self.app_name!r}; create it with runner.create_session() or pass "
+                        "auto_create_session=True") from None
+                with contextlib.suppress(SessionError):  # another run may create it first
+                    await service.create_session(app_name=self.app_name, user_id=user_id,
+                                                 session_id=session_id)
+        raise SessionNotFoundError(f"session {session_id!r} vanished as it was created")
+
+    async def _heartbeat(self, recorder: _Recorder) -> None:
+        """Renew the run's lease while it lives; a lost lease stops being renewed."""
+        service, ttl = self.session_service, self.settings.session_lease_ttl
+        while True:
+            await asyncio.sleep(ttl / 3)
+            try:
+                recorder.lease = await service.renew_lease(recorder.lease, ttl)
+            except LeaseLostError:
+                logger.warning("run %s lost its session lease; its writes are refused",
+                               recorder.lease.run_id)
+                return
+            except SessionError as exc:
+                logger.warning("renewing the lease of run %s failed: %s",
+                               recorder.lease.run_id, type(exc).__name__)
+
+    async def _release(self, lease: Lease) -> None:
+        try:
+            await self.session_service.release_lease(lease)
+        except SessionError as exc:  # it expires on its own
+            logger.warning("releasing the lease of run %s failed: %s", lease.run_id,
+                           type(exc).__name__)
 
     def _ledger(self, session: Session) -> CallLedger:
         """The session's ledger: kept from the last run when history still follows it."""
         key = (session.user_id, session.id)
         ledger = self._ledgers.pop(key, None)
-        ledger = CallLedger.of(session.events) if ledger is None else ledger.catch_up(
-            session.events)
+        if ledger is None:
+            ledger = CallLedger.of(session.events)
+        else:
+            ledger.catch_up(session.events)
         self._ledgers[key] = ledger
         if len(self._ledgers) > _LEDGERS_KEPT:
             self._ledgers.popitem(last=False)
         return ledger
-
-    async def _acquire(self, user_id: str, session_id: str) -> asyncio.Lock:
-        """Exclusive use of a session by one run of this runner."""
-        key = (user_id, session_id)
-        lock = self._locks.get(key)
-        if lock is None:
-            lock = self._locks[key] = asyncio.Lock()
-        try:
-            async with asyncio.timeout(self.settings.session_lock_timeout):
-                await lock.acquire()
-        except TimeoutError:
-            raise SessionBusyError(f"session {session_id!r} has a run in progress") from None
-        return lock
-
-    async def _session(self, user_id: str, session_id: str) -> Session:
-        service = self.session_service
-        session = await service.get_session(app_name=self.app_name, user_id=user_id,
-                                            session_id=session_id)
-        if session is not None:
-            return session
-        if self.auto_create_session:
-            return await service.create_session(app_name=self.app_name, user_id=user_id,
-                                                session_id=session_id)
-        raise SessionNotFoundError(
-            f"no session {session_id!r} for user {user_id!r} in app {self.app_name!r}; "
-            "create it with runner.create_session() or pass auto_create_session=True"
-        )
 
     async def aclose(self) -> None:
         """Release the session store's connections (the runner may not be used afterwards)."""

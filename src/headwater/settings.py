@@ -36,8 +36,10 @@ class Settings(BaseSettings):
         max_parallel_tools: tool calls of one model turn running at once.
         tool_timeout: seconds a tool call may run before it gets a ``timeout``
             result (a tool's own ``timeout`` wins).
-        session_lock_timeout: seconds a run waits for another run on the same
-            session (in this process) before ``SessionBusyError``.
+        session_lock_timeout: seconds a run waits for another run (of any runner
+            or process) holding the same session before ``SessionBusyError``
+            (default 1 s: time for a run that is closing to finish its cleanup;
+            0 refuses at once).
         max_result_bytes: largest JSON tool result sent to a model; longer ones
             are truncated with a marker.
         model_max_attempts: attempts of one model call, first included; retries
@@ -77,7 +79,7 @@ class Settings(BaseSettings):
     lease_poll_interval: float = Field(default=0.05, gt=0)
     max_parallel_tools: int = Field(default=8, ge=1)
     tool_timeout: float = Field(default=300.0, gt=0)
-    session_lock_timeout: float = Field(default=10.0, ge=0)
+    session_lock_timeout: float = Field(default=1.0, ge=0)
     max_result_bytes: int = Field(default=100_000, ge=256)
     model_max_attempts: int = Field(default=3, ge=1)
     model_backoff_initial: float = Field(default=0.5, ge=0)

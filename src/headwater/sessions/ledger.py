@@ -67,6 +67,9 @@ class CallLedger:
     __slots__ = ("_calls", "_contents", "_last_id", "_observed", "_slots")
 
     def __init__(self) -> None:
+        self._reset()
+
+    def _reset(self) -> None:
         self._calls: dict[str, CallRecord] = {}
         self._contents: list[Content] = []
         # call id -> (index in _contents of the results content, index of its part)
@@ -91,13 +94,12 @@ class CallLedger:
             return True
         return len(events) >= n and events[n - 1].id == self._last_id
 
-    def catch_up(self, events: Sequence[Event]) -> CallLedger:
-        """Observe the events past those already seen; a fresh ledger if history diverged."""
+    def catch_up(self, events: Sequence[Event]) -> None:
+        """Observe the events past those already seen (all of them if history diverged)."""
         if not self.follows(events):
-            return CallLedger.of(events)
+            self._reset()  # start over, in place: holders keep this ledger
         for event in events[self._observed:]:
             self.observe(event)
-        return self
 
     def observe(self, event: Event) -> None:
         """Record a committed (non-partial) event."""
@@ -190,8 +192,3 @@ def pending_response(call: FunctionCall) -> FunctionResponse:
     return FunctionResponse(id=call.id, name=call.name,
                             response={"status": "pending", "detail": PENDING_DETAIL})
 
-
-def final_result_ids(event: Event) -> list[str]:
-    """The call ids this event gives a final result (tickets excluded)."""
-    tickets = event.long_running_tool_ids
-    return [r.id for r in event.function_responses if r.id not in tickets]
