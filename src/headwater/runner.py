@@ -147,22 +147,29 @@ class _Recorder:
     session over, nothing more of this run is stored (``LeaseLostError``).
     """
 
-    __slots__ = ("_ctx", "_service", "lease")
+    __slots__ = ("_ctx", "_service", "lease", "released")
 
     def __init__(self, service: BaseSessionService, ctx: InvocationContext, lease: Lease) -> None:
         self._service = service
         self._ctx = ctx
         self.lease = lease
+        self.released = False
 
-    async def commit(self, event: Event) -> None:
+    async def commit(self, event: Event, *, last: bool = False) -> None:
         """Persist one event; the session and its ledger follow once it is committed.
 
         The ledger follows the session even when the caller is cancelled while
         the store commits (the store updates the session once the write is in).
+        The run's last event releases the lease in the same write, unless a
+        call would be left without a result (the seal still has to write).
         """
         ctx = self._ctx
+        release = last and not event.function_calls and not (
+            {c.id for c in ctx.ledger.dangling()} - {r.id for r in event.function_responses})
         try:
-            await self._service.append_event(ctx.session, event, lease=self.lease)
+            await self._service.append_event(ctx.session, event, lease=self.lease,
+                                             release=release)
+            self.released = release
         finally:
             ctx.ledger.catch_up(ctx.session.events)
 
@@ -189,6 +196,50 @@ class _Recorder:
                 logger.warning("could not seal the run's calls (%s); the next run will",
                                type(exc).__name__)
                 return
+
+
+class _Heartbeat:
+    """Renews a run's lease every third of its lifetime while the run lives.
+
+    A timer between renewals (no task for a run shorter than that); a lost
+    lease is not renewed again, and the run's next write is refused.
+    """
+
+    __slots__ = ("_handle", "_recorder", "_service", "_stopped", "_task", "_ttl")
+
+    def __init__(self, service: BaseSessionService, recorder: _Recorder, ttl: float) -> None:
+        self._service = service
+        self._recorder = recorder
+        self._ttl = ttl
+        self._stopped = False
+        self._task: asyncio.Task[None] | None = None
+        self._handle = asyncio.get_running_loop().call_later(ttl / 3, self._due)
+
+    def _due(self) -> None:
+        self._task = asyncio.ensure_future(self._renew())
+
+    async def _renew(self) -> None:
+        recorder = self._recorder
+        try:
+            recorder.lease = await self._service.renew_lease(recorder.lease, self._ttl)
+        except LeaseLostError:
+            logger.warning("run %s lost its session lease; its writes are refused",
+                           recorder.lease.run_id)
+            return
+        except SessionError as exc:
+            logger.warning("renewing the lease of run %s failed: %s", recorder.lease.run_id,
+                           type(exc).__name__)
+        if not self._stopped:
+            self._handle = asyncio.get_running_loop().call_later(self._ttl / 3, self._due)
+
+    async def stop(self) -> None:
+        """No more renewals; waits for one under way."""
+        self._stopped = True
+        self._handle.cancel()
+        task = self._task
+        if task is not None and not task.done():
+            task.cancel()
+            await asyncio.wait([task])
 
 
 class Runner:
@@ -342,7 +393,8 @@ class Runner:
         """
         service = self.session_service
         lease = await self._take(user_id, session_id, invocation_id)
-        heartbeat: asyncio.Task[None] | None = None
+        heartbeat: _Heartbeat | None = None
+        recorder: _Recorder | None = None
         try:
             session = await service.get_session(app_name=self.app_name, user_id=user_id,
                                                 session_id=session_id)
@@ -354,7 +406,7 @@ class Runner:
                 artifact_service=self.artifact_service, clock=self.clock,
                 ledger=self._ledger(session))
             recorder = _Recorder(service, ctx, lease)
-            heartbeat = asyncio.create_task(self._heartbeat(recorder))
+            heartbeat = _Heartbeat(service, recorder, self.settings.session_lease_ttl)
             flow = Flow(self.agent, ctx, recorder)
             repaired = await flow.repair()  # calls of runs whose lease ended without them
             if repaired is not None:
@@ -382,9 +434,9 @@ class Runner:
                     app_name=self.app_name, user_id=user_id, session_id=session_id))
         finally:
             if heartbeat is not None:
-                heartbeat.cancel()
-                await asyncio.wait([heartbeat])
-            await self._release(lease)
+                await heartbeat.stop()
+            if recorder is None or not recorder.released:
+                await self._release(lease)
 
     async def _take(self, user_id: str, session_id: str, run_id: str) -> Lease:
         """The session's lease for this run (creating the session when allowed).
@@ -410,21 +462,6 @@ class Runner:
                     await service.create_session(app_name=self.app_name, user_id=user_id,
                                                  session_id=session_id)
         raise SessionNotFoundError(f"session {session_id!r} vanished as it was created")
-
-    async def _heartbeat(self, recorder: _Recorder) -> None:
-        """Renew the run's lease while it lives; a lost lease stops being renewed."""
-        service, ttl = self.session_service, self.settings.session_lease_ttl
-        while True:
-            await asyncio.sleep(ttl / 3)
-            try:
-                recorder.lease = await service.renew_lease(recorder.lease, ttl)
-            except LeaseLostError:
-                logger.warning("run %s lost its session lease; its writes are refused",
-                               recorder.lease.run_id)
-                return
-            except SessionError as exc:
-                logger.warning("renewing the lease of run %s failed: %s",
-                               recorder.lease.run_id, type(exc).__name__)
 
     async def _release(self, lease: Lease) -> None:
         try:

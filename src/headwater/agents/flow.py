@@ -49,8 +49,11 @@ SEAL_MESSAGES: dict[str, str] = {
 class Recorder(Protocol):
     """Where a run's record goes: the runner's session store (the one place that persists)."""
 
-    async def commit(self, event: Event) -> None:
+    async def commit(self, event: Event, *, last: bool = False) -> None:
         """Persist a non-partial event; the run's session and ledger follow once it is stored.
+
+        ``last``: the run ends with this event (the recorder may close the run's
+        hold on the session in the same write).
 
         Raises:
             SessionError: the store refused or failed; nothing of the event is stored.
@@ -108,7 +111,7 @@ class Flow:
         while True:
             spent = self.llm_budget_spent()
             if spent is not None:
-                await commit(spent)
+                await commit(spent, last=True)
                 yield spent
                 return
             callback_context = ctx.callback_context(author)
@@ -130,15 +133,16 @@ class Flow:
                     aggregate = contract.finish()
                 except ModelError as exc:
                     failed = self.error_event(exc.code, str(exc))
-                    await commit(failed)
+                    await commit(failed, last=True)
                     yield failed
                     return
             aggregate = await self.after_model(callback_context, aggregate)
             event = self.model_event(aggregate, callback_context.actions)
-            await commit(event)
-            yield event
             calls = event.function_calls
-            if event.error_code is not None or not calls:
+            ends = event.error_code is not None or not calls
+            await commit(event, last=ends)
+            yield event
+            if ends:
                 return
             last = None
             async with aclosing(self.execute(calls)) as events:
@@ -164,7 +168,8 @@ class Flow:
             else:
                 outcomes += await self.executor.run(self.ctx, calls, approved)
         results = self.results_event(outcomes)
-        await self.commit(results)
+        await self.commit(results, last=results.actions.end_invocation
+                          or results.is_final_response())
         yield results
 
     async def _with_progress(self, calls: Sequence[FunctionCall], approved: Container[str],

@@ -82,6 +82,9 @@ LIST_SESSIONS: Final = (
 EVENTS_AFTER: Final = (
     f"SELECT seq, data FROM hw_events WHERE {_OF_SESSION} AND seq > :after ORDER BY seq")
 EVENTS_PAGE: Final = EVENTS_AFTER + " LIMIT :limit"
+LAST_SEQ: Final = f"SELECT max(seq) FROM hw_events WHERE {_OF_SESSION}"
+SNAPSHOT: Final = (f"SELECT state, create_time, update_time, ({LAST_SEQ}) FROM hw_sessions "
+                   f"WHERE {_SESSION}")
 INSERT_EVENT: Final = (
     "INSERT INTO hw_events (id, app_name, user_id, session_id, invocation_id, author, "
     "timestamp, data) VALUES (:id, :app, :user, :sid, :inv, :author, :ts, :data) RETURNING seq")
@@ -120,6 +123,7 @@ class AppendWrite:
     delta: str | None  # the state delta as JSON, None without one
     call_ids: tuple[str, ...]  # calls whose final result the event carries
     holder: tuple[str, str] | None  # the fencing lease's (owner, run_id)
+    release: bool = False  # release the holder's lease in the same transaction
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,11 +174,13 @@ def list_events(key: Key, after: int, limit: int) -> Steps[list[Row]]:
     return (yield EVENTS_PAGE, {**params(key), "after": after, "limit": limit})
 
 
-def append(write: AppendWrite, lock: str) -> Steps[int]:
+def append(write: AppendWrite, lock: str) -> Steps[tuple[int, int]]:
     """Touch (and lock) the session, check the fence, claim the results, insert the event.
 
     Returns:
-        The event's ``seq``.
+        The event's ``seq``, and the session's last ``seq`` before it (0: none):
+        the service's cache takes the event only when it holds every event
+        up to that one.
     """
     key = params(write.key)
     if write.delta is not None:
@@ -197,10 +203,13 @@ def append(write: AppendWrite, lock: str) -> Steps[int]:
             clash.append(call_id)
     if clash:
         raise CallAlreadyAnsweredError(clash)
+    before = yield LAST_SEQ, key
     rows = yield INSERT_EVENT, {
         **key, "id": write.event_id, "inv": write.invocation_id, "author": write.author,
         "ts": write.timestamp, "data": write.data}
-    return int(rows[0][0])
+    if write.release and write.holder is not None:
+        yield RELEASE_LEASE, {**key, "owner": write.holder[0], "run": write.holder[1]}
+    return int(rows[0][0]), int(before[0][0] or 0)
 
 
 def acquire_lease(key: Key, owner: str, run_id: str, ttl: float, lock: str
@@ -224,6 +233,31 @@ def acquire_lease(key: Key, owner: str, run_id: str, ttl: float, lock: str
               "took": took_over}
     yield (REPLACE_LEASE if rows else INSERT_LEASE), values
     return lease
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """A session's row and its last event ``seq``, read with the lease just taken."""
+
+    state: str
+    create_time: float
+    update_time: float
+    last_seq: int
+
+
+def acquire_lease_with_snapshot(key: Key, owner: str, run_id: str, ttl: float, lock: str
+                                ) -> Steps[tuple[Lease | float, Snapshot | None]]:
+    """:func:`acquire_lease`, and once taken the session's row and last ``seq`` (one write).
+
+    With the snapshot, a service that already holds the session's events up to
+    that ``seq`` serves the run's first read without reading again.
+    """
+    taken = yield from acquire_lease(key, owner, run_id, ttl, lock)
+    if not isinstance(taken, Lease):
+        return taken, None
+    rows = yield SNAPSHOT, params(key)
+    state, create_time, update_time, last_seq = rows[0]
+    return taken, Snapshot(state, float(create_time), float(update_time), int(last_seq or 0))
 
 
 def renew_lease(lease: Lease, ttl: float, lock: str) -> Steps[Lease]:
@@ -263,10 +297,10 @@ class Store(Protocol):
         ...
 
     def start_write(self, steps: Steps[T], order: Key | None = None,
-                    on_commit: Callable[[], None] | None = None) -> Awaitable[T]:
+                    on_commit: Callable[[T], None] | None = None) -> Awaitable[T]:
         """Start a write that finishes (commits or rolls back) whatever its caller does.
 
-        Cancelling the awaitable stops only the waiting. ``on_commit`` is
+        Cancelling the awaitable stops only the waiting. ``on_commit(result)`` is
         called on the loop once the write committed, before the awaitable
         completes; writes with the same ``order`` key commit (and call it) in
         the order they started.

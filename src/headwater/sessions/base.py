@@ -132,7 +132,8 @@ class BaseSessionService(ABC):
         """
 
     async def append_event(
-        self, session: Session, event: Event, *, lease: Lease | None = None
+        self, session: Session, event: Event, *, lease: Lease | None = None,
+        release: bool = False,
     ) -> Event:
         """Persist a non-partial event and apply its state delta atomically.
 
@@ -151,6 +152,8 @@ class BaseSessionService(ABC):
             lease: fence the write: it commits only if this lease still holds
                 the session (same owner and run id; past its expiry too, as long
                 as no other run took it over).
+            release: with ``lease``, release it in the same transaction (the
+                run's last write: one commit fewer).
 
         Raises:
             PartialEventError: the event is partial; partials are never stored.
@@ -173,12 +176,13 @@ class BaseSessionService(ABC):
                 session.state.update(delta)
             session.last_update_time = event.timestamp
 
-        await self._start_append(session, event, delta, lease, committed)
+        await self._start_append(session, event, delta, lease if release else None, lease,
+                                 committed)
         return event
 
     def _start_append(
-        self, session: Session, event: Event, delta: dict[str, Any], lease: Lease | None,
-        on_commit: Callable[[], None],
+        self, session: Session, event: Event, delta: dict[str, Any], release: Lease | None,
+        lease: Lease | None, on_commit: Callable[[], None],
     ) -> Awaitable[None]:
         """Start committing ``event`` and ``delta``; await the result to wait for the outcome.
 
@@ -190,6 +194,9 @@ class BaseSessionService(ABC):
         The default runs :meth:`_append` as a task of its own.
         """
         task = asyncio.ensure_future(self._append(session, event, delta, lease))
+        if release is not None:
+            task.add_done_callback(lambda done: None if done.cancelled() or done.exception()
+                                   else asyncio.ensure_future(self.release_lease(release)))
         _pending_writes.add(task)
 
         def done(finished: asyncio.Future[None]) -> None:

@@ -84,12 +84,14 @@ class InMemorySessionService(BaseSessionService):
         return EventPage(events=list(page), next_cursor=end if end < len(stored.events) else None)
 
     def _start_append(
-        self, session: Session, event: Event, delta: dict[str, Any], lease: Lease | None,
-        on_commit: Callable[[], None],
+        self, session: Session, event: Event, delta: dict[str, Any], release: Lease | None,
+        lease: Lease | None, on_commit: Callable[[], None],
     ) -> Awaitable[None]:
         # Synchronous, hence atomic on the loop: checks and writes see no other call between
         # them, and a cancel cannot land in the middle. Failures raise from here.
         self._commit(session, event, delta, lease)
+        if release is not None:
+            self._leases.pop((session.app_name, session.user_id, session.id), None)
         on_commit()
         return _DONE
 

@@ -120,7 +120,7 @@ class PostgresStore:
         self._order: dict[core.Key, tuple[asyncio.Lock, list[int]]] = {}
 
     def start_write(self, steps: core.Steps[T], order: core.Key | None = None,
-                    on_commit: Callable[[], None] | None = None) -> Awaitable[T]:
+                    on_commit: Callable[[T], None] | None = None) -> Awaitable[T]:
         """Start a write as a task of its own; see :class:`~._sqlcore.Store`.
 
         Writes with the same ``order`` key run one after another, in the order
@@ -133,7 +133,7 @@ class PostgresStore:
         return asyncio.shield(task)
 
     async def _write_in_order(self, steps: core.Steps[T], order: core.Key | None,
-                              on_commit: Callable[[], None] | None) -> T:
+                              on_commit: Callable[[T], None] | None) -> T:
         if order is None:
             result = await self.write(steps)
         else:
@@ -146,14 +146,14 @@ class PostgresStore:
                 async with lock:
                     result = await self.write(steps)
                     if on_commit is not None:
-                        on_commit()
+                        on_commit(result)
                     return result
             finally:
                 users[0] -= 1
                 if not users[0]:
                     del self._order[order]
         if on_commit is not None:
-            on_commit()
+            on_commit(result)
         return result
 
     async def write(self, steps: core.Steps[T]) -> T:

@@ -125,6 +125,8 @@ class SqlSessionService(BaseSessionService):
             self._store = PostgresStore(self._url, trace)
         self._cache: OrderedDict[core.Key, _Cached] = OrderedDict()
         self._cache_size = settings.session_cache_size
+        # Taken with a lease, read by the run's first get_session (then dropped).
+        self._snapshots: dict[core.Key, core.Snapshot] = {}
 
     def __repr__(self) -> str:
         return f"SqlSessionService({self._url.render_as_string(hide_password=True)!r})"
@@ -146,7 +148,9 @@ class SqlSessionService(BaseSessionService):
         sid = session_id or uuid.uuid4().hex
         encoded = json.dumps(state or {})
         now = time.time()
-        await self._store.write(core.create_session((app_name, user_id, sid), encoded, now))
+        key = (app_name, user_id, sid)
+        await self._store.write(core.create_session(key, encoded, now))
+        self._remember(key, _Cached(now, [], []))  # a new session holds no event yet
         return Session(id=sid, app_name=app_name, user_id=user_id, state=json.loads(encoded),
                        last_update_time=now)
 
@@ -164,6 +168,14 @@ class SqlSessionService(BaseSessionService):
         key = (app_name, user_id, session_id)
         cached = self._cache.get(key)
         after = cached.seqs[-1] if cached is not None and cached.seqs else 0
+        snapshot = self._snapshots.pop(key, None)
+        if (snapshot is not None and cached is not None and snapshot.last_seq == after
+                and snapshot.create_time == cached.create_time):
+            # Read with the lease just taken: nothing new since what this service holds.
+            self._remember(key, cached)
+            return Session(id=session_id, app_name=app_name, user_id=user_id,
+                           state=json.loads(snapshot.state), events=list(cached.events),
+                           last_update_time=snapshot.update_time)
         rows = await self._store.read(core.read_session(key, after))
         if rows is None:
             self._cache.pop(key, None)
@@ -210,6 +222,7 @@ class SqlSessionService(BaseSessionService):
         """
         key = (app_name, user_id, session_id)
         self._cache.pop(key, None)
+        self._snapshots.pop(key, None)
         await self._store.write(core.delete_session(key))
 
     async def list_events(
@@ -240,8 +253,8 @@ class SqlSessionService(BaseSessionService):
                          next_cursor=int(page[-1][0]) if len(rows) > limit else None)
 
     def _start_append(
-        self, session: Session, event: Event, delta: dict[str, Any], lease: Lease | None,
-        on_commit: Callable[[], None],
+        self, session: Session, event: Event, delta: dict[str, Any], release: Lease | None,
+        lease: Lease | None, on_commit: Callable[[], None],
     ) -> Awaitable[None]:
         """Encode the write on the loop, then hand it to the store (see the base class).
 
@@ -255,20 +268,43 @@ class SqlSessionService(BaseSessionService):
             invocation_id=event.invocation_id, author=event.author, timestamp=event.timestamp,
             data=event_to_json(event).decode(), delta=json.dumps(delta) if delta else None,
             call_ids=tuple(final_call_ids(event)),
-            holder=(lease.owner, lease.run_id) if lease is not None else None)
+            holder=(lease.owner, lease.run_id) if lease is not None else None,
+            release=release is not None)
+
+        def committed(seqs: tuple[int, int]) -> None:
+            on_commit()
+            self._cache_append(write.key, event, *seqs)
+
         return _discard(self._store.start_write(core.append(write, self._store.lock),
-                                                order=write.key, on_commit=on_commit))
+                                                order=write.key, on_commit=committed))
+
+    def _cache_append(self, key: core.Key, event: Event, seq: int, before: int) -> None:
+        """Keep a cached session level with this service's own writes (no read needed).
+
+        Only when the cache holds every event up to the one before it; else the
+        next read fetches what is missing.
+        """
+        cached = self._cache.get(key)
+        if cached is not None and (cached.seqs[-1] if cached.seqs else 0) == before:
+            cached.seqs.append(seq)
+            cached.events.append(event)
 
     async def _append(
         self, session: Session, event: Event, delta: dict[str, Any], lease: Lease | None
     ) -> None:
-        await self._start_append(session, event, delta, lease, lambda: None)
+        await self._start_append(session, event, delta, None, lease, lambda: None)
 
     async def _try_acquire_lease(
         self, app_name: str, user_id: str, session_id: str, owner: str, run_id: str, ttl: float
     ) -> Lease | float:
-        return await self._store.write(core.acquire_lease(
-            (app_name, user_id, session_id), owner, run_id, ttl, self._store.lock))
+        key = (app_name, user_id, session_id)
+        taken, snapshot = await self._store.write(core.acquire_lease_with_snapshot(
+            key, owner, run_id, ttl, self._store.lock))
+        if snapshot is not None:
+            self._snapshots[key] = snapshot
+            while len(self._snapshots) > max(self._cache_size, 1):
+                self._snapshots.pop(next(iter(self._snapshots)))
+        return taken
 
     async def renew_lease(self, lease: Lease, ttl: float) -> Lease:
         """See the base class; one conditional write on the lease's row."""
@@ -296,6 +332,7 @@ class SqlSessionService(BaseSessionService):
         later call opens everything again.
         """
         self._cache.clear()
+        self._snapshots.clear()
         await self._store.close()
 
 

@@ -56,7 +56,7 @@ class _Job:
     __slots__ = ("future", "loop", "on_commit", "steps")
 
     def __init__(self, steps: core.Steps[Any], loop: asyncio.AbstractEventLoop,
-                 future: asyncio.Future[Any], on_commit: Callable[[], None] | None) -> None:
+                 future: asyncio.Future[Any], on_commit: Callable[[Any], None] | None) -> None:
         self.steps = steps
         self.loop = loop
         self.future = future
@@ -201,7 +201,7 @@ def _resolve(outcomes: list[_Outcome]) -> None:
     for job, result, error in outcomes:
         if error is None and job.on_commit is not None:
             try:
-                job.on_commit()
+                job.on_commit(result)
             except Exception as exc:  # a bug in the hook must not strand the other callers
                 job.loop.call_exception_handler({"message": "on_commit failed", "exception": exc})
         if job.future.done():  # the caller stopped waiting
@@ -349,7 +349,7 @@ class SqliteStore:
         return await asyncio.to_thread(self._opened)  # opening creates tables: not on the loop
 
     def submit(self, steps: core.Steps[T], opened: _Open,
-               on_commit: Callable[[], None] | None = None) -> asyncio.Future[T]:
+               on_commit: Callable[[T], None] | None = None) -> asyncio.Future[T]:
         """Queue a write; the future resolves on this loop once it committed or rolled back.
 
         Cancelling the future stops only the waiting: the thread still runs the
@@ -383,7 +383,7 @@ class SqliteStore:
                     return
 
     def start_write(self, steps: core.Steps[T], order: core.Key | None = None,
-                    on_commit: Callable[[], None] | None = None) -> Awaitable[T]:
+                    on_commit: Callable[[T], None] | None = None) -> Awaitable[T]:
         """Queue a write at once (opening the store first if need be); see :meth:`submit`.
 
         The one writer thread commits in queue order and reports commits in
@@ -398,7 +398,7 @@ class SqliteStore:
         return asyncio.shield(task)
 
     async def _submit_when_open(self, steps: core.Steps[T],
-                                on_commit: Callable[[], None] | None) -> T:
+                                on_commit: Callable[[T], None] | None) -> T:
         return await self.submit(steps, await self._ready(), on_commit)
 
     async def write(self, steps: core.Steps[T]) -> T:
