@@ -356,20 +356,21 @@ class Runner:
             recorder = _Recorder(service, ctx, lease)
             heartbeat = asyncio.create_task(self._heartbeat(recorder))
             flow = Flow(self.agent, ctx, recorder)
-            repaired = await flow.repair()  # calls of runs whose lease ended without them
-            if repaired is not None:
-                await recorder.commit(repaired)
-            if message is not None:
-                content, decisions = split_approvals(message)
-                ctx.resume = answered_calls(ctx.ledger, content, decisions)
-                await recorder.commit(Event(
-                    invocation_id=invocation_id, author="user", content=content,
-                    actions=EventActions(approval_decisions=decisions)))
-                events = flow.run()
-            else:
-                assert queue is not None
-                events = LiveFlow(flow, queue).events()
+            events: AsyncGenerator[Event, None] | None = None
             try:
+                repaired = await flow.repair()  # calls of runs whose lease ended without them
+                if repaired is not None:
+                    await recorder.commit(repaired)
+                if message is not None:
+                    content, decisions = split_approvals(message)
+                    ctx.resume = answered_calls(ctx.ledger, content, decisions)
+                    await recorder.commit(Event(
+                        invocation_id=invocation_id, author="user", content=content,
+                        actions=EventActions(approval_decisions=decisions)))
+                    events = flow.run()
+                else:
+                    assert queue is not None
+                    events = LiveFlow(flow, queue).events()
                 async for event in events:
                     yield event
             except SessionError as exc:  # the store failed mid-run: one error event, not a raise
@@ -377,7 +378,8 @@ class Runner:
                                type(exc).__name__)
                 yield flow.error_event(exc.code, "the session store failed; the run stopped")
             finally:
-                await events.aclose()
+                if events is not None:
+                    await events.aclose()
                 await recorder.seal(flow, lambda: service.get_session(
                     app_name=self.app_name, user_id=user_id, session_id=session_id))
         finally:
