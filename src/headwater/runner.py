@@ -383,10 +383,12 @@ class Runner:
                 await recorder.seal(flow, lambda: service.get_session(
                     app_name=self.app_name, user_id=user_id, session_id=session_id))
         finally:
-            if heartbeat is not None:
-                heartbeat.cancel()
-                await asyncio.wait([heartbeat])
-            await self._release(lease)
+            try:
+                if heartbeat is not None:
+                    heartbeat.cancel()
+                    await asyncio.wait([heartbeat])
+            finally:  # a cancel landing in the wait above must not keep the session busy
+                await self._release(lease)
 
     async def _take(self, user_id: str, session_id: str, run_id: str) -> Lease:
         """The session's lease for this run (creating the session when allowed).
@@ -402,6 +404,12 @@ class Runner:
                     app_name=self.app_name, user_id=user_id, session_id=session_id,
                     owner=self._owner, run_id=run_id, ttl=settings.session_lease_ttl,
                     wait=settings.session_lock_timeout)
+            except asyncio.CancelledError:
+                # The write may have taken the lease anyway: give it back, or the session
+                # stays busy for a whole TTL (release matches on owner and run id alone).
+                await self._release(Lease(self.app_name, user_id, session_id, self._owner,
+                                          run_id, 0.0))
+                raise
             except SessionNotFoundError:
                 if not self.auto_create_session:
                     raise SessionNotFoundError(
