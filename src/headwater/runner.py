@@ -161,8 +161,14 @@ class _Recorder:
         the store commits (the store updates the session once the write is in).
         """
         ctx = self._ctx
+        write = asyncio.ensure_future(
+            self._service.append_event(ctx.session, event, lease=self.lease))
         try:
-            await self._service.append_event(ctx.session, event, lease=self.lease)
+            await asyncio.shield(write)
+        except asyncio.CancelledError:
+            # The write goes on: wait for its outcome, so that the seal sees what it stored.
+            await asyncio.wait([write])
+            raise
         finally:
             ctx.ledger.catch_up(ctx.session.events)
 
