@@ -70,13 +70,15 @@ class Sizes:
     w1_sessions: int = 50
     w1_turns: int = 20
     w1_long_events: int = 2_000
+    s5_turns: int = 200
+    s5_window: int = 5
 
 
 FULL = Sizes()
 SMALL = Sizes(s1_chunks=50, s1_samples=1, s2_chunks=5, s2_turns_memory=5, s2_turns_sqlite=3,
               s2_warmup=1, s3_sessions=5, s3_chunks=10, s4_chunks=3, s4_turns=5, s4_warmup=1,
               a1_chunks=50, a1_samples=1, a2_bytes=1 << 12, a2_samples=1, a3_samples=1,
-              w1_sessions=3, w1_turns=2, w1_long_events=8)
+              w1_sessions=3, w1_turns=2, w1_long_events=8, s5_turns=4, s5_window=1)
 
 TARGETS: dict[str, dict[str, str]] = {
     "S1": {"overhead_us_per_chunk": "< 10"},
@@ -85,6 +87,7 @@ TARGETS: dict[str, dict[str, str]] = {
            "interleaved_wall_s": "< 3", "interleaved_peak_rss_mb": "< 300"},
     "S4": {"first_partial_ms": "< 1", "first_partial_after_gc_ms": "< 1"},
     "W1": {"lock_hold_p99_ms": "< 20", "errors": "0"},
+    "S5": {"memory_ratio": "< 1.5", "sqlite_ratio": "< 1.5"},
     "A1": {"ratio_to_floor": "< 2", "one_write_ratio_to_floor": "(reported)"},
     "A2": {"cost_ratio_4x_bytes": "< 8 (4 = linear)"},
     "A3": {"close_seen_ms": "< 100", "httpx_close_seen_ms": "< 100",
@@ -138,6 +141,11 @@ METHODS: dict[str, str] = {
            "get_session_long_ms = median get_session of a session of w1_long_events events "
            "on a service that read it before (one event added between reads); *_cold_ms = "
            "the same on a fresh service instance (every event read and parsed)"),
+    "S5": ("one session, s5_turns sequential tool turns (a call to a trivial async tool, "
+           "then a 3-chunk SSE answer), after a 5-turn warm-up on another session; "
+           "turn1_ms = median wall time of the session's first s5_window turns, "
+           "turn200_ms = of its last s5_window turns; ratio = turn200 / turn1; in memory "
+           "and on a SQLite file in a temp dir"),
     "S4": ("median over turns of perf_counter_ns from calling run_async() to receiving the "
            "first partial event (stream creation + first __anext__), fresh in-memory session "
            "per turn, SSE, after warm-up turns; gc.collect() once before the loop. "
@@ -571,6 +579,45 @@ async def long_session_reads(tmp: str, events: int) -> tuple[float, float]:
     return statistics.median(warm) / 1e6, statistics.median(cold) / 1e6
 
 
+# -- S5: a long session's last turn vs its first ------------------------------------------
+
+
+async def turn_times(service: BaseSessionService, sizes: Sizes) -> list[int]:
+    items = chunks_of(3)
+    runner = make_runner(tool_turn_model(sizes.s5_turns + 5, items), service, [echo])
+    try:
+        await run_tool_turns(runner, 5, items)  # warm-up, on sessions of their own
+        session_id = await new_session(runner)
+        gc.collect()
+        times: list[int] = []
+        for _ in range(sizes.s5_turns):
+            start = time.perf_counter_ns()
+            count = await drain(runner, session_id)
+            times.append(elapsed_since(start))
+            expect_events(count, len(items) + 3, "S5")
+        return times
+    finally:
+        await service.close()
+
+
+def first_vs_last(prefix: str, times: Sequence[int], window: int) -> Figures:
+    first = statistics.median(times[:window]) / 1e6
+    last = statistics.median(times[-window:]) / 1e6
+    return {f"{prefix}_turn1_ms": first, f"{prefix}_turn200_ms": last,
+            f"{prefix}_ratio": last / first}
+
+
+async def _s5(sizes: Sizes) -> Figures:
+    from headwater.sessions import SqlSessionService
+
+    figures = first_vs_last("memory", await turn_times(InMemorySessionService(), sizes),
+                            sizes.s5_window)
+    with tempfile.TemporaryDirectory(prefix="hw-bench-") as tmp:
+        sql = SqlSessionService(f"sqlite+aiosqlite:///{tmp}/sessions.db")
+        figures |= first_vs_last("sqlite", await turn_times(sql, sizes), sizes.s5_window)
+    return figures
+
+
 # -- harness ------------------------------------------------------------------------------
 
 SCENARIOS: dict[str, Callable[[Sizes], Figures]] = {
@@ -582,6 +629,7 @@ SCENARIOS: dict[str, Callable[[Sizes], Figures]] = {
     "A2": lambda sizes: adapters.a2(sizes.a2_bytes, sizes.a2_samples),
     "A3": lambda sizes: adapters.a3(sizes.a3_samples),
     "W1": lambda sizes: asyncio.run(_w1(sizes)),
+    "S5": lambda sizes: asyncio.run(_s5(sizes)),
 }
 
 

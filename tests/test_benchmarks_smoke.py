@@ -32,6 +32,8 @@ FIGURES = {
     "W1": {"append_p50_ms", "append_p99_ms", "turn_p50_ms", "turn_p99_ms", "lock_hold_p50_ms",
            "lock_hold_p99_ms", "appends_per_transaction", "appends_per_s", "errors",
            "get_session_long_ms", "get_session_long_cold_ms"},
+    "S5": {f"{store}_{key}" for store in ("memory", "sqlite")
+           for key in ("turn1_ms", "turn200_ms", "ratio")},
 }
 
 

@@ -170,6 +170,10 @@ class _Recorder:
             await self._service.append_event(ctx.session, event, lease=self.lease,
                                              release=release)
             self.released = release
+        except asyncio.CancelledError:
+            # The write goes on: wait for its outcome, so that the seal sees what it stored.
+            await self._service.wait_for_writes(ctx.session)
+            raise
         finally:
             ctx.ledger.catch_up(ctx.session.events)
 
@@ -396,8 +400,18 @@ class Runner:
         heartbeat: _Heartbeat | None = None
         recorder: _Recorder | None = None
         try:
-            session = await service.get_session(app_name=self.app_name, user_id=user_id,
-                                                session_id=session_id)
+            try:
+                session = await service.get_session(app_name=self.app_name, user_id=user_id,
+                                                    session_id=session_id)
+            except SessionNotFoundError:
+                raise
+            except SessionError as exc:  # the store failed: one error event, not a raise
+                logger.warning("run %s: reading the session failed: %s", invocation_id,
+                               type(exc).__name__)
+                yield Event(invocation_id=invocation_id, author=self.agent.name,
+                            error_code=exc.code,
+                            error_message="the session store failed; the run stopped")
+                return
             if session is None:
                 raise SessionNotFoundError(f"no session {session_id!r} for user {user_id!r}")
             ctx = InvocationContext(
@@ -408,20 +422,21 @@ class Runner:
             recorder = _Recorder(service, ctx, lease)
             heartbeat = _Heartbeat(service, recorder, self.settings.session_lease_ttl)
             flow = Flow(self.agent, ctx, recorder)
-            repaired = await flow.repair()  # calls of runs whose lease ended without them
-            if repaired is not None:
-                await recorder.commit(repaired)
-            if message is not None:
-                content, decisions = split_approvals(message)
-                ctx.resume = answered_calls(ctx.ledger, content, decisions)
-                await recorder.commit(Event(
-                    invocation_id=invocation_id, author="user", content=content,
-                    actions=EventActions(approval_decisions=decisions)))
-                events = flow.run()
-            else:
-                assert queue is not None
-                events = LiveFlow(flow, queue).events()
+            events: AsyncGenerator[Event, None] | None = None
             try:
+                repaired = await flow.repair()  # calls of runs whose lease ended without them
+                if repaired is not None:
+                    await recorder.commit(repaired)
+                if message is not None:
+                    content, decisions = split_approvals(message)
+                    ctx.resume = answered_calls(ctx.ledger, content, decisions)
+                    await recorder.commit(Event(
+                        invocation_id=invocation_id, author="user", content=content,
+                        actions=EventActions(approval_decisions=decisions)))
+                    events = flow.run()
+                else:
+                    assert queue is not None
+                    events = LiveFlow(flow, queue).events()
                 async for event in events:
                     yield event
             except SessionError as exc:  # the store failed mid-run: one error event, not a raise
@@ -429,14 +444,17 @@ class Runner:
                                type(exc).__name__)
                 yield flow.error_event(exc.code, "the session store failed; the run stopped")
             finally:
-                await events.aclose()
+                if events is not None:
+                    await events.aclose()
                 await recorder.seal(flow, lambda: service.get_session(
                     app_name=self.app_name, user_id=user_id, session_id=session_id))
         finally:
-            if heartbeat is not None:
-                await heartbeat.stop()
-            if recorder is None or not recorder.released:
-                await self._release(lease)
+            try:
+                if heartbeat is not None:
+                    await heartbeat.stop()
+            finally:  # a cancel landing in the wait above must not keep the session busy
+                if recorder is None or not recorder.released:
+                    await self._release(lease)
 
     async def _take(self, user_id: str, session_id: str, run_id: str) -> Lease:
         """The session's lease for this run (creating the session when allowed).
@@ -452,6 +470,12 @@ class Runner:
                     app_name=self.app_name, user_id=user_id, session_id=session_id,
                     owner=self._owner, run_id=run_id, ttl=settings.session_lease_ttl,
                     wait=settings.session_lock_timeout)
+            except asyncio.CancelledError:
+                # The write may have taken the lease anyway: give it back, or the session
+                # stays busy for a whole TTL (release matches on owner and run id alone).
+                await self._release(Lease(self.app_name, user_id, session_id, self._owner,
+                                          run_id, 0.0))
+                raise
             except SessionNotFoundError:
                 if not self.auto_create_session:
                     raise SessionNotFoundError(

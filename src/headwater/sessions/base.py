@@ -176,14 +176,29 @@ class BaseSessionService(ABC):
                 session.state.update(delta)
             session.last_update_time = event.timestamp
 
-        await self._start_append(session, event, delta, lease if release else None, lease,
-                                 committed)
+        pending = self._start_append(session, event, delta, lease if release else None, lease,
+                                     committed)
+        if isinstance(pending, asyncio.Future) and not pending.done():
+            _track(self, session, pending)
+            await asyncio.shield(pending)  # a cancelled caller stops waiting, nothing more
+        else:
+            await pending
         return event
+
+    async def wait_for_writes(self, session: Session) -> None:
+        """Wait until every write started on ``session`` has committed or rolled back.
+
+        For a caller cancelled while its ``append_event`` was under way: once
+        this returns, ``session`` shows everything of it that was stored.
+        """
+        pending = _in_flight.get((id(self), id(session)))
+        if pending:
+            await asyncio.wait(list(pending))
 
     def _start_append(
         self, session: Session, event: Event, delta: dict[str, Any], release: Lease | None,
         lease: Lease | None, on_commit: Callable[[], None],
-    ) -> Awaitable[None]:
+    ) -> Awaitable[object]:
         """Start committing ``event`` and ``delta``; await the result to wait for the outcome.
 
         The contract every store keeps: the write goes on whatever happens to
@@ -296,6 +311,21 @@ class BaseSessionService(ABC):
 
 
 _pending_writes: set[asyncio.Future[None]] = set()  # writes no caller may await any more
+# Writes under way, by (service, session object): what wait_for_writes waits for.
+_in_flight: dict[tuple[int, int], set[asyncio.Future[Any]]] = {}
+
+
+def _track(service: BaseSessionService, session: Session, write: asyncio.Future[Any]) -> None:
+    key = (id(service), id(session))
+    writes = _in_flight.setdefault(key, set())
+    writes.add(write)
+
+    def done(_: asyncio.Future[Any]) -> None:
+        writes.discard(write)
+        if not writes and _in_flight.get(key) is writes:
+            del _in_flight[key]
+
+    write.add_done_callback(done)
 
 
 def final_call_ids(event: Event) -> list[str]:

@@ -86,7 +86,7 @@ class InMemorySessionService(BaseSessionService):
     def _start_append(
         self, session: Session, event: Event, delta: dict[str, Any], release: Lease | None,
         lease: Lease | None, on_commit: Callable[[], None],
-    ) -> Awaitable[None]:
+    ) -> Awaitable[object]:
         # Synchronous, hence atomic on the loop: checks and writes see no other call between
         # them, and a cancel cannot land in the middle. Failures raise from here.
         self._commit(session, event, delta, lease)

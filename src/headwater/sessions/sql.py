@@ -255,7 +255,7 @@ class SqlSessionService(BaseSessionService):
     def _start_append(
         self, session: Session, event: Event, delta: dict[str, Any], release: Lease | None,
         lease: Lease | None, on_commit: Callable[[], None],
-    ) -> Awaitable[None]:
+    ) -> Awaitable[object]:
         """Encode the write on the loop, then hand it to the store (see the base class).
 
         Raises (when awaited):
@@ -275,8 +275,8 @@ class SqlSessionService(BaseSessionService):
             on_commit()
             self._cache_append(write.key, event, *seqs)
 
-        return _discard(self._store.start_write(core.append(write, self._store.lock),
-                                                order=write.key, on_commit=committed))
+        return self._store.start_write(core.append(write, self._store.lock), order=write.key,
+                                       on_commit=committed)
 
     def _cache_append(self, key: core.Key, event: Event, seq: int, before: int) -> None:
         """Keep a cached session level with this service's own writes (no read needed).
@@ -334,10 +334,6 @@ class SqlSessionService(BaseSessionService):
         self._cache.clear()
         self._snapshots.clear()
         await self._store.close()
-
-
-async def _discard(result: Awaitable[Any]) -> None:
-    await result
 
 
 def _resolve_url(url: str) -> URL:
