@@ -26,7 +26,7 @@ _EVENT_ID_PREFIX = f"e-{_ID_PREFIX}-"
 def new_id(prefix: str = "e") -> str:
     """A process-unique, cheap identifier (random per process, then a counter)."""
     if prefix == "e":
-        return _EVENT_ID_PREFIX + format(next(_ID_COUNTER), "x")
+        return _EVENT_ID_PREFIX + str(next(_ID_COUNTER))
     return f"{prefix}-{_ID_PREFIX}-{next(_ID_COUNTER):x}"
 
 
@@ -222,7 +222,7 @@ def partial_event(invocation_id: str, author: str, content: Content | None, *,
     dataclass constructor, which matters once per streamed chunk.
     """
     event: Event = _new_event(Event)
-    event.id = _EVENT_ID_PREFIX + format(next(_ID_COUNTER), "x")
+    event.id = _EVENT_ID_PREFIX + str(next(_ID_COUNTER))
     event.invocation_id = invocation_id
     event.author = author
     event.branch = branch

@@ -180,13 +180,23 @@ class ScriptedModel(BaseLlm):
         record = StreamRecord(stream=stream)
         self.streams.append(record)
         try:
-            source = turn.responses if turn.responses is not None else _play(turn, stream)
-            if not turn.delay and turn.raise_error is None:  # the common case, kept lean
-                for response in source:
-                    record.emitted += 1
-                    yield response
+            if turn.responses is None and stream and not turn.delay and turn.raise_error is None:
+                # The common case, kept lean: deltas straight from the aggregator.
+                agg = StreamAggregator()
+                for delta in turn.thoughts:
+                    if (thought := agg.thought(delta)) is not None:
+                        record.emitted += 1
+                        yield thought
+                text = agg.text
+                for delta in turn.text:
+                    if (partial := text(delta)) is not None:
+                        record.emitted += 1
+                        yield partial
+                record.emitted += 1
+                yield _finish(agg, turn)
                 record.completed = True
                 return
+            source = turn.responses if turn.responses is not None else _play(turn, stream)
             for response in source:
                 if turn.delay:
                     await asyncio.sleep(turn.delay)
@@ -208,6 +218,11 @@ def _play(turn: ScriptedTurn, stream: bool) -> Iterator[LlmResponse]:
     for piece in turn.text:
         if (p := agg.text(piece)) is not None and stream:
             yield p
+    yield _finish(agg, turn)
+
+
+def _finish(agg: StreamAggregator, turn: ScriptedTurn) -> LlmResponse:
+    """The turn's calls, finish reason, usage and error, then its aggregate."""
     for index, scripted in enumerate(turn.calls):
         call_id = scripted.id or new_id("call")
         for i, piece in enumerate(_split(json.dumps(scripted.args), scripted.fragments)):
@@ -217,7 +232,7 @@ def _play(turn: ScriptedTurn, stream: bool) -> Iterator[LlmResponse]:
     agg.usage = turn.usage
     if turn.error is not None:
         agg.error(*turn.error)
-    yield agg.finish()
+    return agg.finish()
 
 
 def _split(text: str, pieces: int) -> list[str]:
