@@ -96,7 +96,10 @@ class _Writer(threading.Thread):
                  checkpoint: Callable[[], None], checkpoint_every: int) -> None:
         super().__init__(name="headwater-sqlite-writer", daemon=True)
         self.conn = conn
-        self.queue: queue.Queue[_Job | None] = queue.Queue(queue_size)
+        # A C queue (no Python-level condition variable): a write's hand-over is on the
+        # path of every stored event. The bound is kept by ``offer``.
+        self.queue: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self.queue_size = queue_size
         self.batch_size = batch_size
         self.checkpoint = checkpoint
         self.checkpoint_every = checkpoint_every
@@ -123,6 +126,13 @@ class _Writer(threading.Thread):
                 self._maybe_checkpoint(len(batch))
         finally:
             self.conn.close()
+
+    def offer(self, job: _Job) -> bool:
+        """Queue ``job`` unless ``queue_size`` writes already wait; ``False`` when full."""
+        if self.queue.qsize() >= self.queue_size:
+            return False
+        self.queue.put_nowait(job)
+        return True
 
     def _maybe_checkpoint(self, written: int) -> None:
         """Every ``checkpoint_every`` writes, or sooner once the queue is idle, checkpoint.
@@ -358,9 +368,7 @@ class SqliteStore:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
         job = _Job(steps, loop, future, on_commit)
-        try:
-            opened.writer.queue.put_nowait(job)
-        except queue.Full:
+        if not opened.writer.offer(job):
             task = loop.create_task(self._submit_when_room(job, opened))
             self._submitting.add(task)
             task.add_done_callback(self._submitting.discard)
@@ -370,17 +378,15 @@ class SqliteStore:
         deadline = time.monotonic() + opened.queue_timeout
         while True:
             await asyncio.sleep(0.001)
-            try:
-                opened.writer.queue.put_nowait(job)
+            if opened.writer.offer(job):
                 return
-            except queue.Full:
-                if time.monotonic() >= deadline:
-                    job.steps.close()
-                    if not job.future.done():
-                        job.future.set_exception(SessionError(
-                            "session store overloaded: the SQLite write queue stayed full for "
-                            f"{opened.queue_timeout} s (setting sqlite_queue_timeout)"))
-                    return
+            if time.monotonic() >= deadline:
+                job.steps.close()
+                if not job.future.done():
+                    job.future.set_exception(SessionError(
+                        "session store overloaded: the SQLite write queue stayed full for "
+                        f"{opened.queue_timeout} s (setting sqlite_queue_timeout)"))
+                return
 
     def start_write(self, steps: core.Steps[T], order: core.Key | None = None,
                     on_commit: Callable[[T], None] | None = None) -> Awaitable[T]:
