@@ -56,7 +56,11 @@ class RunStream:
     """The async iterator of one run's events; also its spending so far.
 
     Iterate it (``async for``) or close it with ``aclose()``; it is an async
-    generator in all but name, so ``contextlib.aclosing`` works on it.
+    generator in all but name, so ``contextlib.aclosing`` works on it. Prefer
+    ``async with runner.run_async(...) as stream:``: leaving the block (a
+    ``break``, an exception, a cancel) closes the run at once. A stream that is
+    only abandoned is closed when Python finalises it (garbage collection), which
+    for an async generator may be much later, or never before the loop ends.
 
     Attributes:
         invocation_id: the run's id.
@@ -84,6 +88,14 @@ class RunStream:
 
     async def aclose(self) -> None:
         """Stop the run: close the model stream, cancel tools, seal history."""
+        await self._agen.aclose()
+
+    async def __aenter__(self) -> RunStream:
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        """Close the run (model stream, tools, seal) whatever ended the block."""
         await self._agen.aclose()
 
     async def athrow(self, exc: BaseException) -> Event:
