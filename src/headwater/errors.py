@@ -85,12 +85,17 @@ class ModelHTTPError(ModelError):
     Attributes:
         status_code: the HTTP status.
         retryable: whether a new attempt may succeed (429, 5xx, …).
+        retry_after: seconds the provider asked the caller to wait, when it asked
+            for longer than ``Settings.model_retry_after_cap`` (the call then
+            ends at once instead of sleeping), else ``None``.
     """
 
-    def __init__(self, message: str, *, status_code: int, retryable: bool) -> None:
+    def __init__(self, message: str, *, status_code: int, retryable: bool,
+                 retry_after: float | None = None) -> None:
         super().__init__(message)
         self.status_code = status_code
         self.retryable = retryable
+        self.retry_after = retry_after
         # A server-side status is "unavailable" even when the server says not to retry.
         unavailable = retryable or status_code >= 500 or status_code in (408, 429)
         self.code = "provider_unavailable" if unavailable else "provider_rejected"

@@ -44,9 +44,11 @@ class Settings(BaseSettings):
             are truncated with a marker.
         model_max_attempts: attempts of one model call, first included; retries
             happen only before the first content chunk.
-        model_backoff_initial, model_backoff_max: exponential backoff (with
-            full jitter) between attempts, in seconds.
-        model_retry_after_cap: the longest ``Retry-After`` honoured, in seconds.
+        model_backoff_initial, model_backoff_max: exponential backoff between
+            attempts, in seconds (each delay drawn from ``[0.75 c, c]``).
+        model_retry_after_cap: the longest ``Retry-After`` waited for, in
+            seconds; a longer one ends the call at once with a retryable error
+            that carries the delay (``ModelHTTPError.retry_after``).
         model_connect_timeout: seconds to open a provider connection.
         model_idle_timeout: seconds without a byte from the provider before the
             call fails with ``provider_timeout``.

@@ -2,8 +2,11 @@
 
 Retries happen only before the first content chunk (connection errors, 408,
 409, 429, 5xx, 529, an in-band error before content), honouring
-``Retry-After`` up to a cap and ``x-should-retry``, with exponential backoff
-and full jitter, the same request bytes and a fresh parser each attempt. After
+``Retry-After`` and ``x-should-retry``, with exponential backoff (each delay
+drawn from ``[0.75 c, c]`` of its ceiling ``c``), the same request bytes and a
+fresh parser each attempt. A ``Retry-After`` longer than
+``model_retry_after_cap`` is not clamped: the call ends at once with a
+retryable ``ModelHTTPError`` whose ``retry_after`` carries the delay. After
 the first content chunk a failure is final: a transport failure or a stream
 that ends without its terminal marker raises ``ProviderTruncated``.
 
@@ -91,6 +94,19 @@ class StreamParser(ABC):
     def finish(self) -> LlmResponse:
         """The aggregate of the attempt (raises ``ToolCallAssemblyError`` on broken calls)."""
         return self.agg.finish()
+
+
+def backoff_delay(attempt: int, settings: Settings) -> float:
+    """Seconds to wait before attempt ``attempt + 1``: drawn from ``[0.75 c, c]``.
+
+    ``c = min(model_backoff_max, model_backoff_initial * 2 ** (attempt - 1))``.
+    The jitter spreads clients apart without letting any of them retry much
+    sooner than the ceiling (full jitter down to 0 makes retry storms cheaper
+    for nobody).
+    """
+    ceiling = min(settings.model_backoff_max,
+                  settings.model_backoff_initial * 2 ** (attempt - 1))
+    return random.uniform(0.75 * ceiling, ceiling)
 
 
 def retry_after_seconds(headers: Mapping[str, str]) -> float | None:
@@ -225,6 +241,10 @@ class HttpStreamingModel(BaseLlm):
                         if stream:
                             yield partial
             except _Retry as retry:
+                if retry.retry_after is not None and retry.retry_after > s.model_retry_after_cap:
+                    if isinstance(retry.final, ModelHTTPError):
+                        retry.final.retry_after = retry.retry_after
+                    raise retry.final from None
                 delay = self._delay(attempt, retry.retry_after)
                 if attempt >= s.model_max_attempts or loop.time() + delay >= deadline:
                     raise retry.final from None
@@ -234,11 +254,9 @@ class HttpStreamingModel(BaseLlm):
             return
 
     def _delay(self, attempt: int, retry_after: float | None) -> float:
-        s = self.settings
         if retry_after is not None:
-            return min(retry_after, s.model_retry_after_cap)
-        ceiling = min(s.model_backoff_max, s.model_backoff_initial * 2 ** (attempt - 1))
-        return random.uniform(ceiling / 2, ceiling)
+            return retry_after
+        return backoff_delay(attempt, self.settings)
 
     async def _attempt(
         self, payload: bytes, parser: StreamParser, deadline: float
