@@ -101,3 +101,47 @@ def test_backoff_is_drawn_from_the_top_quarter_of_its_ceiling() -> None:
         delays = [backoff_delay(attempt, settings) for _ in range(500)]
         assert all(0.75 * ceiling <= d <= ceiling for d in delays)
         assert max(delays) - min(delays) > 0.1 * ceiling  # still jittered
+
+
+# -- the provider's words never leave (except to DEBUG, redacted) ---------------------------
+
+CANARY = "sk-canary-7f3a9c2e1b"
+
+
+def canary_scenarios(fmt: str) -> list[tuple[str, list[Scenario]]]:
+    echo = f"Incorrect API key provided: {CANARY}. Authorization: Bearer {CANARY}"
+    in_band = {"type": "invalid_request_error", "message": echo}
+    return [
+        ("401 body", [Scenario.error(401, echo, format=fmt)]),
+        ("500 body x3", [Scenario.error(500, echo, format=fmt)] * 3),
+        ("in-band before content", [Scenario(body=render(
+            fmt, [], error=in_band,
+            **({"done": False} if fmt == "openai" else {"message_stop": False})))]),
+        ("in-band after content", [Scenario(body=render(
+            fmt, ["partial answer"], error=in_band,
+            **({"done": False} if fmt == "openai" else {"message_stop": False})))]),
+    ]
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("case", range(4), ids=["401", "500x3", "inband-before", "inband-after"])
+async def test_a_canary_in_a_provider_error_never_reaches_events_store_or_info_logs(
+        fmt: str, case: int, provider: FakeProvider, client: httpx.AsyncClient,
+        caplog: pytest.LogCaptureFixture) -> None:
+    _, scenarios = canary_scenarios(fmt)[case]
+    provider.enqueue(*scenarios)
+    caplog.set_level("DEBUG")
+    runner, sid = await runner_for(make_model(fmt, provider.base_url, client, api_key=CANARY))
+    events = await run_turn(runner, sid)
+    history = await stored(runner, sid)
+    error = events[-1]
+    assert error.error_code is not None and error.error_message
+    assert error in history or any(e.id == error.id for e in history)  # stored like any event
+    for event in [*events, *history]:
+        assert CANARY not in repr(event)
+    for record in caplog.records:
+        text = record.getMessage() + (record.exc_text or "")
+        assert CANARY not in text, (record.levelname, text)
+    debug = [r.getMessage() for r in caplog.records if r.levelname == "DEBUG"
+             and r.name == "headwater.models"]
+    assert any("[redacted]" in line for line in debug)  # the body went to DEBUG, redacted

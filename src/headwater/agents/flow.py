@@ -27,7 +27,7 @@ from contextlib import aclosing
 from typing import Any, Protocol
 
 from ..context import CallbackContext
-from ..errors import ErrorCode, ModelError, UserError
+from ..errors import ErrorCode, ModelError, UserError, public_message
 from ..events import Event, EventActions, partial_event
 from ..models.base import LlmRequest, LlmResponse
 from ..models.contract import StreamContract
@@ -129,7 +129,8 @@ class Flow:
                                 contract.check(response)
                     aggregate = contract.finish()
                 except ModelError as exc:
-                    failed = self.error_event(exc.code, str(exc))
+                    logger.info("agent %s: model call failed: %s", author, exc)
+                    failed = self.error_event(exc.code, public_message(exc))
                     await commit(failed)
                     yield failed
                     return

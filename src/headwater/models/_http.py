@@ -12,6 +12,11 @@ that ends without its terminal marker raises ``ProviderTruncated``.
 
 Every stream is consumed under ``aclosing``; closing it closes the HTTP
 response, so the provider sees its connection closed at once.
+
+The provider's own words (an error body, an in-band error message) never go
+into an exception message or an event: they are logged at DEBUG on
+``headwater.models``, with API keys, bearer tokens and ``sk-…`` strings
+redacted.
 """
 
 from __future__ import annotations
@@ -19,7 +24,9 @@ from __future__ import annotations
 import asyncio
 import email.utils
 import json
+import logging
 import random
+import re
 import time
 from abc import ABC, abstractmethod
 from collections.abc import AsyncGenerator, Mapping
@@ -46,6 +53,24 @@ from .llm_request import LlmRequest
 from .llm_response import LlmResponse
 
 _MAX_ERROR_BODY = 64 * 1024
+_MAX_LOGGED = 2000
+
+logger = logging.getLogger("headwater.models")
+
+_SECRETS = re.compile(
+    r"(?i)(?:bearer\s+|basic\s+)[A-Za-z0-9._~+/=-]+"      # authorization values
+    r"|\b(?:sk|pk|rk)-[A-Za-z0-9_-]{6,}"                       # sk-…, sk-ant-…, sk-proj-…
+    r"|(?<=[\"'\s{,])(?:api[_-]?key|x-api-key|authorization|token|secret|password)"
+    r"[\"']?\s*[:=]\s*[\"']?[^\"'\s,}]+"                   # key=value, "key": "value"
+)
+
+
+def redact(text: str, *secrets: str | None) -> str:
+    """``text`` with the given secrets and anything shaped like a credential replaced."""
+    for secret in secrets:
+        if secret:
+            text = text.replace(secret, "[redacted]")
+    return _SECRETS.sub("[redacted]", text)
 
 
 
@@ -70,6 +95,8 @@ class StreamParser(ABC):
         ended: nothing more is expected; stop reading.
     """
 
+    provider = "http"
+
     def __init__(self) -> None:
         self.agg = StreamAggregator()
         self.complete = False
@@ -84,8 +111,14 @@ class StreamParser(ABC):
                 when it is retryable).
         """
 
-    def in_band_error(self, message: str, *, retryable: bool) -> None:
-        """Record an in-band provider error: before content it fails the attempt."""
+    def in_band_error(self, detail: str, *, retryable: bool) -> None:
+        """Record an in-band provider error: before content it fails the attempt.
+
+        ``detail`` is the provider's own text: it goes to a DEBUG log line,
+        redacted, and nowhere else.
+        """
+        logger.debug("%s: in-band error: %s", self.provider, redact(detail[:_MAX_LOGGED]))
+        message = f"{self.provider}: the provider reported an error in the stream"
         if not self.agg.has_content:
             raise InBandError(message, retryable=retryable)
         self.agg.error("provider_error", message)
@@ -355,7 +388,11 @@ class HttpStreamingModel(BaseLlm):
             pass
         status = response.status_code
         retryable = is_retryable_status(status, response.headers)
-        error = ModelHTTPError(f"{self.provider}: HTTP {status}{_error_summary(body)}",
+        if logger.isEnabledFor(logging.DEBUG):
+            text = body[:_MAX_LOGGED].decode("utf-8", errors="replace")
+            logger.debug("%s: HTTP %s, body: %s", self.provider, status,
+                         redact(text, self._api_key))
+        error = ModelHTTPError(f"{self.provider}: HTTP {status}{_error_kind(body)}",
                                status_code=status, retryable=retryable)
         if retryable:
             raise _Retry(error, retry_after_seconds(response.headers))
@@ -371,15 +408,18 @@ def _feed_last(parser: StreamParser, events: list[ServerSentEvent]) -> None:
             return  # the terminal-marker check decides between truncated and retry
 
 
-def _error_summary(body: bytes) -> str:
-    """The provider's error type and message, shortened (logs only; never on the wire)."""
+_KIND = re.compile(r"[a-z_]{1,64}")
+
+
+def _error_kind(body: bytes) -> str:
+    """The provider's error type when it is a plain identifier (``rate_limit_error``), else ""."""
     try:
         data = json.loads(body)
     except ValueError:
         return ""
     error = data.get("error") if isinstance(data, dict) else None
     if isinstance(error, dict):
-        kind = error.get("type") or error.get("code") or ""
-        message = str(error.get("message", ""))[:200]
-        return f" ({kind}: {message})" if kind else f" ({message})"
+        kind = error.get("type") or error.get("code")
+        if isinstance(kind, str) and _KIND.fullmatch(kind):
+            return f" ({kind})"
     return ""

@@ -124,6 +124,8 @@ def _block(part: Part, role: str) -> dict[str, Any] | None:  # raw wire JSON
 class _MessagesParser(StreamParser):
     """Messages stream events → partials and one aggregate."""
 
+    provider = "anthropic"
+
     def __init__(self) -> None:
         super().__init__()
         self._blocks: dict[int, str] = {}
@@ -180,7 +182,7 @@ class _MessagesParser(StreamParser):
     def _error(self, data: dict[str, Any]) -> None:
         error = data.get("error") or {}
         kind = str(error.get("type", "error"))
-        self.in_band_error(f"anthropic: in-band {kind}: {str(error.get('message', ''))[:200]}",
+        self.in_band_error(f"{kind}: {error.get('message', '')}",
                            retryable=kind not in _NOT_RETRYABLE)
 
     def _overlay(self, usage: dict[str, Any] | None) -> None:

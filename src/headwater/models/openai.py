@@ -120,6 +120,8 @@ def _user_content(content: Content) -> str | list[dict[str, Any]]:  # raw wire J
 class _ChatParser(StreamParser):
     """Chat Completions chunks → partials and one aggregate."""
 
+    provider = "openai"
+
     def feed(self, event: ServerSentEvent) -> None:
         data = event.data
         if data == b"[DONE]":
@@ -133,7 +135,7 @@ class _ChatParser(StreamParser):
         if "error" in chunk or event.event == "error":
             error = chunk.get("error", chunk)
             message = error.get("message", "error") if isinstance(error, dict) else str(error)
-            self.in_band_error(f"openai: in-band error: {str(message)[:200]}",
+            self.in_band_error(str(message),
                                retryable=_retryable_in_band(error))
             return
         choices = chunk.get("choices")
