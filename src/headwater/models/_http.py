@@ -283,7 +283,12 @@ class HttpStreamingModel(BaseLlm):
                     raise retry.final from None
                 await asyncio.sleep(delay)
                 continue
-            yield parser.finish()
+            try:
+                final = parser.finish()
+            except _WRONG_SHAPE as exc:
+                raise MalformedChunk(f"{self.provider}: the stream does not form an answer "
+                                     f"({type(exc).__name__})") from None
+            yield final
             return
 
     def _delay(self, attempt: int, retry_after: float | None) -> float:
@@ -303,6 +308,7 @@ class HttpStreamingModel(BaseLlm):
         try:
             if response.status_code != 200:
                 await self._fail_status(response)
+            self._check_media_type(response)
             s = self.settings
             decoder = SSEDecoder(s.sse_max_line_chars, s.sse_max_event_chars)
             agg = parser.agg
@@ -341,6 +347,9 @@ class HttpStreamingModel(BaseLlm):
                 if exc.retryable:
                     raise _Retry(exc) from None
                 raise
+            except _WRONG_SHAPE as exc:  # a parser missed a check: still a bad response
+                raise MalformedChunk(f"{self.provider}: a stream event of the wrong shape "
+                                     f"({type(exc).__name__})") from None
             except httpx.TransportError as exc:
                 if agg.has_content:
                     raise ProviderTruncated(
@@ -355,6 +364,18 @@ class HttpStreamingModel(BaseLlm):
                     f"{self.provider}: the stream ended before any content"))
         finally:
             await response.aclose()
+
+    def _check_media_type(self, response: httpx.Response) -> None:
+        """A 200 answer that says it is not an event stream (a proxy's HTML page) is bad at once.
+
+        Raises:
+            MalformedChunk: never retried; the same request gets the same page.
+        """
+        media = response.headers.get("content-type", "").partition(";")[0].strip().lower()
+        if media and media != "text/event-stream":
+            shown = media if _MEDIA.fullmatch(media) else "unexpected"
+            raise MalformedChunk(f"{self.provider}: a 200 answer of type {shown}, "
+                                 "not an event stream")
 
     async def _open(self, payload: bytes, deadline: float) -> httpx.Response:
         s = self.settings
@@ -408,6 +429,8 @@ def _feed_last(parser: StreamParser, events: list[ServerSentEvent]) -> None:
             return  # the terminal-marker check decides between truncated and retry
 
 
+_WRONG_SHAPE = (TypeError, AttributeError, KeyError, IndexError, ValueError)
+_MEDIA = re.compile(r"[a-z0-9.+-]{1,40}/[a-z0-9.+-]{1,60}")
 _KIND = re.compile(r"[a-z_]{1,64}")
 
 
