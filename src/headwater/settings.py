@@ -53,6 +53,9 @@ class Settings(BaseSettings):
         model_idle_timeout: seconds without a byte from the provider before the
             call fails with ``provider_timeout``.
         model_total_timeout: deadline of one model call, all attempts included.
+        model_drain_timeout, model_drain_bytes: after a stream's terminal
+            marker, how long and how much the adapter reads to the end of the
+            body so the connection can be reused (past either, it is closed).
         sse_max_line_chars, sse_max_event_chars: bounds of the SSE decoder.
         anthropic_max_tokens: ``max_tokens`` sent to Anthropic when the agent's
             ``generate_config`` sets none (the API requires one).
@@ -90,6 +93,8 @@ class Settings(BaseSettings):
     model_connect_timeout: float = Field(default=10.0, gt=0)
     model_idle_timeout: float = Field(default=60.0, gt=0)
     model_total_timeout: float = Field(default=600.0, gt=0)
+    model_drain_timeout: float = Field(default=1.0, ge=0)
+    model_drain_bytes: int = Field(default=64 * 1024, ge=0)
     sse_max_line_chars: int = Field(default=1 << 20, ge=1024)
     sse_max_event_chars: int = Field(default=8 << 20, ge=1024)
     anthropic_max_tokens: int = Field(default=4096, ge=1)

@@ -145,3 +145,38 @@ async def test_a_canary_in_a_provider_error_never_reaches_events_store_or_info_l
     debug = [r.getMessage() for r in caplog.records if r.levelname == "DEBUG"
              and r.name == "headwater.models"]
     assert any("[redacted]" in line for line in debug)  # the body went to DEBUG, redacted
+
+
+# -- connections are reused ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("fmt", FORMATS)
+async def test_twenty_sequential_model_calls_use_one_connection(fmt: str,
+                                                                provider: FakeProvider) -> None:
+    for n in range(20):
+        provider.enqueue(Scenario(body=render(fmt, [f"answer {n}"]), check_history=False))
+    async with make_model(fmt, provider.base_url, None) as model:  # the model's own client
+        runner, sid = await runner_for(model)
+        for n in range(20):
+            events = await run_turn(runner, sid)
+            assert events[-1].text == f"answer {n}"
+    assert len(provider.requests) == 20
+    assert len(provider.connections) == 1
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+async def test_a_stream_closed_early_still_closes_its_connection(
+        fmt: str, provider: FakeProvider) -> None:
+    provider.enqueue(Scenario(body=render(fmt, ["one ", "two ", "three"]), check_history=False),
+                     Scenario(body=render(fmt, ["again"]), check_history=False))
+    async with make_model(fmt, provider.base_url, None) as model:
+        runner, sid = await runner_for(model)
+        async with runner.run_async(user_id="u", session_id=sid, new_message="go",
+                                    run_config=RunConfig(streaming_mode=StreamingMode.SSE)
+                                    ) as stream:
+            async for event in stream:
+                if event.partial:
+                    break
+        record = await provider.wait_closed(0, timeout=5)
+        assert record.close_kind == "client_fin"
+        assert (await run_turn(runner, sid))[-1].text == "again"
+    assert len(provider.connections) == 2

@@ -10,8 +10,10 @@ retryable ``ModelHTTPError`` whose ``retry_after`` carries the delay. After
 the first content chunk a failure is final: a transport failure or a stream
 that ends without its terminal marker raises ``ProviderTruncated``.
 
-Every stream is consumed under ``aclosing``; closing it closes the HTTP
-response, so the provider sees its connection closed at once.
+Every stream is consumed under ``aclosing``; closing it early (cancel, error)
+closes the HTTP response and its connection, so the provider sees the close at
+once. After a normal end the body is read to its terminator, so the connection
+goes back to the pool and the next call reuses it.
 
 The provider's own words (an error body, an in-band error message) never go
 into an exception message or an event: they are logged at DEBUG on
@@ -29,7 +31,7 @@ import random
 import re
 import time
 from abc import ABC, abstractmethod
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from contextlib import aclosing
 from types import TracebackType
 from typing import Any
@@ -312,7 +314,7 @@ class HttpStreamingModel(BaseLlm):
             s = self.settings
             decoder = SSEDecoder(s.sse_max_line_chars, s.sse_max_event_chars)
             agg = parser.agg
-            reads = response.aiter_bytes()
+            reads: AsyncIterator[bytes] | None = response.aiter_bytes()
             loop = asyncio.get_running_loop()
             idle = s.model_idle_timeout
             try:
@@ -321,6 +323,7 @@ class HttpStreamingModel(BaseLlm):
                     if remaining <= 0:
                         raise TimeoutError
                     try:
+                        assert reads is not None
                         if remaining < idle:
                             async with asyncio.timeout(remaining):
                                 chunk = await anext(reads)
@@ -328,6 +331,7 @@ class HttpStreamingModel(BaseLlm):
                             chunk = await anext(reads)
                     except StopAsyncIteration:
                         _feed_last(parser, decoder.flush(dispatch_incomplete=True))
+                        reads = None
                         break
                     for event in decoder.feed(chunk):
                         parser.feed(event)
@@ -337,6 +341,8 @@ class HttpStreamingModel(BaseLlm):
                         yield partial
                 for partial in agg.take_partials():
                     yield partial
+                if reads is not None and parser.complete:
+                    await self._read_to_end(reads)
             except TimeoutError:
                 raise ProviderTimeout(
                     f"{self.provider}: the call passed its total deadline") from None
@@ -364,6 +370,25 @@ class HttpStreamingModel(BaseLlm):
                     f"{self.provider}: the stream ended before any content"))
         finally:
             await response.aclose()
+
+    async def _read_to_end(self, reads: AsyncIterator[bytes]) -> None:
+        """After the terminal marker, read the rest of the body (the chunked terminator).
+
+        A response read to its end goes back to the client's pool when closed, so
+        the next call reuses the TCP (and TLS) connection; one closed early is
+        torn down. Past ``model_drain_bytes`` or ``model_drain_timeout`` the
+        connection is given up (closed), never waited on.
+        """
+        s = self.settings
+        seen = 0
+        try:
+            async with asyncio.timeout(s.model_drain_timeout):
+                async for chunk in reads:
+                    seen += len(chunk)
+                    if seen > s.model_drain_bytes:
+                        return
+        except (TimeoutError, httpx.HTTPError):
+            return
 
     def _check_media_type(self, response: httpx.Response) -> None:
         """A 200 answer that says it is not an event stream (a proxy's HTML page) is bad at once.
