@@ -228,11 +228,18 @@ class Flow:
         return response
 
     def llm_budget_spent(self) -> Event | None:
-        """The ``budget_exceeded`` error event once ``max_llm_calls`` is reached, else ``None``."""
-        limit = self.ctx.run_config.max_llm_calls
-        if self.ctx.stats.llm_calls < limit:
-            return None
-        return self.error_event("budget_exceeded", f"the run reached max_llm_calls={limit}")
+        """The ``budget_exceeded`` error event once ``max_llm_calls`` or
+        ``max_tokens_per_run`` is reached, else ``None``."""
+        config, stats = self.ctx.run_config, self.ctx.stats
+        limit = config.max_llm_calls
+        if stats.llm_calls >= limit:
+            return self.error_event("budget_exceeded", f"the run reached max_llm_calls={limit}")
+        tokens, usage = config.max_tokens_per_run, stats.usage
+        used = max(usage.total_tokens, usage.input_tokens + usage.output_tokens)
+        if tokens is not None and used >= tokens:
+            return self.error_event("budget_exceeded",
+                                    f"the run used {used} tokens, max_tokens_per_run={tokens}")
+        return None
 
     def model_event(self, response: LlmResponse, actions: EventActions | None = None) -> Event:
         """The record of one model aggregate; its usage is added to the run's."""

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import inspect
 import json
@@ -16,6 +15,7 @@ from ..errors import ToolArgumentsError, UserError
 from ..live_request_queue import LiveRequestQueue
 from ..types import ToolDeclaration
 from ._schema import inspect_function, json_schema
+from ._threads import run_sync
 from .context import ToolContext
 from .options import ToolOptions, options_for
 
@@ -176,7 +176,7 @@ class FunctionTool(BaseTool):
             raise UserError(f"tool {self.name!r} streams: call stream(), not run()")
         if self._is_async:
             return await self.func(**kwargs)
-        result = await asyncio.to_thread(self.func, **kwargs)
+        result = await run_sync(self.name, self.func, **kwargs)
         if inspect.isawaitable(result):
             result = await result
         return result
