@@ -18,12 +18,14 @@ import contextlib
 import logging
 import os
 import socket
+import time
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator
 from contextlib import aclosing
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
 
+from .agents._expiry import expired_event
 from .agents.agent import Agent
 from .agents.approvals import answered_calls, split_approvals
 from .agents.flow import Flow
@@ -371,6 +373,9 @@ class Runner:
             repaired = await flow.repair()  # calls of runs whose lease ended without them
             if repaired is not None:
                 await recorder.commit(repaired)
+            expired = expired_event(ctx, self.agent.name, time.time())  # as event timestamps
+            if expired is not None:  # tickets whose result never came
+                await recorder.commit(expired)
             if message is not None:
                 content, decisions = split_approvals(message)
                 ctx.resume = answered_calls(ctx.ledger, content, decisions)
