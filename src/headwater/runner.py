@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
 
-from .agents._expiry import expired_event
 from .agents.agent import Agent
 from .agents.approvals import answered_calls, split_approvals
+from .agents.expiry import expired_event
 from .agents.flow import Flow
 from .agents.invocation import InvocationContext, RunStats
 from .agents.live_flow import LiveFlow

@@ -84,6 +84,13 @@ async def test_retry_after_beyond_the_cap_ends_the_call_with_the_delay(
     assert info.value.retryable and info.value.retry_after == 3600
     assert info.value.code == "provider_unavailable"
     assert len(provider.requests) == 1  # not clamped to the cap and retried
+    provider.enqueue(Scenario.error(429, "slow down", headers={"retry-after": "3600"},
+                                    format=fmt))
+    runner, sid = await runner_for(model)
+    (event,) = await run_turn(runner, sid)
+    assert event.error_code == "provider_unavailable"
+    assert "Retry after 3600 s" in (event.error_message or "")  # the delay reaches the caller
+    assert (await stored(runner, sid))[-1].id == event.id
 
 
 async def test_retry_after_within_the_cap_is_retried(provider: FakeProvider,

@@ -32,11 +32,11 @@ from ..events import (
     partial_event,
 )
 from ..live_request_queue import LiveRequestQueue
-from ..tools._threads import sync_tool_workers
 from ..tools.approval import args_sha256
 from ..tools.context import ToolContext
 from ..tools.function_tool import BaseTool
 from ..tools.middleware import ToolInvocation, ToolMiddleware, chain
+from ..tools.threads import sync_tool_workers
 from ..types import Blob, FunctionCall, Part
 from .callbacks import AfterToolCallback, BeforeToolCallback
 from .invocation import InvocationContext

@@ -15,9 +15,9 @@ from ..errors import ToolArgumentsError, UserError
 from ..live_request_queue import LiveRequestQueue
 from ..types import ToolDeclaration
 from ._schema import inspect_function, json_schema
-from ._threads import run_sync
 from .context import ToolContext
 from .options import ToolOptions, options_for
+from .threads import run_sync
 
 
 class BaseTool(ABC):
