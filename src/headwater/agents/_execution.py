@@ -170,7 +170,7 @@ class ToolExecutor:
         if _small(result):
             result = _bounded(result, limit_bytes)
         else:  # serialising and cutting a large result would block the event loop
-            result = await asyncio.to_thread(_bounded, result, limit_bytes)
+            result = await asyncio.to_thread(_bounded_large, result, limit_bytes)
         return CallOutcome(call, result, tool_context.actions,
                            long_running=ok and tool.options.long_running,
                            return_direct=ok and tool.options.return_direct)
@@ -416,6 +416,41 @@ def _args_too_large(call: FunctionCall, limit: int) -> str | None:
         return None
     return (f"the arguments are {size} bytes of JSON, more than max_tool_args_bytes={limit}; "
             "not executed")
+
+
+def _bounded_large(result: dict[str, Any], limit: int) -> dict[str, Any]:
+    """``_bounded`` for a large result, on a worker thread.
+
+    It encodes only as much as the cut keeps (strings longer than the limit are
+    clipped first), with the pure-Python ``iterencode``, so the worker gives the
+    GIL back to the event loop as it goes; C's one-shot ``json.dumps`` of a
+    50 MiB result would hold it for half a second whatever thread ran it.
+    """
+    pieces: list[str] = []
+    size = 0
+    for chunk in _ENCODER.iterencode(_clip(result, limit)):
+        pieces.append(chunk)
+        size += len(chunk)
+        if size > limit:
+            break
+    else:
+        return result
+    marker = f"… [truncated: more than {limit} characters, limit {limit}]"
+    return {"result": "".join(pieces)[: limit - len(marker)] + marker, "truncated": True}
+
+
+_ENCODER = json.JSONEncoder(ensure_ascii=False)
+
+
+def _clip(value: Any, limit: int) -> Any:
+    """``value`` with every string cut to ``limit`` characters (its JSON prefix is unchanged)."""
+    if isinstance(value, str):
+        return value[:limit] if len(value) > limit else value
+    if isinstance(value, dict):
+        return {key: _clip(item, limit) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_clip(item, limit) for item in value]
+    return value
 
 
 def _bounded(result: dict[str, Any], limit: int) -> dict[str, Any]:
