@@ -32,6 +32,7 @@ FIGURES = {
     "W1": {"append_p50_ms", "append_p99_ms", "turn_p50_ms", "turn_p99_ms", "lock_hold_p50_ms",
            "lock_hold_p99_ms", "appends_per_transaction", "appends_per_s", "errors",
            "get_session_long_ms", "get_session_long_cold_ms"},
+    "H1": {"loop_stall_ms", "getaddrinfo_ms", "connections_per_20_calls"},
 }
 
 
