@@ -11,7 +11,7 @@ import pytest
 from headwater import Agent, Event, RunConfig, Runner, StreamingMode
 from headwater.errors import ModelHTTPError
 from headwater.models import BaseLlm, LlmRequest
-from headwater.models._http import backoff_delay
+from headwater.models._http import backoff_delay, redact
 from headwater.models.anthropic import AnthropicModel
 from headwater.models.openai import OpenAIChatModel
 from headwater.settings import Settings
@@ -187,3 +187,16 @@ async def test_a_stream_closed_early_still_closes_its_connection(
         assert record.close_kind == "client_fin"
         assert (await run_turn(runner, sid))[-1].text == "again"
     assert len(provider.connections) == 2
+
+
+@pytest.mark.parametrize("text", [
+    "Incorrect API key provided: sk-proj-abc123XYZ_9. See the docs.",
+    "api_key=hunter2-secret",
+    '{"x-api-key": "hunter2-secret"}',
+    "Authorization: Bearer hunter2-secret",
+    "token: hunter2-secret",
+])
+def test_redact_removes_credential_shaped_strings(text: str) -> None:
+    cleaned = redact(text)
+    assert "hunter2" not in cleaned and "abc123" not in cleaned and "[redacted]" in cleaned
+    assert redact("tokens used: 5; the api key is wrong") == "tokens used: 5; the api key is wrong"
