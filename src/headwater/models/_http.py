@@ -60,10 +60,10 @@ _MAX_LOGGED = 2000
 logger = logging.getLogger("headwater.models")
 
 _SECRETS = re.compile(
-    r"(?i)(?:bearer\s+|basic\s+)[A-Za-z0-9._~+/=-]+"      # authorization values
-    r"|\b(?:sk|pk|rk)-[A-Za-z0-9_-]{6,}"                       # sk-…, sk-ant-…, sk-proj-…
-    r"|\b(?:api[_-]?key|x-api-key|authorization|token|secret|password)"
-    r"[\"']?\s*[:=]\s*[\"']?[^\"'\s,}]+"                   # key=value, "key": "value"
+    r"(?i)(?:bearer\s+|basic\s+)[A-Za-z0-9._~+/=-]+"  # authorization values
+    r"|\b(?:sk|pk|rk)-[A-Za-z0-9_-]{6,}"  # sk-…, sk-ant-…, sk-proj-…
+    r"|\b(?:api[_-]?key|x-api-key|authorization|token|secret|password)"  # key=value, "key": …
+    r"[\"']?\s*[:=]\s*[\"']?(?:(?:bearer|basic)\s+)?[^\"'\s,}]+"
 )
 
 
