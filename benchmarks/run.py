@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import adapters  # benchmarks/adapters.py, beside this file
+import hardening  # benchmarks/hardening.py, beside this file
 from headwater import Agent, Content, Event, Part, RunConfig, Runner, StreamingMode
 from headwater.models.base import BaseLlm, LlmRequest, LlmResponse
 from headwater.sessions import BaseSessionService, InMemorySessionService
@@ -72,13 +73,15 @@ class Sizes:
     w1_long_events: int = 2_000
     s5_turns: int = 200
     s5_window: int = 5
+    h1_result_mib: int = 50
 
 
 FULL = Sizes()
 SMALL = Sizes(s1_chunks=50, s1_samples=1, s2_chunks=5, s2_turns_memory=5, s2_turns_sqlite=3,
               s2_warmup=1, s3_sessions=5, s3_chunks=10, s4_chunks=3, s4_turns=5, s4_warmup=1,
               a1_chunks=50, a1_samples=1, a2_bytes=1 << 12, a2_samples=1, a3_samples=1,
-              w1_sessions=3, w1_turns=2, w1_long_events=8, s5_turns=4, s5_window=1)
+              w1_sessions=3, w1_turns=2, w1_long_events=8, s5_turns=4, s5_window=1,
+              h1_result_mib=1)
 
 TARGETS: dict[str, dict[str, str]] = {
     "S1": {"overhead_us_per_chunk": "< 10"},
@@ -93,9 +96,16 @@ TARGETS: dict[str, dict[str, str]] = {
     "A3": {"close_seen_ms": "< 100", "httpx_close_seen_ms": "< 100",
            "idle_timeout_overrun_ms": "< 500", "total_deadline_overrun_ms": "< 500",
            "retry_after_1_wait_s": ">= 1"},
+    "H1": {"loop_stall_ms": "< 50", "getaddrinfo_ms": "< 100",
+           "connections_per_20_calls": "1"},
 }
 
 METHODS: dict[str, str] = {
+    "H1": ("benchmarks/hardening.py: loop_stall_ms = the longest gap of a 1 ms ticker while a "
+           "tool returns an h1_result_mib MiB result (run_once, in memory); getaddrinfo_ms = "
+           "loop.getaddrinfo('localhost') after a turn whose six sync tools hung past a 50 ms "
+           "timeout, default executor of 6 threads; connections_per_20_calls = TCP connections "
+           "FakeProvider accepted for 20 sequential OpenAIChatModel calls"),
     "A1": ("OpenAI stream of N 4-character text chunks served by a FakeProvider in a child "
            "process, one HTTP chunk per stream chunk as providers send them (one_write_*: "
            "the whole body as one write); floor = httpx aiter_lines over it; adapter = "
@@ -630,6 +640,7 @@ SCENARIOS: dict[str, Callable[[Sizes], Figures]] = {
     "A3": lambda sizes: adapters.a3(sizes.a3_samples),
     "W1": lambda sizes: asyncio.run(_w1(sizes)),
     "S5": lambda sizes: asyncio.run(_s5(sizes)),
+    "H1": lambda sizes: hardening.h1(sizes.h1_result_mib),
 }
 
 

@@ -34,6 +34,7 @@ FIGURES = {
            "get_session_long_ms", "get_session_long_cold_ms"},
     "S5": {f"{store}_{key}" for store in ("memory", "sqlite")
            for key in ("turn1_ms", "turn200_ms", "ratio")},
+    "H1": {"loop_stall_ms", "getaddrinfo_ms", "connections_per_20_calls"},
 }
 
 

@@ -155,3 +155,34 @@ async def test_aclose_while_two_tools_run_cancels_both() -> None:
     assert sorted(cancelled) == [1, 2]
     sealed = {r.id: r.response["code"] for e in await history(runner) for r in e.function_responses}
     assert sealed == {"a": "cancelled", "b": "cancelled"}
+
+
+async def test_async_with_closes_the_run_at_the_end_of_the_block_while_the_stream_is_held(
+) -> None:
+    model = ScriptedModel().call("slow", {}).reply("never")
+    started = asyncio.Event()
+    cancelled = asyncio.Event()
+
+    async def slow() -> str:
+        """Hangs until cancelled."""
+        started.set()
+        try:
+            await asyncio.sleep(3600)
+        finally:
+            cancelled.set()
+        return "unreachable"
+
+    runner = await setup(model, [slow])
+    held = run(runner)
+    async with held as stream:
+        assert stream is held
+        async for event in stream:
+            if event.function_calls:
+                break
+    # The caller still holds `held`; leaving the block closed the run anyway.
+    events = await history(runner)
+    sealed = [r.response for e in events for r in e.function_responses]
+    assert sealed == [{"error": "The call was cancelled before it returned a result.",
+                       "code": "cancelled"}]
+    assert not started.is_set() or cancelled.is_set()
+    assert len(model.requests) == 1

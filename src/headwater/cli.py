@@ -20,7 +20,7 @@ from .agents.agent import Agent
 from .models.base import LlmRequest
 from .models.scripted import ScriptedCall, ScriptedModel, ScriptedTurn
 from .run_config import RunConfig, StreamingMode
-from .runner import Runner
+from .runner import Runner, RunStream
 from .sessions.sql import SqlSessionService
 from .settings import get_settings
 from .types import Usage
@@ -79,34 +79,10 @@ async def demo(prompt: str, database_url: str, mode: StreamingMode, out: TextIO)
         session = await service.create_session(app_name="demo", user_id="demo-user")
         out.write(f"headwater demo: model 'scripted-support' (SCRIPTED, offline), "
                   f"sessions in {database_url}\n\nyou> {prompt}\n")
-        stream = runner.run_async(user_id="demo-user", session_id=session.id,
-                                  new_message=prompt, run_config=RunConfig(streaming_mode=mode))
-        draft: str | None = None
-        async for event in stream:
-            if event.partial:
-                if draft is None:
-                    out.write(f"{event.author}> ")
-                    draft = ""
-                draft += event.text
-                out.write(event.text)
-                out.flush()
-                continue
-            if event.error_code:
-                out.write(f"\n[error] {event.error_code}: {event.error_message}\n")
-            for call in event.function_calls:
-                out.write(f"[tool call] {call.name}({json.dumps(call.args)})\n")
-            for response in event.function_responses:
-                out.write(f"[tool result] {response.name} -> {json.dumps(response.response)}\n")
-            if event.text and not event.function_calls:
-                # The aggregate replaces the draft: it is the record. When it says what the
-                # deltas said, the streamed line stands; otherwise the record is shown.
-                if draft is None:
-                    out.write(f"{event.author}> {event.text}\n")
-                elif draft == event.text:
-                    out.write("\n")
-                else:
-                    out.write(f"\n[record] {event.author}> {event.text}\n")
-                draft = None
+        async with runner.run_async(user_id="demo-user", session_id=session.id,
+                                    new_message=prompt,
+                                    run_config=RunConfig(streaming_mode=mode)) as stream:
+            await narrate(stream, out)
         stored = await service.get_session(app_name="demo", user_id="demo-user",
                                            session_id=session.id)
         count = len(stored.events) if stored else 0
@@ -116,7 +92,37 @@ async def demo(prompt: str, database_url: str, mode: StreamingMode, out: TextIO)
                   "(no partials)\n")
         return 0
     finally:
-        await service.close()
+        await runner.aclose()  # closes the session store too
+
+
+async def narrate(stream: RunStream, out: TextIO) -> None:
+    """Write a run's events as a terminal transcript (the caller closes the stream)."""
+    draft: str | None = None
+    async for event in stream:
+        if event.partial:
+            if draft is None:
+                out.write(f"{event.author}> ")
+                draft = ""
+            draft += event.text
+            out.write(event.text)
+            out.flush()
+            continue
+        if event.error_code:
+            out.write(f"\n[error] {event.error_code}: {event.error_message}\n")
+        for call in event.function_calls:
+            out.write(f"[tool call] {call.name}({json.dumps(call.args)})\n")
+        for response in event.function_responses:
+            out.write(f"[tool result] {response.name} -> {json.dumps(response.response)}\n")
+        if event.text and not event.function_calls:
+            # The aggregate replaces the draft: it is the record. When it says what the
+            # deltas said, the streamed line stands; otherwise the record is shown.
+            if draft is None:
+                out.write(f"{event.author}> {event.text}\n")
+            elif draft == event.text:
+                out.write("\n")
+            else:
+                out.write(f"\n[record] {event.author}> {event.text}\n")
+            draft = None
 
 
 def main(argv: Sequence[str] | None = None) -> int:

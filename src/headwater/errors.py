@@ -33,6 +33,7 @@ text and tracebacks never leave the process.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Final, Literal
 
 ErrorCode = Literal[
@@ -41,6 +42,7 @@ ErrorCode = Literal[
     "provider_truncated",
     "provider_timeout",
     "provider_error",
+    "provider_bad_response",
     "model_protocol_violation",
     "tool_call_incomplete",
     "budget_exceeded",
@@ -54,6 +56,41 @@ ErrorCode = Literal[
 ]
 
 ERROR_CODES: Final[frozenset[str]] = frozenset(ErrorCode.__args__)  # type: ignore[attr-defined]
+
+
+ERROR_MESSAGES: Final[Mapping[ErrorCode, str]] = {
+    "provider_unavailable": "The model provider could not be reached or kept failing.",
+    "provider_rejected": "The model provider refused the request.",
+    "provider_truncated": "The model's answer broke off mid-stream; none of it was kept.",
+    "provider_timeout": "The model provider did not answer in time.",
+    "provider_error": "The model provider reported an error.",
+    "provider_bad_response": "The model provider sent a response that is not its wire format.",
+    "model_protocol_violation": "The model broke the event contract; none of its answer was kept.",
+    "tool_call_incomplete": "The model sent a tool call that does not form a call.",
+    "budget_exceeded": "The run spent one of its budgets.",
+    "too_many_streams": "Too many concurrent streams.",
+    "rate_limited": "Too many requests.",
+    "session_busy": "Another run holds the session.",
+    "cancelled": "The run was cancelled.",
+    "server_shutdown": "The server is stopping.",
+    "store_unavailable": "The session store failed.",
+    "internal": "An internal error occurred.",
+}
+"""The fixed message of each code: what an error event says (never the provider's text)."""
+
+
+def public_message(error: HeadwaterError) -> str:
+    """The message an error event may carry for ``error``: fixed per code.
+
+    The provider's own text (an error body, an in-band message) never goes
+    into it; adapters log that at DEBUG, redacted. A retryable HTTP error that
+    asked for a delay beyond the cap says how long.
+    """
+    message = ERROR_MESSAGES[error.code]
+    retry_after = getattr(error, "retry_after", None)
+    if isinstance(retry_after, (int, float)):
+        message += f" Retry after {retry_after:g} s."
+    return message
 
 
 class HeadwaterError(Exception):
@@ -85,12 +122,17 @@ class ModelHTTPError(ModelError):
     Attributes:
         status_code: the HTTP status.
         retryable: whether a new attempt may succeed (429, 5xx, …).
+        retry_after: seconds the provider asked the caller to wait, when it asked
+            for longer than ``Settings.model_retry_after_cap`` (the call then
+            ends at once instead of sleeping), else ``None``.
     """
 
-    def __init__(self, message: str, *, status_code: int, retryable: bool) -> None:
+    def __init__(self, message: str, *, status_code: int, retryable: bool,
+                 retry_after: float | None = None) -> None:
         super().__init__(message)
         self.status_code = status_code
         self.retryable = retryable
+        self.retry_after = retry_after
         # A server-side status is "unavailable" even when the server says not to retry.
         unavailable = retryable or status_code >= 500 or status_code in (408, 429)
         self.code = "provider_unavailable" if unavailable else "provider_rejected"
@@ -151,11 +193,19 @@ class InBandError(ModelError):
 
 
 class MalformedChunk(ModelError):
-    """A stream event whose data is not the JSON the provider's format promises."""
+    """A stream event whose data is not the JSON the provider's format promises.
+
+    Also a 200 answer that is not an event stream at all (an HTML page from a
+    proxy). Never retried: the same request would get the same answer.
+    """
+
+    code: ErrorCode = "provider_bad_response"
 
 
 class SSEDecodeError(ModelError):
     """The event stream broke a bound (a line or an event too long)."""
+
+    code: ErrorCode = "provider_bad_response"
 
 
 class QueueFull(UserError):

@@ -26,12 +26,22 @@ class RunConfig(BaseModel):
         streaming_mode: see :class:`StreamingMode`; ``run_async`` serves NONE and SSE.
         max_llm_calls: model calls allowed in one run; the next one ends the run
             with a ``budget_exceeded`` error event.
-        max_tool_calls: tool calls allowed in one run (``None``: unbounded);
-            calls beyond it get a ``budget_exceeded`` result and do not run.
+        max_tool_calls: tool calls allowed in one run; calls beyond it get a
+            ``budget_exceeded`` result and do not run. ``None`` (unbounded)
+            must be passed explicitly.
+        max_tool_calls_per_turn: tool calls of one model turn that run; the
+            turn's later calls get a ``budget_exceeded`` result and do not run.
+            ``None`` (unbounded) must be passed explicitly.
+        max_tokens_per_run: tokens (the providers' reported usage, input plus
+            output, summed over the run's model calls) after which the next
+            model call is refused and the run ends with a ``budget_exceeded``
+            error event. ``None`` (unbounded) must be passed explicitly.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     streaming_mode: StreamingMode = StreamingMode.NONE
     max_llm_calls: int = Field(default=500, ge=1)
-    max_tool_calls: int | None = Field(default=None, ge=0)
+    max_tool_calls: int | None = Field(default=1000, ge=0)
+    max_tool_calls_per_turn: int | None = Field(default=64, ge=0)
+    max_tokens_per_run: int | None = Field(default=2_000_000, ge=1)

@@ -18,6 +18,7 @@ import contextlib
 import logging
 import os
 import socket
+import time
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator
 from contextlib import aclosing
 from dataclasses import dataclass, field
@@ -26,6 +27,7 @@ from typing import Any
 
 from .agents.agent import Agent
 from .agents.approvals import answered_calls, split_approvals
+from .agents.expiry import expired_event
 from .agents.flow import Flow
 from .agents.invocation import InvocationContext, RunStats
 from .agents.live_flow import LiveFlow
@@ -56,7 +58,11 @@ class RunStream:
     """The async iterator of one run's events; also its spending so far.
 
     Iterate it (``async for``) or close it with ``aclose()``; it is an async
-    generator in all but name, so ``contextlib.aclosing`` works on it.
+    generator in all but name, so ``contextlib.aclosing`` works on it. Prefer
+    ``async with runner.run_async(...) as stream:``: leaving the block (a
+    ``break``, an exception, a cancel) closes the run at once. A stream that is
+    only abandoned is closed when Python finalises it (garbage collection), which
+    for an async generator may be much later, or never before the loop ends.
 
     Attributes:
         invocation_id: the run's id.
@@ -84,6 +90,14 @@ class RunStream:
 
     async def aclose(self) -> None:
         """Stop the run: close the model stream, cancel tools, seal history."""
+        await self._agen.aclose()
+
+    async def __aenter__(self) -> RunStream:
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        """Close the run (model stream, tools, seal) whatever ended the block."""
         await self._agen.aclose()
 
     async def athrow(self, exc: BaseException) -> Event:
@@ -427,6 +441,9 @@ class Runner:
                 repaired = await flow.repair()  # calls of runs whose lease ended without them
                 if repaired is not None:
                     await recorder.commit(repaired)
+                expired = expired_event(ctx, self.agent.name, time.time())  # as event stamps
+                if expired is not None:  # tickets whose result never came
+                    await recorder.commit(expired)
                 if message is not None:
                     content, decisions = split_approvals(message)
                     ctx.resume = answered_calls(ctx.ledger, content, decisions)

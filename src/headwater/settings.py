@@ -34,6 +34,15 @@ class Settings(BaseSettings):
         lease_poll_interval: seconds between attempts of ``acquire_lease(wait=…)``
             (doubling, at most 0.5 s, never past the wait).
         max_parallel_tools: tool calls of one model turn running at once.
+        sync_tool_workers: threads that run sync tools, in a pool of their own
+            (never the event loop's default executor, which resolves names for
+            the HTTP client). A sync tool that outlives its timeout keeps its
+            thread until it returns; past this many, sync tools wait (and time
+            out) instead of starving the process.
+        max_tool_args_bytes: largest JSON arguments a tool call may carry; a
+            larger call gets an ``invalid_arguments`` result and does not run.
+        long_running_ttl: seconds a long-running call's ticket waits for its
+            result; after that the next run gives it an ``expired`` result.
         tool_timeout: seconds a tool call may run before it gets a ``timeout``
             result (a tool's own ``timeout`` wins).
         session_lock_timeout: seconds a run waits for another run (of any runner
@@ -41,16 +50,22 @@ class Settings(BaseSettings):
             (default 1 s: time for a run that is closing to finish its cleanup;
             0 refuses at once).
         max_result_bytes: largest JSON tool result sent to a model; longer ones
-            are truncated with a marker.
+            are truncated with a marker (large results are serialised and cut
+            off the event loop).
         model_max_attempts: attempts of one model call, first included; retries
             happen only before the first content chunk.
-        model_backoff_initial, model_backoff_max: exponential backoff (with
-            full jitter) between attempts, in seconds.
-        model_retry_after_cap: the longest ``Retry-After`` honoured, in seconds.
+        model_backoff_initial, model_backoff_max: exponential backoff between
+            attempts, in seconds (each delay drawn from ``[0.75 c, c]``).
+        model_retry_after_cap: the longest ``Retry-After`` waited for, in
+            seconds; a longer one ends the call at once with a retryable error
+            that carries the delay (``ModelHTTPError.retry_after``).
         model_connect_timeout: seconds to open a provider connection.
         model_idle_timeout: seconds without a byte from the provider before the
             call fails with ``provider_timeout``.
         model_total_timeout: deadline of one model call, all attempts included.
+        model_drain_timeout, model_drain_bytes: after a stream's terminal
+            marker, how long and how much the adapter reads to the end of the
+            body so the connection can be reused (past either, it is closed).
         sse_max_line_chars, sse_max_event_chars: bounds of the SSE decoder.
         anthropic_max_tokens: ``max_tokens`` sent to Anthropic when the agent's
             ``generate_config`` sets none (the API requires one).
@@ -78,6 +93,9 @@ class Settings(BaseSettings):
     session_lease_ttl: float = Field(default=30.0, gt=0)
     lease_poll_interval: float = Field(default=0.05, gt=0)
     max_parallel_tools: int = Field(default=8, ge=1)
+    sync_tool_workers: int = Field(default=32, ge=1)
+    max_tool_args_bytes: int = Field(default=256 * 1024, ge=2)
+    long_running_ttl: float = Field(default=7 * 24 * 3600.0, gt=0)
     tool_timeout: float = Field(default=300.0, gt=0)
     session_lock_timeout: float = Field(default=1.0, ge=0)
     max_result_bytes: int = Field(default=100_000, ge=256)
@@ -88,6 +106,8 @@ class Settings(BaseSettings):
     model_connect_timeout: float = Field(default=10.0, gt=0)
     model_idle_timeout: float = Field(default=60.0, gt=0)
     model_total_timeout: float = Field(default=600.0, gt=0)
+    model_drain_timeout: float = Field(default=1.0, ge=0)
+    model_drain_bytes: int = Field(default=64 * 1024, ge=0)
     sse_max_line_chars: int = Field(default=1 << 20, ge=1024)
     sse_max_event_chars: int = Field(default=8 << 20, ge=1024)
     anthropic_max_tokens: int = Field(default=4096, ge=1)

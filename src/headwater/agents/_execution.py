@@ -20,7 +20,7 @@ from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic_core import to_jsonable_python
+from pydantic_core import to_json, to_jsonable_python
 
 from ..errors import ToolArgumentsError
 from ..events import (
@@ -36,6 +36,7 @@ from ..tools.approval import args_sha256
 from ..tools.context import ToolContext
 from ..tools.function_tool import BaseTool
 from ..tools.middleware import ToolInvocation, ToolMiddleware, chain
+from ..tools.threads import sync_tool_workers
 from ..types import Blob, FunctionCall, Part
 from .callbacks import AfterToolCallback, BeforeToolCallback
 from .invocation import InvocationContext
@@ -111,17 +112,25 @@ class ToolExecutor:
         they happen (``None``: progress is dropped, as under NONE). Cancelling
         the caller cancels every running call and waits for their cleanup.
         """
-        if len(calls) == 1:  # the common case: no task group
-            return [await self._run_one(ctx, calls[0], progress, approved)]
-        limit = asyncio.Semaphore(ctx.settings.max_parallel_tools)
+        per_turn = ctx.run_config.max_tool_calls_per_turn
+        refused: list[CallOutcome] = []
+        if per_turn is not None and len(calls) > per_turn:
+            refused = [CallOutcome(call, error_result(
+                "budget_exceeded", f"the turn's budget of {per_turn} tool calls "
+                "(max_tool_calls_per_turn) is spent; not executed")) for call in calls[per_turn:]]
+            calls = calls[:per_turn]
+        with sync_tool_workers(ctx.settings.sync_tool_workers):
+            if len(calls) == 1:  # the common case: no task group
+                return [await self._run_one(ctx, calls[0], progress, approved), *refused]
+            limit = asyncio.Semaphore(ctx.settings.max_parallel_tools)
 
-        async def one(call: FunctionCall) -> CallOutcome:
-            async with limit:
-                return await self._run_one(ctx, call, progress, approved)
+            async def one(call: FunctionCall) -> CallOutcome:
+                async with limit:
+                    return await self._run_one(ctx, call, progress, approved)
 
-        async with asyncio.TaskGroup() as group:
-            tasks = [group.create_task(one(call)) for call in calls]
-        return [task.result() for task in tasks]
+            async with asyncio.TaskGroup() as group:
+                tasks = [group.create_task(one(call)) for call in calls]
+        return [task.result() for task in tasks] + refused
 
     def streams_progress(self, calls: Sequence[FunctionCall]) -> bool:
         """Whether any of these calls is to a tool that streams progress."""
@@ -141,6 +150,10 @@ class ToolExecutor:
             )
             return CallOutcome(call, error_result("unknown_tool",
                                                   f"there is no tool named {call.name!r}"))
+        too_large = _args_too_large(call, ctx.settings.max_tool_args_bytes)
+        if too_large is not None:
+            security_logger.warning("refused call %s to %r: %s", call.id, call.name, too_large)
+            return CallOutcome(call, error_result("invalid_arguments", too_large))
         if tool.options.requires_approval and call.id not in approved:
             return CallOutcome(call, None, approval=ApprovalRequest(
                 call_id=call.id, tool_name=tool.name, args=call.args,
@@ -153,7 +166,12 @@ class ToolExecutor:
         ctx.stats.tool_calls += 1
         tool_context = self.tool_context(ctx, call)
         result, ok = await self._result(ctx, tool, call, tool_context, sink)
-        return CallOutcome(call, _bounded(result, ctx), tool_context.actions,
+        limit_bytes = ctx.settings.max_result_bytes
+        if _small(result):
+            result = _bounded(result, limit_bytes)
+        else:  # serialising and cutting a large result would block the event loop
+            result = await asyncio.to_thread(_bounded_large, result, limit_bytes)
+        return CallOutcome(call, result, tool_context.actions,
                            long_running=ok and tool.options.long_running,
                            return_direct=ok and tool.options.return_direct)
 
@@ -209,7 +227,9 @@ class ToolExecutor:
                 value = await invoke(ToolInvocation(tool, call.args, tool_context))
             if tool.options.response_format == "content_and_artifact":
                 value = await self._split_artifact(ctx, tool, call, tool_context, value)
-            return _as_object(value)
+            if _small(value):
+                return _as_object(value)
+            return await asyncio.to_thread(_as_object, value)
         except ToolArgumentsError as exc:
             return error_result("invalid_arguments", str(exc))
         except _StreamIncomplete as exc:
@@ -358,8 +378,82 @@ def _as_object(value: Any) -> dict[str, Any]:
     return jsonable if isinstance(jsonable, dict) else {"result": jsonable}
 
 
-def _bounded(result: dict[str, Any], ctx: InvocationContext) -> dict[str, Any]:
-    limit = ctx.settings.max_result_bytes
+_INLINE_BYTES = 64 * 1024  # results surely smaller than this are serialised on the loop
+_INLINE_ITEMS = 2048
+
+
+def _small(value: Any) -> bool:
+    """Whether ``value`` is surely small: a walk that gives up past a few KiB or items.
+
+    Objects it does not know (models, dataclasses) count as large: their size
+    is unknown until they are serialised, which then happens off the loop.
+    """
+    stack = [value]
+    size = items = 0
+    while stack:
+        item = stack.pop()
+        items += 1
+        if isinstance(item, (str, bytes)):
+            size += len(item)
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+        elif item is None or isinstance(item, (int, float)):
+            size += 8
+        else:
+            return False
+        if size > _INLINE_BYTES or items > _INLINE_ITEMS:
+            return False
+    return True
+
+
+def _args_too_large(call: FunctionCall, limit: int) -> str | None:
+    """Why the call's arguments are refused for their size, or ``None``."""
+    size = len(to_json(call.args, fallback=repr))
+    if size <= limit:
+        return None
+    return (f"the arguments are {size} bytes of JSON, more than max_tool_args_bytes={limit}; "
+            "not executed")
+
+
+def _bounded_large(result: dict[str, Any], limit: int) -> dict[str, Any]:
+    """``_bounded`` for a large result, on a worker thread.
+
+    It encodes only as much as the cut keeps (strings longer than the limit are
+    clipped first), with the pure-Python ``iterencode``, so the worker gives the
+    GIL back to the event loop as it goes; C's one-shot ``json.dumps`` of a
+    50 MiB result would hold it for half a second whatever thread ran it.
+    """
+    pieces: list[str] = []
+    size = 0
+    for chunk in _ENCODER.iterencode(_clip(result, limit)):
+        pieces.append(chunk)
+        size += len(chunk)
+        if size > limit:
+            break
+    else:
+        return result
+    marker = f"… [truncated: more than {limit} characters, limit {limit}]"
+    return {"result": "".join(pieces)[: limit - len(marker)] + marker, "truncated": True}
+
+
+_ENCODER = json.JSONEncoder(ensure_ascii=False)
+
+
+def _clip(value: Any, limit: int) -> Any:
+    """``value`` with every string cut to ``limit`` characters (its JSON prefix is unchanged)."""
+    if isinstance(value, str):
+        return value[:limit] if len(value) > limit else value
+    if isinstance(value, dict):
+        return {key: _clip(item, limit) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_clip(item, limit) for item in value]
+    return value
+
+
+def _bounded(result: dict[str, Any], limit: int) -> dict[str, Any]:
     encoded = json.dumps(result, ensure_ascii=False)
     if len(encoded) <= limit:
         return result

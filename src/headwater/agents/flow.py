@@ -27,7 +27,7 @@ from contextlib import aclosing
 from typing import Any, Protocol
 
 from ..context import CallbackContext
-from ..errors import ErrorCode, ModelError, UserError
+from ..errors import ErrorCode, ModelError, UserError, public_message
 from ..events import Event, EventActions, partial_event
 from ..models.base import LlmRequest, LlmResponse
 from ..models.contract import StreamContract
@@ -132,7 +132,8 @@ class Flow:
                                 contract.check(response)
                     aggregate = contract.finish()
                 except ModelError as exc:
-                    failed = self.error_event(exc.code, str(exc))
+                    logger.info("agent %s: model call failed: %s", author, exc)
+                    failed = self.error_event(exc.code, public_message(exc))
                     await commit(failed, last=True)
                     yield failed
                     return
@@ -232,11 +233,18 @@ class Flow:
         return response
 
     def llm_budget_spent(self) -> Event | None:
-        """The ``budget_exceeded`` error event once ``max_llm_calls`` is reached, else ``None``."""
-        limit = self.ctx.run_config.max_llm_calls
-        if self.ctx.stats.llm_calls < limit:
-            return None
-        return self.error_event("budget_exceeded", f"the run reached max_llm_calls={limit}")
+        """The ``budget_exceeded`` error event once ``max_llm_calls`` or
+        ``max_tokens_per_run`` is reached, else ``None``."""
+        config, stats = self.ctx.run_config, self.ctx.stats
+        limit = config.max_llm_calls
+        if stats.llm_calls >= limit:
+            return self.error_event("budget_exceeded", f"the run reached max_llm_calls={limit}")
+        tokens, usage = config.max_tokens_per_run, stats.usage
+        used = max(usage.total_tokens, usage.input_tokens + usage.output_tokens)
+        if tokens is not None and used >= tokens:
+            return self.error_event("budget_exceeded",
+                                    f"the run used {used} tokens, max_tokens_per_run={tokens}")
+        return None
 
     def model_event(self, response: LlmResponse, actions: EventActions | None = None) -> Event:
         """The record of one model aggregate; its usage is added to the run's."""

@@ -35,7 +35,7 @@ from typing import Any
 
 from pydantic_core import to_jsonable_python
 
-from ..errors import ModelProtocolViolation, QueueFull, UserError
+from ..errors import ModelProtocolViolation, QueueFull, UserError, public_message
 from ..events import Event, EventActions, partial_event
 from ..live_request_queue import LiveRequest, LiveRequestQueue
 from ..models.base import LlmResponse
@@ -283,7 +283,7 @@ class LiveFlow:
             if response.error_code is None or response.content is not None:
                 turn.final_response(response)
         except ModelProtocolViolation as exc:
-            await self._end_with(flow.error_event(exc.code, str(exc)))
+            await self._end_with(flow.error_event(exc.code, public_message(exc)))
         callback_context = ctx.callback_context(flow.agent.name)
         response = await flow.after_model(callback_context, response)
         event = flow.model_event(response, callback_context.actions)

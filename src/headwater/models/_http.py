@@ -2,13 +2,23 @@
 
 Retries happen only before the first content chunk (connection errors, 408,
 409, 429, 5xx, 529, an in-band error before content), honouring
-``Retry-After`` up to a cap and ``x-should-retry``, with exponential backoff
-and full jitter, the same request bytes and a fresh parser each attempt. After
+``Retry-After`` and ``x-should-retry``, with exponential backoff (each delay
+drawn from ``[0.75 c, c]`` of its ceiling ``c``), the same request bytes and a
+fresh parser each attempt. A ``Retry-After`` longer than
+``model_retry_after_cap`` is not clamped: the call ends at once with a
+retryable ``ModelHTTPError`` whose ``retry_after`` carries the delay. After
 the first content chunk a failure is final: a transport failure or a stream
 that ends without its terminal marker raises ``ProviderTruncated``.
 
-Every stream is consumed under ``aclosing``; closing it closes the HTTP
-response, so the provider sees its connection closed at once.
+Every stream is consumed under ``aclosing``; closing it early (cancel, error)
+closes the HTTP response and its connection, so the provider sees the close at
+once. After a normal end the body is read to its terminator, so the connection
+goes back to the pool and the next call reuses it.
+
+The provider's own words (an error body, an in-band error message) never go
+into an exception message or an event: they are logged at DEBUG on
+``headwater.models``, with API keys, bearer tokens and ``sk-…`` strings
+redacted.
 """
 
 from __future__ import annotations
@@ -16,10 +26,12 @@ from __future__ import annotations
 import asyncio
 import email.utils
 import json
+import logging
 import random
+import re
 import time
 from abc import ABC, abstractmethod
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from contextlib import aclosing
 from types import TracebackType
 from typing import Any
@@ -43,6 +55,24 @@ from .llm_request import LlmRequest
 from .llm_response import LlmResponse
 
 _MAX_ERROR_BODY = 64 * 1024
+_MAX_LOGGED = 2000
+
+logger = logging.getLogger("headwater.models")
+
+_SECRETS = re.compile(
+    r"(?i)(?:bearer\s+|basic\s+)[A-Za-z0-9._~+/=-]+"  # authorization values
+    r"|\b(?:sk|pk|rk)-[A-Za-z0-9_-]{6,}"  # sk-…, sk-ant-…, sk-proj-…
+    r"|\b(?:api[_-]?key|x-api-key|authorization|token|secret|password)"  # key=value, "key": …
+    r"[\"']?\s*[:=]\s*[\"']?(?:(?:bearer|basic)\s+)?[^\"'\s,}]+"
+)
+
+
+def redact(text: str, *secrets: str | None) -> str:
+    """``text`` with the given secrets and anything shaped like a credential replaced."""
+    for secret in secrets:
+        if secret:
+            text = text.replace(secret, "[redacted]")
+    return _SECRETS.sub("[redacted]", text)
 
 
 
@@ -67,6 +97,8 @@ class StreamParser(ABC):
         ended: nothing more is expected; stop reading.
     """
 
+    provider = "http"
+
     def __init__(self) -> None:
         self.agg = StreamAggregator()
         self.complete = False
@@ -81,8 +113,14 @@ class StreamParser(ABC):
                 when it is retryable).
         """
 
-    def in_band_error(self, message: str, *, retryable: bool) -> None:
-        """Record an in-band provider error: before content it fails the attempt."""
+    def in_band_error(self, detail: str, *, retryable: bool) -> None:
+        """Record an in-band provider error: before content it fails the attempt.
+
+        ``detail`` is the provider's own text: it goes to a DEBUG log line,
+        redacted, and nowhere else.
+        """
+        logger.debug("%s: in-band error: %s", self.provider, redact(detail[:_MAX_LOGGED]))
+        message = f"{self.provider}: the provider reported an error in the stream"
         if not self.agg.has_content:
             raise InBandError(message, retryable=retryable)
         self.agg.error("provider_error", message)
@@ -91,6 +129,19 @@ class StreamParser(ABC):
     def finish(self) -> LlmResponse:
         """The aggregate of the attempt (raises ``ToolCallAssemblyError`` on broken calls)."""
         return self.agg.finish()
+
+
+def backoff_delay(attempt: int, settings: Settings) -> float:
+    """Seconds to wait before attempt ``attempt + 1``: drawn from ``[0.75 c, c]``.
+
+    ``c = min(model_backoff_max, model_backoff_initial * 2 ** (attempt - 1))``.
+    The jitter spreads clients apart without letting any of them retry much
+    sooner than the ceiling (full jitter down to 0 makes retry storms cheaper
+    for nobody).
+    """
+    ceiling = min(settings.model_backoff_max,
+                  settings.model_backoff_initial * 2 ** (attempt - 1))
+    return random.uniform(0.75 * ceiling, ceiling)
 
 
 def retry_after_seconds(headers: Mapping[str, str]) -> float | None:
@@ -225,20 +276,27 @@ class HttpStreamingModel(BaseLlm):
                         if stream:
                             yield partial
             except _Retry as retry:
+                if retry.retry_after is not None and retry.retry_after > s.model_retry_after_cap:
+                    if isinstance(retry.final, ModelHTTPError):
+                        retry.final.retry_after = retry.retry_after
+                    raise retry.final from None
                 delay = self._delay(attempt, retry.retry_after)
                 if attempt >= s.model_max_attempts or loop.time() + delay >= deadline:
                     raise retry.final from None
                 await asyncio.sleep(delay)
                 continue
-            yield parser.finish()
+            try:
+                final = parser.finish()
+            except _WRONG_SHAPE as exc:
+                raise MalformedChunk(f"{self.provider}: the stream does not form an answer "
+                                     f"({type(exc).__name__})") from None
+            yield final
             return
 
     def _delay(self, attempt: int, retry_after: float | None) -> float:
-        s = self.settings
         if retry_after is not None:
-            return min(retry_after, s.model_retry_after_cap)
-        ceiling = min(s.model_backoff_max, s.model_backoff_initial * 2 ** (attempt - 1))
-        return random.uniform(ceiling / 2, ceiling)
+            return retry_after
+        return backoff_delay(attempt, self.settings)
 
     async def _attempt(
         self, payload: bytes, parser: StreamParser, deadline: float
@@ -252,10 +310,11 @@ class HttpStreamingModel(BaseLlm):
         try:
             if response.status_code != 200:
                 await self._fail_status(response)
+            self._check_media_type(response)
             s = self.settings
             decoder = SSEDecoder(s.sse_max_line_chars, s.sse_max_event_chars)
             agg = parser.agg
-            reads = response.aiter_bytes()
+            reads: AsyncIterator[bytes] | None = response.aiter_bytes()
             loop = asyncio.get_running_loop()
             idle = s.model_idle_timeout
             try:
@@ -264,6 +323,7 @@ class HttpStreamingModel(BaseLlm):
                     if remaining <= 0:
                         raise TimeoutError
                     try:
+                        assert reads is not None
                         if remaining < idle:
                             async with asyncio.timeout(remaining):
                                 chunk = await anext(reads)
@@ -271,6 +331,7 @@ class HttpStreamingModel(BaseLlm):
                             chunk = await anext(reads)
                     except StopAsyncIteration:
                         _feed_last(parser, decoder.flush(dispatch_incomplete=True))
+                        reads = None
                         break
                     for event in decoder.feed(chunk):
                         parser.feed(event)
@@ -280,6 +341,8 @@ class HttpStreamingModel(BaseLlm):
                         yield partial
                 for partial in agg.take_partials():
                     yield partial
+                if reads is not None and parser.complete:
+                    await self._read_to_end(reads)
             except TimeoutError:
                 raise ProviderTimeout(
                     f"{self.provider}: the call passed its total deadline") from None
@@ -290,6 +353,9 @@ class HttpStreamingModel(BaseLlm):
                 if exc.retryable:
                     raise _Retry(exc) from None
                 raise
+            except _WRONG_SHAPE as exc:  # a parser missed a check: still a bad response
+                raise MalformedChunk(f"{self.provider}: a stream event of the wrong shape "
+                                     f"({type(exc).__name__})") from None
             except httpx.TransportError as exc:
                 if agg.has_content:
                     raise ProviderTruncated(
@@ -304,6 +370,37 @@ class HttpStreamingModel(BaseLlm):
                     f"{self.provider}: the stream ended before any content"))
         finally:
             await response.aclose()
+
+    async def _read_to_end(self, reads: AsyncIterator[bytes]) -> None:
+        """After the terminal marker, read the rest of the body (the chunked terminator).
+
+        A response read to its end goes back to the client's pool when closed, so
+        the next call reuses the TCP (and TLS) connection; one closed early is
+        torn down. Past ``model_drain_bytes`` or ``model_drain_timeout`` the
+        connection is given up (closed), never waited on.
+        """
+        s = self.settings
+        seen = 0
+        try:
+            async with asyncio.timeout(s.model_drain_timeout):
+                async for chunk in reads:
+                    seen += len(chunk)
+                    if seen > s.model_drain_bytes:
+                        return
+        except (TimeoutError, httpx.HTTPError):
+            return
+
+    def _check_media_type(self, response: httpx.Response) -> None:
+        """A 200 answer that says it is not an event stream (a proxy's HTML page) is bad at once.
+
+        Raises:
+            MalformedChunk: never retried; the same request gets the same page.
+        """
+        media = response.headers.get("content-type", "").partition(";")[0].strip().lower()
+        if media and media != "text/event-stream":
+            shown = media if _MEDIA.fullmatch(media) else "unexpected"
+            raise MalformedChunk(f"{self.provider}: a 200 answer of type {shown}, "
+                                 "not an event stream")
 
     async def _open(self, payload: bytes, deadline: float) -> httpx.Response:
         s = self.settings
@@ -337,7 +434,11 @@ class HttpStreamingModel(BaseLlm):
             pass
         status = response.status_code
         retryable = is_retryable_status(status, response.headers)
-        error = ModelHTTPError(f"{self.provider}: HTTP {status}{_error_summary(body)}",
+        if logger.isEnabledFor(logging.DEBUG):
+            text = body[:_MAX_LOGGED].decode("utf-8", errors="replace")
+            logger.debug("%s: HTTP %s, body: %s", self.provider, status,
+                         redact(text, self._api_key))
+        error = ModelHTTPError(f"{self.provider}: HTTP {status}{_error_kind(body)}",
                                status_code=status, retryable=retryable)
         if retryable:
             raise _Retry(error, retry_after_seconds(response.headers))
@@ -353,15 +454,20 @@ def _feed_last(parser: StreamParser, events: list[ServerSentEvent]) -> None:
             return  # the terminal-marker check decides between truncated and retry
 
 
-def _error_summary(body: bytes) -> str:
-    """The provider's error type and message, shortened (logs only; never on the wire)."""
+_WRONG_SHAPE = (TypeError, AttributeError, KeyError, IndexError, ValueError)
+_MEDIA = re.compile(r"[a-z0-9.+-]{1,40}/[a-z0-9.+-]{1,60}")
+_KIND = re.compile(r"[a-z_]{1,64}")
+
+
+def _error_kind(body: bytes) -> str:
+    """The provider's error type when it is a plain identifier (``rate_limit_error``), else ""."""
     try:
         data = json.loads(body)
     except ValueError:
         return ""
     error = data.get("error") if isinstance(data, dict) else None
     if isinstance(error, dict):
-        kind = error.get("type") or error.get("code") or ""
-        message = str(error.get("message", ""))[:200]
-        return f" ({kind}: {message})" if kind else f" ({message})"
+        kind = error.get("type") or error.get("code")
+        if isinstance(kind, str) and _KIND.fullmatch(kind):
+            return f" ({kind})"
     return ""

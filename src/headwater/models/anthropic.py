@@ -22,6 +22,7 @@ from ..errors import MalformedChunk, UserError
 from ..types import Content, Part, Usage
 from ._http import HttpStreamingModel, StreamParser
 from ._sse import ServerSentEvent
+from ._wire import bad, obj, opt_int, opt_obj, opt_str, req_int, req_str
 from .llm_request import LlmRequest
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
@@ -29,6 +30,8 @@ API_VERSION = "2023-06-01"
 _CUT_SHORT = {"max_tokens": "the model stopped at its token limit",
               "refusal": "the model refused to continue",
               "model_context_window_exceeded": "the context window is full"}
+_TOKEN_KEYS = ("input_tokens", "output_tokens", "cache_read_input_tokens",
+               "cache_creation_input_tokens")
 _NOT_RETRYABLE = ("invalid_request_error", "authentication_error", "permission_error",
                   "not_found_error", "request_too_large")
 
@@ -124,6 +127,8 @@ def _block(part: Part, role: str) -> dict[str, Any] | None:  # raw wire JSON
 class _MessagesParser(StreamParser):
     """Messages stream events → partials and one aggregate."""
 
+    provider = "anthropic"
+
     def __init__(self) -> None:
         super().__init__()
         self._blocks: dict[int, str] = {}
@@ -135,40 +140,51 @@ class _MessagesParser(StreamParser):
         except ValueError:
             raise MalformedChunk(f"anthropic: a stream event is not JSON ({len(event.data)} chars)"
                              ) from None
-        kind = data.get("type") or event.event
+        if type(data) is not dict:
+            raise bad("anthropic: a stream event", "an object")
+        kind = opt_str(data, "type", "anthropic: event") or event.event
         handler = _HANDLERS.get(kind)
         if handler is not None:
             handler(self, data)
 
     def _message_start(self, data: dict[str, Any]) -> None:
-        self._overlay((data.get("message") or {}).get("usage"))
+        message = obj(data.get("message"), "anthropic: message_start.message")
+        self._overlay(opt_obj(message, "usage", "anthropic: message_start.message"))
 
     def _block_start(self, data: dict[str, Any]) -> None:
-        index = int(data.get("index", 0))
-        block = data.get("content_block") or {}
-        kind = block.get("type", "")
+        where = "anthropic: content_block_start"
+        index = req_int(data, "index", where)
+        block = obj(data.get("content_block"), f"{where}.content_block")
+        where += ".content_block"
+        kind = req_str(block, "type", where)
         self._blocks[index] = kind
         if kind == "tool_use":
-            self.agg.tool_call(index=index, call_id=block.get("id"), name=block.get("name"))
+            self.agg.tool_call(index=index, call_id=req_str(block, "id", where),
+                               name=req_str(block, "name", where))
         elif kind == "text":
-            self.agg.add_text(block.get("text") or "")
+            self.agg.add_text(opt_str(block, "text", where) or "")
 
     def _block_delta(self, data: dict[str, Any]) -> None:
-        index = int(data.get("index", 0))
-        delta = data.get("delta") or {}
-        kind = delta.get("type")
+        where = "anthropic: content_block_delta"
+        index = req_int(data, "index", where)
+        delta = obj(data.get("delta"), f"{where}.delta")
+        where += ".delta"
+        kind = req_str(delta, "type", where)
         if kind == "text_delta":
-            self.agg.add_text(delta.get("text", ""))
+            self.agg.add_text(req_str(delta, "text", where))
         elif kind == "thinking_delta":
-            self.agg.add_thought(delta.get("thinking", ""))
+            self.agg.add_thought(req_str(delta, "thinking", where))
         elif kind == "signature_delta":
-            self.agg.thought_signature(delta.get("signature", ""))
-        elif kind == "input_json_delta" and self._blocks.get(index) == "tool_use":
-            self.agg.tool_call(index=index, arguments=delta.get("partial_json", ""))
+            self.agg.thought_signature(req_str(delta, "signature", where))
+        elif kind == "input_json_delta":
+            fragment = req_str(delta, "partial_json", where)
+            if self._blocks.get(index) == "tool_use":
+                self.agg.tool_call(index=index, arguments=fragment)
 
     def _message_delta(self, data: dict[str, Any]) -> None:
-        self._overlay(data.get("usage"))
-        reason = (data.get("delta") or {}).get("stop_reason")
+        where = "anthropic: message_delta"
+        self._overlay(opt_obj(data, "usage", where))
+        reason = opt_str(opt_obj(data, "delta", where) or {}, "stop_reason", f"{where}.delta")
         if reason:
             self.agg.finish_reason = reason
             if reason in _CUT_SHORT:
@@ -178,16 +194,20 @@ class _MessagesParser(StreamParser):
         self.complete = self.ended = True
 
     def _error(self, data: dict[str, Any]) -> None:
-        error = data.get("error") or {}
+        error = data.get("error")
+        if not isinstance(error, dict):
+            self.in_band_error(str(error), retryable=True)
+            return
         kind = str(error.get("type", "error"))
-        self.in_band_error(f"anthropic: in-band {kind}: {str(error.get('message', ''))[:200]}",
+        self.in_band_error(f"{kind}: {error.get('message', '')}",
                            retryable=kind not in _NOT_RETRYABLE)
 
     def _overlay(self, usage: dict[str, Any] | None) -> None:
         if not usage:
             return
-        for key, value in usage.items():
-            if isinstance(value, int):
+        for key in _TOKEN_KEYS:
+            value = opt_int(usage, key, "anthropic: usage")
+            if value is not None:
                 self._usage[key] = value
         u = self._usage
         cache_read = u.get("cache_read_input_tokens", 0)

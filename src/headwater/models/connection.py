@@ -19,7 +19,7 @@ from collections.abc import AsyncGenerator
 from contextlib import aclosing
 from typing import Protocol
 
-from ..errors import ModelError
+from ..errors import ModelError, public_message
 from ..types import Blob, Content, Part
 from .llm_request import LlmRequest
 from .llm_response import LlmResponse
@@ -188,7 +188,8 @@ class EmulatedLlmConnection(BaseLlmConnection):
             if self._closed:
                 raise
         except ModelError as exc:
-            self._put(LlmResponse(error_code=exc.code, error_message=str(exc),
+            logger.info("live turn of %s failed: %s", self._model.model, exc)
+            self._put(LlmResponse(error_code=exc.code, error_message=public_message(exc),
                                   turn_complete=True))
         except Exception as exc:  # an adapter bug must not leave the live run waiting forever
             logger.error("live turn of %s failed", self._model.model, exc_info=exc)

@@ -22,6 +22,7 @@ from ..errors import MalformedChunk, UserError
 from ..types import Content, Usage
 from ._http import HttpStreamingModel, StreamParser
 from ._sse import ServerSentEvent
+from ._wire import bad, obj, opt_int, opt_list, opt_obj, opt_str
 from .llm_request import LlmRequest
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
@@ -118,7 +119,14 @@ def _user_content(content: Content) -> str | list[dict[str, Any]]:  # raw wire J
 
 
 class _ChatParser(StreamParser):
-    """Chat Completions chunks → partials and one aggregate."""
+    """Chat Completions chunks → partials and one aggregate.
+
+    Every field read is checked (``_wire``): a chunk of the wrong shape fails
+    the call with ``provider_bad_response``. A chunk must be an object with a
+    ``choices`` list (an ``error`` object instead is an in-band error).
+    """
+
+    provider = "openai"
 
     def feed(self, event: ServerSentEvent) -> None:
         data = event.data
@@ -130,55 +138,67 @@ class _ChatParser(StreamParser):
         except ValueError:
             raise MalformedChunk(f"openai: a stream chunk is not JSON ({len(data)} bytes)"
                                  ) from None
+        if type(chunk) is not dict:
+            raise bad("openai: a stream chunk", "an object")
         if "error" in chunk or event.event == "error":
             error = chunk.get("error", chunk)
-            message = error.get("message", "error") if isinstance(error, dict) else str(error)
-            self.in_band_error(f"openai: in-band error: {str(message)[:200]}",
-                               retryable=_retryable_in_band(error))
+            message = error.get("message", "error") if isinstance(error, dict) else error
+            self.in_band_error(str(message), retryable=_retryable_in_band(error))
             return
         choices = chunk.get("choices")
-        if choices:
+        if type(choices) is list and len(choices) == 1:
             choice = choices[0]
-            delta = choice.get("delta")
-            if len(choices) == 1 and delta and len(delta) == 1 and choice.get(
-                    "finish_reason") is None and choice.get("index", 0) == 0:
-                content = delta.get("content")
-                if content:  # the hot path: one text delta and nothing else
-                    self.agg.add_text(content)
-                    if "usage" not in chunk:
-                        return
+            if type(choice) is dict and choice.get("finish_reason") is None and (
+                    index := choice.get("index", 0)) == 0 and type(index) is int:
+                delta = choice.get("delta")
+                if type(delta) is dict and len(delta) == 1:
+                    content = delta.get("content")
+                    if type(content) is str and content:  # the hot path: one text delta
+                        self.agg.add_text(content)
+                        if "usage" not in chunk:
+                            return
         self._general(chunk)
 
     def _general(self, chunk: dict[str, Any]) -> None:  # raw wire JSON
         agg = self.agg
-        usage = chunk.get("usage")
+        usage = opt_obj(chunk, "usage", "openai: chunk")
         if usage:
             agg.usage = _usage(usage)
-        for choice in chunk.get("choices") or ():
-            if choice.get("index", 0) != 0:
+        choices = chunk.get("choices")
+        if type(choices) is not list:
+            raise bad("openai: chunk.choices", "a list")
+        for n, raw in enumerate(choices):
+            where = f"openai: choices[{n}]"
+            choice = obj(raw, where)
+            if (opt_int(choice, "index", where) or 0) != 0:
                 continue
-            delta = choice.get("delta")
-            if delta and not (len(delta) == 1 and delta.get("content")):
-                self._rare(delta)
-            reason = choice.get("finish_reason")
+            delta = opt_obj(choice, "delta", where)
+            reason = opt_str(choice, "finish_reason", where)
+            if delta and not (len(delta) == 1 and type(delta.get("content")) is str):
+                self._rare(delta, f"{where}.delta")
             if reason:
                 agg.finish_reason = reason
                 self.complete = True
                 if reason in _CUT_SHORT:
                     agg.error("provider_error", f"openai: {_CUT_SHORT[reason]} ({reason})")
 
-    def _rare(self, delta: dict[str, Any]) -> None:  # raw wire JSON
+    def _rare(self, delta: dict[str, Any], where: str) -> None:  # raw wire JSON
         agg = self.agg
         for key in ("reasoning_content", "reasoning"):
-            if delta.get(key):
-                agg.add_thought(delta[key])
+            thought = opt_str(delta, key, where)
+            if thought:
+                agg.add_thought(thought)
         for key in ("content", "refusal"):
-            if delta.get(key):
-                agg.add_text(delta[key])
-        for call in delta.get("tool_calls") or ():
-            function = call.get("function") or {}
-            agg.tool_call(index=call.get("index"), call_id=call.get("id"),
-                          name=function.get("name"), arguments=function.get("arguments"))
+            text = opt_str(delta, key, where)
+            if text:
+                agg.add_text(text)
+        for n, raw in enumerate(opt_list(delta, "tool_calls", where) or ()):
+            at = f"{where}.tool_calls[{n}]"
+            call = obj(raw, at)
+            function = opt_obj(call, "function", at) or {}
+            agg.tool_call(index=opt_int(call, "index", at), call_id=opt_str(call, "id", at),
+                          name=opt_str(function, "name", f"{at}.function"),
+                          arguments=opt_str(function, "arguments", f"{at}.function"))
 
 
 def _retryable_in_band(error: Any) -> bool:
@@ -189,13 +209,18 @@ def _retryable_in_band(error: Any) -> bool:
 
 
 def _usage(raw: dict[str, Any]) -> Usage:  # raw wire JSON
-    prompt = int(raw.get("prompt_tokens") or 0)
-    completion = int(raw.get("completion_tokens") or 0)
-    cached = (raw.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
-    reasoning = (raw.get("completion_tokens_details") or {}).get("reasoning_tokens") or 0
+    where = "openai: usage"
+    prompt = opt_int(raw, "prompt_tokens", where) or 0
+    completion = opt_int(raw, "completion_tokens", where) or 0
+    total = opt_int(raw, "total_tokens", where)
+    prompt_details = opt_obj(raw, "prompt_tokens_details", where) or {}
+    completion_details = opt_obj(raw, "completion_tokens_details", where) or {}
+    cached = opt_int(prompt_details, "cached_tokens", f"{where}.prompt_tokens_details")
+    reasoning = opt_int(completion_details, "reasoning_tokens",
+                        f"{where}.completion_tokens_details")
     return Usage(input_tokens=prompt, output_tokens=completion,
-                 total_tokens=int(raw.get("total_tokens") or prompt + completion),
-                 cached_input_tokens=int(cached), reasoning_tokens=int(reasoning))
+                 total_tokens=total or prompt + completion,
+                 cached_input_tokens=cached or 0, reasoning_tokens=reasoning or 0)
 
 
 def from_spec(name: str) -> OpenAIChatModel:

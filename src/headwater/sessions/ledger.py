@@ -49,12 +49,15 @@ class CallRecord:
         status: see the module docstring.
         response: the latest response (a ticket or the final result), if any.
         approval: the pending approval request (``awaiting_approval`` only).
+        ticket_at: when the ticket was stored (``long_running`` only), seconds
+            since the epoch.
     """
 
     call: FunctionCall
     status: CallStatus = "open"
     response: FunctionResponse | None = None
     approval: ApprovalRequest | None = None
+    ticket_at: float | None = None
 
 
 class CallLedger:
@@ -125,7 +128,8 @@ class CallLedger:
         for part in content.parts:
             if part.function_response is not None:
                 responses = True
-                self._record_response(part.function_response, event.long_running_tool_ids)
+                self._record_response(part.function_response, event.long_running_tool_ids,
+                                      event.timestamp)
             else:
                 if part.function_call is not None:
                     calls.append(part.function_call)
@@ -146,13 +150,16 @@ class CallLedger:
                 parts.append(Part(function_response=record.response or pending_response(call)))
             self._contents.append(Content("user", parts))
 
-    def _record_response(self, response: FunctionResponse, tickets: Sequence[str]) -> None:
+    def _record_response(self, response: FunctionResponse, tickets: Sequence[str],
+                         at: float) -> None:
         record = self._calls.get(response.id)
         if record is None:
             return  # a response to no call of this session: not part of the conversation
         record.response = response
         record.approval = None
-        record.status = "long_running" if response.id in tickets else "answered"
+        ticket = response.id in tickets
+        record.status = "long_running" if ticket else "answered"
+        record.ticket_at = at if ticket else None
         slot = self._slots.get(response.id)
         if slot is not None:
             index, n = slot
@@ -175,6 +182,11 @@ class CallLedger:
     def dangling(self) -> list[FunctionCall]:
         """Calls without a result that nobody is waiting for on purpose, in call order."""
         return [r.call for r in self._calls.values() if r.status == "open"]
+
+    def expired_tickets(self, now: float, ttl: float) -> list[FunctionCall]:
+        """Long-running calls whose ticket is ``ttl`` seconds old or more at ``now``."""
+        return [r.call for r in self._calls.values() if r.status == "long_running"
+                and r.ticket_at is not None and now - r.ticket_at >= ttl]
 
     def awaiting_approval(self, call_id: str) -> ApprovalRequest | None:
         """The pending approval request of this call, if it has one."""

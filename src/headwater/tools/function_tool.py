@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import inspect
 import json
@@ -18,6 +17,7 @@ from ..types import ToolDeclaration
 from ._schema import inspect_function, json_schema
 from .context import ToolContext
 from .options import ToolOptions, options_for
+from .threads import run_sync
 
 
 class BaseTool(ABC):
@@ -176,7 +176,7 @@ class FunctionTool(BaseTool):
             raise UserError(f"tool {self.name!r} streams: call stream(), not run()")
         if self._is_async:
             return await self.func(**kwargs)
-        result = await asyncio.to_thread(self.func, **kwargs)
+        result = await run_sync(self.name, self.func, **kwargs)
         if inspect.isawaitable(result):
             result = await result
         return result

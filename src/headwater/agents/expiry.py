@@ -1,0 +1,30 @@
+"""Long-running calls whose result never came: an ``expired`` result after a TTL.
+
+A long-running tool answers with a ticket and its real result comes later, as a
+function response from the client. A client that never sends it would leave
+the call pending forever (a ``pending`` placeholder in every model request).
+At the start of each run, a ticket older than ``Settings.long_running_ttl`` gets
+a final ``expired`` error result, so the model is told and the call is closed;
+a result sent after that is refused like any answer to a closed call.
+"""
+
+from __future__ import annotations
+
+from ..events import Event
+from ..types import Content, FunctionResponse, Part
+from ._execution import error_result
+from .invocation import InvocationContext
+
+
+def expired_event(ctx: InvocationContext, author: str, now: float) -> Event | None:
+    """One event giving every expired ticket of the session an ``expired`` result, or ``None``."""
+    ttl = ctx.settings.long_running_ttl
+    expired = ctx.ledger.expired_tickets(now, ttl)
+    if not expired:
+        return None
+    message = (f"No result arrived within {ttl:g} s (long_running_ttl); the call expired. "
+               "Start it again if it is still needed.")
+    parts = [Part(function_response=FunctionResponse(
+        id=call.id, name=call.name, response=error_result("expired", message)))
+        for call in expired]
+    return Event(invocation_id=ctx.invocation_id, author=author, content=Content("user", parts))
