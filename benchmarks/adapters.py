@@ -212,10 +212,14 @@ async def measure_a3(samples: int) -> Figures:
     adapter, bare, idle_over, total_over, retry = [], [], [], [], []
     async with FakeProvider() as provider, httpx.AsyncClient() as client:
         for _ in range(samples):
-            adapter.append(await close_seen_ms(provider, client, len(provider.connections),
-                                               bare=False))
-            bare.append(await close_seen_ms(provider, client, len(provider.connections),
-                                            bare=True))
+            # A client of its own per close: a pooled connection (the adapter now reuses
+            # them) would not be the new one whose close is timed.
+            async with httpx.AsyncClient() as own:
+                adapter.append(await close_seen_ms(provider, own, len(provider.connections),
+                                                   bare=False))
+            async with httpx.AsyncClient() as own:
+                bare.append(await close_seen_ms(provider, own, len(provider.connections),
+                                                bare=True))
             idle_over.append(await timeout_overrun_ms(
                 provider, client, [*render_openai(text=["one "])[:2], Stall()], idle, 0.5))
             total_over.append(await timeout_overrun_ms(
