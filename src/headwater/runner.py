@@ -51,7 +51,6 @@ from .types import Content, Usage, as_content
 
 logger = logging.getLogger("headwater.runner")
 
-_LEDGERS_KEPT = 1024  # sessions whose call ledger the runner keeps between runs
 
 
 class RunStream:
@@ -520,7 +519,7 @@ class Runner:
         else:
             ledger.catch_up(session.events)
         self._ledgers[key] = ledger
-        if len(self._ledgers) > _LEDGERS_KEPT:
+        if len(self._ledgers) > self.settings.session_cache_size:
             self._ledgers.popitem(last=False)
         return ledger
 

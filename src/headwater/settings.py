@@ -27,8 +27,9 @@ class Settings(BaseSettings):
             thread runs without the write lock; 0 leaves checkpoints to SQLite,
             inside an unlucky commit.
         session_cache_size: sessions whose parsed events a SQL store keeps, so
-            ``get_session`` reads only what is new (least recently used go first;
-            0 turns the cache off).
+            ``get_session`` reads only what is new, and whose call ledger a
+            runner keeps between runs (least recently used go first; 0 turns the
+            store's cache off).
         session_lease_ttl: seconds a session lease lasts unless renewed (the
             runner renews it while a run goes on).
         lease_poll_interval: seconds between attempts of ``acquire_lease(wait=…)``
