@@ -166,7 +166,7 @@ class ToolCallAssemblyError(ModelError):
 
 
 class ModelProtocolViolation(ModelError):
-    """A model broke the partial/aggregate contract (DESIGN.md §1).
+    """A model broke the partial/aggregate contract (docs/event-contract.md).
 
     Attributes:
         invariant: a short name of the broken invariant, e.g. ``"no_final"``.
@@ -257,7 +257,7 @@ class CallAlreadyAnsweredError(SessionError):
     """An event carried a final result for a call that already has one; nothing was stored.
 
     Each call has exactly one stored final result: the first write wins
-    (DESIGN.md §5). A long-running tool's ticket is not a final result.
+    (docs/architecture.md). A long-running tool's ticket is not a final result.
 
     Attributes:
         call_ids: the call ids that already had a final result, sorted.

@@ -1,4 +1,4 @@
-"""The event contract (DESIGN.md §1): the one stream every run yields.
+"""The event contract (docs/event-contract.md): the one stream every run yields.
 
 Partial events (text deltas, tool progress) are for the screen only; non-partial
 events are the record, persisted before the caller sees them.
@@ -172,7 +172,7 @@ class Event:
         return self.content.function_responses if self.content is not None else []
 
     def is_final_response(self) -> bool:
-        """Whether this event ends its author's answer (DESIGN.md §1).
+        """Whether this event ends its author's answer (docs/event-contract.md).
 
         True when ``skip_summarization`` is set or a long-running tool call is
         pending; otherwise only for an event that is not partial and carries no

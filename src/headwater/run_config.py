@@ -1,4 +1,4 @@
-"""How one run behaves: streaming mode and budgets (DESIGN.md §2)."""
+"""How one run behaves: streaming mode and budgets (docs/event-contract.md)."""
 
 from __future__ import annotations
 

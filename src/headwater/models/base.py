@@ -1,4 +1,4 @@
-"""The model interface: ``BaseLlm`` (DESIGN.md §3).
+"""The model interface: ``BaseLlm`` (docs/architecture.md).
 
 ``LlmRequest`` and ``LlmResponse`` live in their own modules and are
 re-exported here, where ADK users look for them.

@@ -1,4 +1,4 @@
-"""``LlmRequest``: what one model call is asked (DESIGN.md §3)."""
+"""``LlmRequest``: what one model call is asked (docs/architecture.md)."""
 
 from __future__ import annotations
 

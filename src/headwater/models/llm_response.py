@@ -1,4 +1,4 @@
-"""``LlmResponse``: one item a model yields, a partial or the aggregate (DESIGN.md §1, §3)."""
+"""``LlmResponse``: one item a model yields, a partial or the aggregate (docs/event-contract.md)."""
 
 from __future__ import annotations
 

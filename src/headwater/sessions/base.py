@@ -1,4 +1,4 @@
-"""The session store interface (DESIGN.md §5).
+"""The session store interface (docs/architecture.md).
 
 A session holds its events (non-partial only, in commit order) and its state.
 An event's ``actions.state_delta`` is applied atomically with the event.
@@ -50,7 +50,9 @@ class Session:
 
 @dataclass(frozen=True, slots=True)
 class Lease:
-    """One run's hold on a session (DESIGN.md §5), from :meth:`BaseSessionService.acquire_lease`.
+    """One run's hold on a session, from :meth:`BaseSessionService.acquire_lease`.
+
+    See docs/architecture.md ("One run per session").
 
     Attributes:
         owner: who holds it (a process and runner id).

@@ -6,9 +6,9 @@ as JSON text), ``hw_events`` (one row per non-partial event, as
 per call that has its final result) and ``hw_leases`` (the run holding each
 session). ``hw_events.seq`` is a monotonic sequence: events are read back in
 ``seq`` order and ``seq`` is the pagination cursor. An event, its state delta
-and its result claims commit in one transaction (DESIGN.md §5).
+and its result claims commit in one transaction (docs/architecture.md).
 
-SQLite (DESIGN.md §7.8; :mod:`.sqlite`): one writer thread per database runs
+SQLite (:mod:`.sqlite`; docs/architecture.md): one writer thread per database runs
 each write transaction whole (``BEGIN IMMEDIATE``), committing writes queued
 together in one transaction; WAL with ``synchronous`` from the settings
 (``NORMAL``: survives a process crash, may lose the last commits on power loss;

@@ -1,7 +1,7 @@
 """Test doubles that are part of the product: users test their own agents with them.
 
 ``ScriptedModel`` plays scripted turns and records requests and stream fates;
-``check_stream_contract`` checks a model's responses against DESIGN.md §1;
+``check_stream_contract`` checks a model's responses against docs/event-contract.md;
 ``FakeProvider`` is a loopback HTTP server that speaks OpenAI and Anthropic SSE
 at the byte level (and can stall, cut, reset and trickle), with renderers that
 build provider streams from an abstract turn; ``VirtualClock`` and

@@ -1,4 +1,4 @@
-"""``check_stream_contract``: the partial/aggregate invariants of DESIGN.md §1 as a check.
+"""``check_stream_contract``: the partial/aggregate invariants of docs/event-contract.md as a check.
 
 A thin wrapper over :class:`headwater.models.contract.StreamContract`, the same
 check the runner applies to every model call at run time.

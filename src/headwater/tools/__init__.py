@@ -1,4 +1,4 @@
-"""Tools a model can call (DESIGN.md §4)."""
+"""Tools a model can call (docs/tools.md)."""
 
 from ..errors import ToolArgumentsError as ToolArgumentsError
 from .approval import APPROVAL_RESPONSE_NAME as APPROVAL_RESPONSE_NAME
