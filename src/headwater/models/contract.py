@@ -1,9 +1,10 @@
 """``StreamContract``: the partial/aggregate invariants of one model call, checked as it streams.
 
 The one implementation of the event contract's invariants (docs/event-contract.md).
-The agent flow feeds every response of a model call through it (so a model that breaks the contract fails
-its turn with ``model_protocol_violation`` and nothing of it is stored), and
-``headwater.testing.check_stream_contract`` wraps it for tests.
+The agent flow feeds every response of a model call through it (so a model that
+breaks the contract fails its turn with ``model_protocol_violation`` and nothing
+of it is stored), and ``headwater.testing.check_stream_contract`` wraps it for
+tests.
 
 Invariants, by the name a :class:`~headwater.errors.ModelProtocolViolation` carries:
 
