@@ -11,13 +11,14 @@ from __future__ import annotations
 import ipaddress
 import os
 import socket
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 import headwater
+from headwater.testing import FakeProvider
 
 _LOCAL_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost"})
 _patches: list[tuple[Any, str, Any]] = []
@@ -104,3 +105,10 @@ def child_env() -> dict[str, str]:
     src = str(Path(headwater.__file__).resolve().parents[1])
     rest = os.environ.get("PYTHONPATH", "")
     return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (src, rest) if p)}
+
+
+@pytest.fixture
+async def provider() -> AsyncIterator[FakeProvider]:
+    """A loopback FakeProvider, closed after the test."""
+    async with FakeProvider() as fake:
+        yield fake

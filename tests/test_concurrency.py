@@ -332,6 +332,15 @@ def _cancelling_service(kind: str, tmp_path: Path) -> Any:
     return CancellingSql(f"sqlite+aiosqlite:///{tmp_path / 'cancel.db'}")
 
 
+def _tool_turn_runner(service: Any) -> tuple[Runner, ScriptedModel, list[int]]:
+    """A runner whose model calls ``work`` then answers; ``executed`` counts the calls."""
+    executed, work = _work_counter()
+    model = ScriptedModel(responder=tool_then_answer)
+    runner = Runner(agent=Agent(name="bot", model=model, tools=[work]), app_name=APP,
+                    session_service=service, settings=Settings(session_lock_timeout=5))
+    return runner, model, executed
+
+
 def _work_counter() -> tuple[list[int], Callable[..., Any]]:
     executed: list[int] = []
 
@@ -371,10 +380,7 @@ async def _check_after_cancel(runner: Runner, model: ScriptedModel, session_id: 
 async def test_cancel_around_each_commit_leaves_one_result_per_call(
         kind: str, where: str, tmp_path: Path) -> None:
     service = _cancelling_service(kind, tmp_path)
-    executed, work = _work_counter()
-    model = ScriptedModel(responder=tool_then_answer)
-    runner = Runner(agent=Agent(name="bot", model=model, tools=[work]), app_name=APP,
-                    session_service=service, settings=Settings(session_lock_timeout=5))
+    runner, model, executed = _tool_turn_runner(service)
     outcomes: list[str] = []
     try:
         # A tool turn commits: the user's message, the call, its result, the answer.
@@ -402,10 +408,7 @@ async def test_cancel_around_each_commit_leaves_one_result_per_call(
 async def test_cancel_after_k_loop_turns_leaves_one_result_per_call(
         kind: str, tmp_path: Path) -> None:
     service = _cancelling_service(kind, tmp_path)
-    executed, work = _work_counter()
-    model = ScriptedModel(responder=tool_then_answer)
-    runner = Runner(agent=Agent(name="bot", model=model, tools=[work]), app_name=APP,
-                    session_service=service, settings=Settings(session_lock_timeout=5))
+    runner, model, executed = _tool_turn_runner(service)
     reached: Counter[str] = Counter()
     try:
         for k in range(0, 120, 1 if kind == "memory" else 3):
@@ -455,10 +458,7 @@ def _stage(seen: Sequence[Event], cancelled: bool) -> str:
 async def test_aclose_after_each_event_leaves_one_result_per_call(
         kind: str, tmp_path: Path) -> None:
     service = _cancelling_service(kind, tmp_path)
-    executed, work = _work_counter()
-    model = ScriptedModel(responder=tool_then_answer)
-    runner = Runner(agent=Agent(name="bot", model=model, tools=[work]), app_name=APP,
-                    session_service=service, settings=Settings(session_lock_timeout=5))
+    runner, model, executed = _tool_turn_runner(service)
     try:
         for k in range(1, 9):  # a tool turn yields 7 events (3 of them partial)
             session_id = f"s{k}"
@@ -590,10 +590,7 @@ async def test_store_failure_mid_run_ends_in_one_error_event(
         kind: str, down: bool, tmp_path: Path) -> None:
     url = f"sqlite+aiosqlite:///{tmp_path / 'failing.db'}"
     service = FailingMemory() if kind == "memory" else FailingSql(url)
-    executed, work = _work_counter()
-    model = ScriptedModel(responder=tool_then_answer)
-    runner = Runner(agent=Agent(name="bot", model=model, tools=[work]), app_name=APP,
-                    session_service=service, settings=Settings(session_lock_timeout=5))
+    runner, model, executed = _tool_turn_runner(service)
     try:
         for at in range(1, 5):  # the user's message, the call, its result, the answer
             session_id = f"s{at}"
@@ -611,7 +608,7 @@ async def test_store_failure_mid_run_ends_in_one_error_event(
             assert len(executed) <= len(calls_of(history))  # never re-run
             # The next run, on a healthy store (a fresh service on SQLite), is valid.
             healthy = service if kind == "memory" else SqlSessionService(url)
-            again = Runner(agent=Agent(name="bot", model=model, tools=[work]), app_name=APP,
+            again = Runner(agent=runner.agent, app_name=APP,
                            session_service=healthy, settings=Settings(session_lock_timeout=5))
             try:
                 history = await _check_after_cancel(again, model, session_id, executed,

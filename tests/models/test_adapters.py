@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from contextlib import aclosing
 from pathlib import Path
 from typing import Any
@@ -36,18 +36,6 @@ FAST = Settings(model_backoff_initial=0.01, model_backoff_max=0.02, model_idle_t
                 model_total_timeout=20)
 
 FORMATS = ["openai", "anthropic"]
-
-
-@pytest.fixture
-async def provider() -> AsyncIterator[FakeProvider]:
-    async with FakeProvider() as fake:
-        yield fake
-
-
-@pytest.fixture
-async def client() -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient() as c:
-        yield c
 
 
 def make_model(fmt: str, provider: FakeProvider, client: httpx.AsyncClient,

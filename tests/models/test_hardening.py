@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -22,18 +21,6 @@ FAST = Settings(model_backoff_initial=0.01, model_backoff_max=0.02, model_idle_t
                 model_total_timeout=20)
 FORMATS = ["openai", "anthropic"]
 REQUEST = LlmRequest(contents=[Content.from_text("hello")])
-
-
-@pytest.fixture
-async def provider() -> AsyncIterator[FakeProvider]:
-    async with FakeProvider() as fake:
-        yield fake
-
-
-@pytest.fixture
-async def client() -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient() as c:
-        yield c
 
 
 def make_model(fmt: str, base_url: str, client: httpx.AsyncClient | None,

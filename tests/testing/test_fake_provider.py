@@ -37,12 +37,6 @@ USER = {"role": "user", "content": "Weather in Paris?"}
 
 
 @pytest.fixture
-async def provider() -> AsyncIterator[FakeProvider]:
-    async with FakeProvider() as fake:
-        yield fake
-
-
-@pytest.fixture
 async def client(provider: FakeProvider) -> AsyncIterator[httpx.AsyncClient]:
     async with httpx.AsyncClient(base_url=provider.base_url, timeout=5.0) as http:
         yield http
