@@ -236,7 +236,8 @@ class LiveFlow:
 
     async def _caught_up(self) -> None:
         """Wait until every response the connection has put out so far has been handled."""
-        queued = getattr(self._conn, "queued", None)
+        assert self._conn is not None
+        queued = self._conn.queued
         while queued is not None and self._received < queued:
             self._progress.clear()
             await self._progress.wait()

@@ -47,7 +47,14 @@ class BaseLlmConnection(ABC):
     final response with ``turn_complete`` (or ``interrupted``) set. A turn that
     fails yields a final response with ``error_code``. The connection holds
     provider resources until :meth:`close`.
+
+    Attributes:
+        queued: responses put into :meth:`receive`'s stream so far, for a
+            connection that counts them (``None``: it does not). The live flow
+            uses it to store an answer cut short before the content that cut it.
     """
+
+    queued: int | None = None
 
     @abstractmethod
     async def send_history(self, contents: list[Content]) -> None:
@@ -97,8 +104,7 @@ class EmulatedLlmConnection(BaseLlmConnection):
         self._pending: list[Content] = []
         self._wake = asyncio.Event()
         self._out: asyncio.Queue[LlmResponse | None] = asyncio.Queue()
-        self.queued = 0
-        """Responses put into the receive stream so far."""
+        self._count = 0
         self._turn: asyncio.Task[None] | None = None
         self._driver: asyncio.Task[None] | None = None
         self._closed = False
@@ -127,8 +133,13 @@ class EmulatedLlmConnection(BaseLlmConnection):
         raise NotImplementedError(
             f"model {self._model.model!r} takes no realtime input in an emulated live session")
 
+    @property
+    def queued(self) -> int:  # type: ignore[override]  # this connection always counts
+        """Responses put into the receive stream so far."""
+        return self._count
+
     def _put(self, response: LlmResponse) -> None:
-        self.queued += 1
+        self._count += 1
         self._out.put_nowait(response)
 
     async def receive(self) -> AsyncGenerator[LlmResponse, None]:
