@@ -193,11 +193,6 @@ class CallLedger:
         record = self._calls.get(call_id)
         return record.approval if record is not None else None
 
-    def has_result(self, call_id: str) -> bool:
-        """Whether a final result is stored for this call."""
-        record = self._calls.get(call_id)
-        return record is not None and record.status == "answered"
-
 
 def pending_response(call: FunctionCall) -> FunctionResponse:
     """The placeholder a model sees for a call that has no result yet."""
