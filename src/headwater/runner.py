@@ -23,7 +23,7 @@ from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator
 from contextlib import aclosing
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any
+from typing import Any, Final, Literal
 
 from .agents.agent import Agent
 from .agents.approvals import answered_calls, split_approvals
@@ -53,6 +53,21 @@ logger = logging.getLogger("headwater.runner")
 
 
 
+SealReason = Literal["cancelled", "interrupted"]
+_STARTED: Final[Event] = Event(id="started", author="")  # never leaves RunStream.start
+
+
+class _RunControl:
+    """What a :class:`RunStream` asks of its run before and as it ends."""
+
+    __slots__ = ("began", "reason", "wants_start")
+
+    def __init__(self) -> None:
+        self.began = False  # the run's generator has been entered
+        self.wants_start = False  # yield _STARTED once the session is held and the message stored
+        self.reason: SealReason = "cancelled"  # the synthetic result of calls a stop leaves open
+
+
 class RunStream:
     """The async iterator of one run's events; also its spending so far.
 
@@ -68,13 +83,33 @@ class RunStream:
         stats: model calls, tool calls and usage totals of the run so far.
     """
 
-    __slots__ = ("_agen", "invocation_id", "stats")
+    __slots__ = ("_agen", "_control", "invocation_id", "stats")
 
     def __init__(self, agen: AsyncGenerator[Event, None], invocation_id: str,
-                 stats: RunStats) -> None:
+                 stats: RunStats, control: _RunControl) -> None:
         self._agen = agen
+        self._control = control
         self.invocation_id = invocation_id
         self.stats = stats
+
+    async def start(self) -> None:
+        """Take the session and store the message now, before the first event.
+
+        A server calls this to answer a busy or missing session before it
+        commits to a response; iterating afterwards goes on from there. Calling
+        it after iteration began is an error.
+
+        Raises:
+            SessionNotFoundError, SessionBusyError, ApprovalError, UserError:
+                as iterating would.
+            UserError: the run has already started.
+        """
+        control = self._control
+        if control.wants_start or control.began:
+            raise UserError("RunStream.start() must come before the first event, once")
+        control.wants_start = True
+        marker = await self._agen.__anext__()
+        assert marker is _STARTED, "the run yielded an event before it started"
 
     @property
     def usage(self) -> Usage:
@@ -87,8 +122,29 @@ class RunStream:
     def __anext__(self) -> Any:  # the generator's own awaitable: no extra frame per event
         return self._agen.__anext__()
 
-    async def aclose(self) -> None:
-        """Stop the run: close the model stream, cancel tools, seal history."""
+    @property
+    def seal_reason(self) -> SealReason:
+        """The result a stop (``aclose()``, a cancel) gives each call it leaves open.
+
+        ``cancelled`` by default; a server that stops runs as it shuts down sets
+        ``interrupted`` before it cancels them.
+        """
+        return self._control.reason
+
+    @seal_reason.setter
+    def seal_reason(self, reason: SealReason) -> None:
+        if reason not in ("cancelled", "interrupted"):
+            raise UserError(f"seal_reason is 'cancelled' or 'interrupted', not {reason!r}")
+        self._control.reason = reason
+
+    async def aclose(self, *, reason: SealReason | None = None) -> None:
+        """Stop the run: close the model stream, cancel tools, seal history.
+
+        Args:
+            reason: sets :attr:`seal_reason` first.
+        """
+        if reason is not None:
+            self.seal_reason = reason
         await self._agen.aclose()
 
     async def __aenter__(self) -> RunStream:
@@ -190,14 +246,15 @@ class _Recorder:
         finally:
             ctx.ledger.catch_up(ctx.session.events)
 
-    async def seal(self, flow: Flow, reload: Callable[[], Awaitable[Session | None]]) -> None:
-        """Give every call left without a result a ``cancelled`` one; quiet on failure.
+    async def seal(self, flow: Flow, reason: SealReason,
+                   reload: Callable[[], Awaitable[Session | None]]) -> None:
+        """Give every call left without a result a ``reason`` one; quiet on failure.
 
         Storing a result and sealing are one conditional write in the store: a
         result that got in first wins, and the seal is recomputed without it.
         """
         for _ in range(2):
-            sealed = flow.seal("cancelled")
+            sealed = flow.seal(reason)
             if sealed is None:
                 return
             try:
@@ -339,9 +396,10 @@ class Runner:
                                     for p in message.parts):
             raise UserError("the message is empty: send some text or content parts")
         invocation_id = new_id("inv")
-        stats = RunStats()
-        agen = self._run(user_id, session_id, config, invocation_id, stats, message, None)
-        return RunStream(agen, invocation_id, stats)
+        stats, control = RunStats(), _RunControl()
+        agen = self._run(user_id, session_id, config, invocation_id, stats, control, message,
+                         None)
+        return RunStream(agen, invocation_id, stats, control)
 
     def run_live(
         self,
@@ -366,10 +424,10 @@ class Runner:
         if config.streaming_mode is not StreamingMode.BIDI:
             config = config.model_copy(update={"streaming_mode": StreamingMode.BIDI})
         invocation_id = new_id("inv")
-        stats = RunStats()
-        agen = self._run(user_id, session_id, config, invocation_id, stats, None,
+        stats, control = RunStats(), _RunControl()
+        agen = self._run(user_id, session_id, config, invocation_id, stats, control, None,
                          live_request_queue)
-        return RunStream(agen, invocation_id, stats)
+        return RunStream(agen, invocation_id, stats, control)
 
     async def run_once(self, *, user_id: str, new_message: str | Content,
                        session_id: str | None = None,
@@ -400,7 +458,8 @@ class Runner:
 
     async def _run(
         self, user_id: str, session_id: str, config: RunConfig, invocation_id: str,
-        stats: RunStats, message: Content | None, queue: LiveRequestQueue | None,
+        stats: RunStats, control: _RunControl, message: Content | None,
+        queue: LiveRequestQueue | None,
     ) -> AsyncGenerator[Event, None]:
         """One run holding its session: repair after a crash, run, seal on the way out.
 
@@ -408,6 +467,7 @@ class Runner:
         ledger updated) before it is yielded and before the flow that made it
         goes on.
         """
+        control.began = True
         service = self.session_service
         lease = await self._take(user_id, session_id, invocation_id)
         heartbeat: _Heartbeat | None = None
@@ -421,6 +481,8 @@ class Runner:
             except SessionError as exc:  # the store failed: one error event, not a raise
                 logger.warning("run %s: reading the session failed: %s", invocation_id,
                                type(exc).__name__)
+                if control.wants_start:
+                    yield _STARTED
                 yield Event(invocation_id=invocation_id, author=self.agent.name,
                             error_code=exc.code,
                             error_message="the session store failed; the run stopped")
@@ -453,6 +515,8 @@ class Runner:
                 else:
                     assert queue is not None
                     events = LiveFlow(flow, queue).events()
+                if control.wants_start:
+                    yield _STARTED
                 async for event in events:
                     yield event
             except SessionError as exc:  # the store failed mid-run: one error event, not a raise
@@ -462,7 +526,7 @@ class Runner:
             finally:
                 if events is not None:
                     await events.aclose()
-                await recorder.seal(flow, lambda: service.get_session(
+                await recorder.seal(flow, control.reason, lambda: service.get_session(
                     app_name=self.app_name, user_id=user_id, session_id=session_id))
         finally:
             try:

@@ -77,6 +77,24 @@ class Settings(BaseSettings):
         live_stop_timeout: seconds a stopped live stream (or a torn-down live
             run) is given to run its cleanup.
         live_input_queue_size: requests waiting in one input-stream tool's queue.
+        heartbeat_interval: seconds between SSE heartbeat comments on an idle stream.
+        send_timeout: seconds the gateway waits for a client to take a frame;
+            a client that stops reading longer is disconnected (and its run
+            cancelled unless resumable).
+        detached_ttl: seconds a resumable run goes on with nobody following it.
+        run_retention: seconds an ended run's frames stay readable
+            (``GET /runs/{id}/stream``).
+        run_buffer_frames: frames a run may be ahead of its client before it
+            waits for the client (bounds each run's buffer).
+        run_log_max_frames: frames one run may write to its run log; past it the
+            run stops with ``budget_exceeded``.
+        max_streams_per_user: SSE streams one user may hold open at once; past
+            it, ``429 too_many_streams``.
+        max_body_bytes: largest request body the gateway reads (413 past it).
+        body_read_timeout: seconds a client may take to send its request body (408).
+        shutdown_grace: seconds open streams get to end when the server stops.
+        max_page_size: most items one page of ``GET /sessions`` or
+            ``/sessions/{id}/events`` holds (the default page is 50 or fewer).
     """
 
     model_config = SettingsConfigDict(env_prefix="HEADWATER_", extra="ignore",
@@ -116,6 +134,17 @@ class Settings(BaseSettings):
     max_progress_bytes: int = Field(default=1 << 20, ge=0)
     live_stop_timeout: float = Field(default=1.0, gt=0)
     live_input_queue_size: int = Field(default=64, ge=1)
+    heartbeat_interval: float = Field(default=15.0, gt=0)
+    send_timeout: float = Field(default=10.0, gt=0)
+    detached_ttl: float = Field(default=300.0, gt=0)
+    run_retention: float = Field(default=60.0, ge=0)
+    run_buffer_frames: int = Field(default=1024, ge=1)
+    run_log_max_frames: int = Field(default=100_000, ge=1)
+    max_streams_per_user: int = Field(default=8, ge=1)
+    max_body_bytes: int = Field(default=1 << 20, ge=1024)
+    body_read_timeout: float = Field(default=10.0, gt=0)
+    shutdown_grace: float = Field(default=10.0, ge=0)
+    max_page_size: int = Field(default=200, ge=1)
 
 
 _settings: Settings | None = None
