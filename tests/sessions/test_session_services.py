@@ -102,10 +102,13 @@ async def test_create_get_list_delete(service: BaseSessionService) -> None:
     assert got is not None
     assert (got.id, got.app_name, got.user_id) == (first.id, APP, "u1")
     assert got.state == {"cart": ["apple"], "n": 1} and got.events == []
+    assert got.create_time == first.create_time > 0  # kept by the store, not the read
 
     await service.append_event(chosen, text_event("hello"))
     listed = await service.list_sessions(app_name=APP, user_id="u1")
     assert sorted(s.id for s in listed) == sorted([first.id, "chosen"])
+    assert {s.id: s.create_time for s in listed} == {first.id: first.create_time,
+                                                      "chosen": chosen.create_time}
     assert all(s.events == [] for s in listed)  # listing never loads history
 
     await service.delete_session(app_name=APP, user_id="u1", session_id="chosen")

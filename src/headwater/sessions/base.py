@@ -46,6 +46,7 @@ class Session:
     state: dict[str, Any] = field(default_factory=dict)  # raw JSON values
     events: list[Event] = field(default_factory=list)
     last_update_time: float = field(default_factory=time.time)
+    create_time: float = 0.0  # when the session was created (0.0 where a store does not say)
 
 
 @dataclass(frozen=True, slots=True)

@@ -42,8 +42,9 @@ class InMemorySessionService(BaseSessionService):
         key = (app_name, user_id, sid)
         if key in self._sessions:
             raise SessionError(f"session {sid!r} already exists")
+        now = time.time()
         stored = Session(id=sid, app_name=app_name, user_id=user_id,
-                         state=copy.deepcopy(state or {}), last_update_time=time.time())
+                         state=copy.deepcopy(state or {}), last_update_time=now, create_time=now)
         self._sessions[key] = stored
         return _copy(stored)
 
@@ -56,7 +57,8 @@ class InMemorySessionService(BaseSessionService):
     async def list_sessions(self, *, app_name: str, user_id: str) -> list[Session]:
         found = [
             Session(id=s.id, app_name=s.app_name, user_id=s.user_id,
-                    state=copy.deepcopy(s.state), last_update_time=s.last_update_time)
+                    state=copy.deepcopy(s.state), last_update_time=s.last_update_time,
+                    create_time=s.create_time)
             for (app, user, _), s in self._sessions.items()
             if app == app_name and user == user_id
         ]
@@ -175,4 +177,5 @@ _DONE: Final = _Done()
 
 def _copy(s: Session) -> Session:
     return Session(id=s.id, app_name=s.app_name, user_id=s.user_id, state=copy.deepcopy(s.state),
-                   events=list(s.events), last_update_time=s.last_update_time)
+                   events=list(s.events), last_update_time=s.last_update_time,
+                   create_time=s.create_time)

@@ -152,7 +152,7 @@ class SqlSessionService(BaseSessionService):
         await self._store.write(core.create_session(key, encoded, now))
         self._remember(key, _Cached(now, [], []))  # a new session holds no event yet
         return Session(id=sid, app_name=app_name, user_id=user_id, state=json.loads(encoded),
-                       last_update_time=now)
+                       last_update_time=now, create_time=now)
 
     async def get_session(
         self, *, app_name: str, user_id: str, session_id: str
@@ -175,7 +175,8 @@ class SqlSessionService(BaseSessionService):
             self._remember(key, cached)
             return Session(id=session_id, app_name=app_name, user_id=user_id,
                            state=json.loads(snapshot.state), events=list(cached.events),
-                           last_update_time=snapshot.update_time)
+                           last_update_time=snapshot.update_time,
+                           create_time=snapshot.create_time)
         rows = await self._store.read(core.read_session(key, after))
         if rows is None:
             self._cache.pop(key, None)
@@ -194,7 +195,7 @@ class SqlSessionService(BaseSessionService):
         self._remember(key, cached)
         return Session(id=session_id, app_name=app_name, user_id=user_id,
                        state=json.loads(rows.state), events=events,
-                       last_update_time=rows.update_time)
+                       last_update_time=rows.update_time, create_time=rows.create_time)
 
     def _remember(self, key: core.Key, cached: _Cached) -> None:
         if self._cache_size == 0:
@@ -212,7 +213,8 @@ class SqlSessionService(BaseSessionService):
         """
         rows = await self._store.read(core.list_sessions(app_name, user_id))
         return [Session(id=str(sid), app_name=app_name, user_id=user_id, state=json.loads(state),
-                        last_update_time=float(update_time)) for sid, state, update_time in rows]
+                        last_update_time=float(update_time), create_time=float(created))
+                for sid, state, update_time, created in rows]
 
     async def delete_session(self, *, app_name: str, user_id: str, session_id: str) -> None:
         """Delete a session, its events, result claims and lease; a missing one is a no-op.
