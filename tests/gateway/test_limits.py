@@ -308,11 +308,16 @@ async def test_a_gateway_error_keeps_its_code_status_and_headers(
 async def test_an_unexpected_exception_is_500_internal_logged_once_without_its_text(
         serve: Serve, seen: Seen, caplog: pytest.LogCaptureFixture, wrap: bool) -> None:
     base = await serve(make_app(seen, wrap=wrap))
-    with caplog.at_level(logging.INFO):
-        async with httpx.AsyncClient(base_url=base) as client:
-            response = await client.get("/boom")
-        await wait_until(lambda: any(getattr(r, "status", None) == 500
-                                     for r in caplog.records))
+    server_log = logging.getLogger("uvicorn.error")  # it does not propagate to caplog's root
+    server_log.addHandler(caplog.handler)
+    try:
+        with caplog.at_level(logging.INFO):
+            async with httpx.AsyncClient(base_url=base) as client:
+                response = await client.get("/boom")
+            await wait_until(lambda: any(getattr(r, "status", None) == 500
+                                         for r in caplog.records))
+    finally:
+        server_log.removeHandler(caplog.handler)
     envelope(response, "internal", 500)
     assert "secret" not in response.text
     errors = [r for r in caplog.records if r.levelno >= logging.ERROR]

@@ -1,7 +1,7 @@
-"""Bounds every HTTP request before the app sees it: an id, a body size, a body deadline, a log line.
+"""Bounds on every HTTP request before the app sees it: an id, a body size and deadline, a log.
 
-:class:`RequestLimits` is a pure ASGI middleware, meant to be the outermost
-layer of the gateway app::
+:class:`RequestLimits` is a pure ASGI middleware. Add it last (so it runs
+first among the app's middleware) or wrap the whole app with it; both work::
 
     app.add_middleware(RequestLimits, max_body_bytes=settings.max_body_bytes,
                        body_read_timeout=settings.body_read_timeout)
