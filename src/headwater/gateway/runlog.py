@@ -19,7 +19,7 @@ then forgetting them is the gateway's job, not the log's.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, Mapping
 from typing import Any, Protocol
 
 from ..errors import RunLogClosed, RunLogFull, RunNotFound, UserError
@@ -77,14 +77,16 @@ class RunLog(Protocol):
         """
         ...
 
-    def follow(self, run_id: str, after: int) -> AsyncIterator[Frame]:
+    def follow(self, run_id: str, after: int) -> AsyncGenerator[Frame, None]:
         """Replay the frames after ``after``, then yield new ones as they are appended.
 
         Ends after the terminal frame (at once if the run has ended and its
         terminal frame is at or before ``after``). Any number of followers may
         follow one run; each gets every frame, and a slow one never holds up
         :meth:`append` nor misses a frame. Closing or cancelling a follower at
-        any point leaves the log as it was.
+        any point leaves the log as it was. It is an async generator: consume
+        it under ``contextlib.aclosing`` (Starlette does not close a body
+        iterator; a Redis backend's follower holds a connection).
 
         Raises:
             ValueError: ``after`` is negative (at the call).
@@ -202,11 +204,11 @@ class InMemoryRunLog(RunLog):
         _check_after(after)
         return self._run(run_id).frames[after:]
 
-    def follow(self, run_id: str, after: int) -> AsyncIterator[Frame]:
+    def follow(self, run_id: str, after: int) -> AsyncGenerator[Frame, None]:
         _check_after(after)
         return self._follow(run_id, after)
 
-    async def _follow(self, run_id: str, after: int) -> AsyncIterator[Frame]:
+    async def _follow(self, run_id: str, after: int) -> AsyncGenerator[Frame, None]:
         run = self._run(run_id)
         frames = run.frames
         cursor = after
