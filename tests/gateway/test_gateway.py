@@ -349,9 +349,9 @@ async def test_a_disconnect_cancels_a_run_that_is_not_resumable(client_for: Any)
     sid = await new_session(client)
     got = await post_run(client, sid, {"message": "go"}, stop_after=3)
     assert len(got.frames) == 3
-    await _until(lambda: bool(model.streams) and model.streams[0].closed_early, timeout=1.0)
+    await _until(lambda: bool(model.streams) and model.streams[0].closed_early, within=1.0)
     await _until(lambda: not app.state.gateway.runs.runs
-                 or all(r.ended for r in app.state.gateway.runs.runs.values()), timeout=1.0)
+                 or all(r.ended for r in app.state.gateway.runs.runs.values()), within=1.0)
     again = await post_run(client, sid, {"message": "again"})
     assert again.status == 200 and again.frames[-2][2]["text"] == "next"
 
@@ -377,9 +377,10 @@ async def test_heartbeats_are_comments_without_ids(client_for: Any) -> None:
 async def test_a_resumed_run_gives_exactly_the_frames_of_an_uninterrupted_one(
         client_for: Any) -> None:
     words = [f"w{i} " for i in range(30)]
-    model = (ScriptedModel().call("lookupOrder", {"order_id": "1"})
-             .reply(*words, delay=0.005).call("lookupOrder", {"order_id": "2"})
-             .reply(*words, delay=0.005))
+    model = ScriptedModel()
+    for _ in range(4):  # the whole run, then three interrupted ones
+        (model.call("lookupOrder", {"order_id": "1"}).reply(*words, delay=0.005)
+         .call("lookupOrder", {"order_id": "2"}).reply(*words, delay=0.005))
     app = create_app(support_agent(model), auth=AUTH, session_service=InMemorySessionService(),
                      settings=settings(detached_ttl=30))
     client = await client_for(app)
@@ -423,8 +424,8 @@ async def _bytes(raw: bytes) -> AsyncIterator[bytes]:
     yield raw
 
 
-async def _until(condition: Callable[[], bool], timeout: float = 5.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
+async def _until(condition: Callable[[], bool], within: float = 5.0) -> None:
+    deadline = asyncio.get_running_loop().time() + within
     while not condition():
         if asyncio.get_running_loop().time() > deadline:
             raise AssertionError("condition not met in time")

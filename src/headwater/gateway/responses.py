@@ -13,9 +13,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncGenerator, Callable, Mapping
 from typing import Any
 
+from starlette.responses import Response
 from starlette.types import Message, Receive, Scope, Send
 
 from .sse import Frame, heartbeat, retry_hint
@@ -33,7 +34,7 @@ SSE_HEADERS: Mapping[str, str] = {
 _END = object()
 
 
-class SSEResponse:
+class SSEResponse(Response):
     """An ASGI response streaming ``frames`` as Server-Sent Events.
 
     Args:
@@ -48,12 +49,14 @@ class SSEResponse:
             data is retryable (the client's reconnection delay).
     """
 
-    def __init__(self, frames: AsyncIterator[Frame], *, headers: Mapping[str, str],
+    def __init__(self, frames: AsyncGenerator[Frame, None], *, headers: Mapping[str, str],
                  heartbeat_interval: float, send_timeout: float,
                  on_end: Callable[[bool], None], retry_ms: int = 1000,
                  queue_size: int = 64) -> None:
+        self.status_code = 200
+        self.background = None
         self.frames = frames
-        self.headers = {**SSE_HEADERS, **headers}
+        self.sse_headers = {**SSE_HEADERS, **headers}
         self.heartbeat_interval = heartbeat_interval
         self.send_timeout = send_timeout
         self.on_end = on_end
@@ -72,7 +75,7 @@ class SSEResponse:
         try:
             await self._send(send, {"type": "http.response.start", "status": 200,
                                     "headers": [(k.encode("latin-1"), v.encode("latin-1"))
-                                                for k, v in self.headers.items()]})
+                                                for k, v in self.sse_headers.items()]})
             gone = not await self._pump(queue, send)
             if not gone:
                 await self._send(send, {"type": "http.response.body", "body": b"",
@@ -115,8 +118,9 @@ class SSEResponse:
 
     async def _read(self, queue: asyncio.Queue[Any]) -> None:
         try:
-            async for frame in self.frames:
-                await queue.put(frame)
+            async with contextlib.aclosing(self.frames) as frames:
+                async for frame in frames:
+                    await queue.put(frame)
             await queue.put(_END)
         except asyncio.CancelledError:
             raise

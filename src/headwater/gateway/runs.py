@@ -17,7 +17,7 @@ import contextlib
 import logging
 import time
 from collections import defaultdict
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -98,7 +98,8 @@ class RunManager:
 
     # -- following -----------------------------------------------------------------------------
 
-    def follow(self, run: Run, after: int) -> tuple[AsyncIterator[Frame], Callable[[bool], None]]:
+    def follow(self, run: Run,
+               after: int) -> tuple[AsyncGenerator[Frame, None], Callable[[bool], None]]:
         """The frames after ``after`` and the callback for when the follower ends.
 
         The follower counts against its user's stream limit until the callback.

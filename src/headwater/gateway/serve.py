@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import math
 import os
 import sys
 from collections.abc import Sequence
@@ -83,7 +84,7 @@ def serve(spec: str, *, host: str = "127.0.0.1", port: int = 8000, reload: bool 
     """
     app = load_target(spec)
     check_bind(app, host, insecure_dev)
-    grace = get_settings().shutdown_grace
+    grace = max(1, math.ceil(get_settings().shutdown_grace))
     if reload:
         os.environ[TARGET_ENV] = spec
         uvicorn.run("headwater.gateway.serve:app_from_env", factory=True, host=host, port=port,
