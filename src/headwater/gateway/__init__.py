@@ -8,7 +8,7 @@ from .auth import Authenticator, JWTAuth, StaticTokenAuth
 from .runlog import InMemoryRunLog, RunLog
 from .sse import Frame
 
-__all__ = [
+__all__ = (
     "Authenticator",
     "Frame",
     "Gateway",
@@ -18,4 +18,4 @@ __all__ = [
     "RunRequest",
     "StaticTokenAuth",
     "create_app",
-]
+)
