@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -430,3 +431,32 @@ async def _until(condition: Callable[[], bool], within: float = 5.0) -> None:
         if asyncio.get_running_loop().time() > deadline:
             raise AssertionError("condition not met in time")
         await asyncio.sleep(0.005)
+
+
+async def test_a_client_that_stops_reading_is_dropped_and_its_run_cancelled(
+        client_for: Any, serve: Serve) -> None:
+    big = "x" * 65536
+    model = ScriptedModel().reply(*[big] * 400, delay=0.001).reply("next")
+    app = create_app(Agent(name="bot", model=model), auth=AUTH,
+                     session_service=InMemorySessionService(),
+                     settings=settings(send_timeout=0.3))
+    client = await client_for(app)
+    sid = await new_session(client)
+    port = int(str(client.base_url).rsplit(":", 1)[1].rstrip("/"))
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.setblocking(False)
+    await asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", port))
+    body = json.dumps({"message": "go"}).encode()
+    request = (f"POST /sessions/{sid}/runs HTTP/1.1\r\nHost: x\r\n"
+               f"Authorization: Bearer token-a\r\nContent-Type: application/json\r\n"
+               f"Content-Length: {len(body)}\r\n\r\n").encode() + body
+    await asyncio.get_running_loop().sock_sendall(sock, request)
+    try:  # never read: the server's buffers fill, its send stalls past send_timeout
+        await _until(lambda: bool(model.streams) and model.streams[0].closed_early, within=5.0)
+        assert model.streams[0].emitted < 400
+        await _until(lambda: all(r.ended for r in app.state.gateway.runs.runs.values()))
+        again = await post_run(client, sid, {"message": "again"})
+        assert again.status == 200 and again.frames[-2][2]["text"] == "next"
+    finally:
+        sock.close()
