@@ -460,3 +460,28 @@ async def test_a_client_that_stops_reading_is_dropped_and_its_run_cancelled(
         assert again.status == 200 and again.frames[-2][2]["text"] == "next"
     finally:
         sock.close()
+
+
+async def test_records_are_stored_before_their_frames_leave(client_for: Any) -> None:
+    service = InMemorySessionService()
+    app = create_app(support_agent(support_model(delay=0.05)), session_service=service,
+                     auth=AUTH, settings=settings())
+    client = await client_for(app)
+    sid = await new_session(client)
+    checked: list[str] = []
+    async with client.stream("POST", f"/sessions/{sid}/runs", json={"message": "1042?"},
+                             headers=A) as response:
+        async for message in aiter_sse(response.aiter_bytes()):
+            data = json.loads(message.data)
+            if message.event not in ("tool_call", "tool_result", "message"):
+                continue
+            items = (await client.get(f"/sessions/{sid}/events", headers=A)).json()["items"]
+            last = items[-1]
+            if message.event == "tool_call":
+                assert last["calls"][0]["id"] == data["calls"][0]["id"]
+            elif message.event == "tool_result":
+                assert last["results"][0]["id"] == data["results"][0]["id"]
+            else:
+                assert last["id"] == data["id"] and last["text"] == data["text"]
+            checked.append(message.event)
+    assert checked == ["tool_call", "tool_result", "message"]
