@@ -217,3 +217,15 @@ async def test_one_log_line_per_run_end_without_message_text(
     logged = "\n".join(r.getMessage() + json.dumps(r.__dict__, default=str)
                        for r in caplog.records)
     assert "private question" not in logged and "secret answer" not in logged
+
+
+async def test_thoughts_stream_as_reasoning_frames_never_as_deltas(client_for: Any) -> None:
+    model = ScriptedModel().add(ScriptedTurn(thoughts=["let me ", "think"], text=["Answer."]))
+    app = create_app(Agent(name="bot", model=model), auth=AUTH,
+                     session_service=InMemorySessionService(), settings=quick())
+    client = await client_for(app)
+    got = await post_run(client, await new_session(client), {"message": "hi"})
+    kinds = [t for _, t, _ in got.frames]
+    assert kinds == ["reasoning", "reasoning", "delta", "message", "done"]
+    assert "".join(d["text"] for _, t, d in got.frames if t == "reasoning") == "let me think"
+    assert got.frames[3][2]["text"] == "Answer."

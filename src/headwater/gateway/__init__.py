@@ -3,8 +3,9 @@
 See docs/frame-protocol.md. The gateway knows events and the runner, never a provider.
 """
 
-from .app import Gateway, RunRequest, create_app
+from .app import RunRequest, create_app
 from .auth import Authenticator, JWTAuth, StaticTokenAuth
+from .core import Gateway
 from .runlog import InMemoryRunLog, RunLog
 from .sse import Frame
 

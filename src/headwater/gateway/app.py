@@ -20,33 +20,24 @@ from fastapi import FastAPI, Header, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from ..agents.agent import Agent
-from ..errors import (
-    ApprovalError,
-    SessionBusyError,
-    SessionError,
-    SessionNotFoundError,
-    UserError,
-)
-from ..run_config import RunConfig, StreamingMode
-from ..runner import Runner
+from ..errors import SessionError, SessionNotFoundError
 from ..sessions.base import BaseSessionService, Session
 from ..sessions.sql import SqlSessionService
 from ..settings import Settings, get_settings
 from ..tools.approval import approval_response
 from ..types import Content, FunctionResponse, Part
-from .auth import Authenticator, user_of
-from .frames import FrameMapper
+from .agui import add_agui_routes
+from .auth import Authenticator
+from .core import NOT_FOUND_RUN, NOT_FOUND_SESSION, Gateway, store_error
 from .limits import RequestLimits
 from .problems import ErrorBody, GatewayHTTPError, install_error_handlers, request_id_of
-from .responses import SSEResponse
 from .runlog import InMemoryRunLog, RunLog
-from .runs import Run, RunManager
+from .vercel import add_vercel_routes
+from .websocket import add_live_routes
 
 logger = logging.getLogger("headwater.gateway")
 
 _CONTENT = TypeAdapter(Content)
-_NOT_FOUND_SESSION = "session not found"
-_NOT_FOUND_RUN = "run not found"
 
 
 # -- wire models ---------------------------------------------------------------------------------
@@ -132,60 +123,6 @@ class Health(BaseModel):
 # -- the gateway ---------------------------------------------------------------------------------
 
 
-class Gateway:
-    """What the routes share: runners by agent, the run manager, auth and settings."""
-
-    def __init__(self, agents: Sequence[Agent], service: BaseSessionService,
-                 auth: Authenticator | None, settings: Settings, log: RunLog,
-                 owns_service: bool) -> None:
-        names = [agent.name for agent in agents]
-        if not agents:
-            raise UserError("create_app needs at least one agent")
-        if len(set(names)) != len(names):
-            raise UserError(f"agent names must be unique, got {names}")
-        self.runners = {agent.name: Runner(agent=agent, app_name=agent.name,
-                                           session_service=service, settings=settings)
-                        for agent in agents}
-        self.mappers = {agent.name: FrameMapper(_exposes(agent)) for agent in agents}
-        self.default_agent = names[0]
-        self.service = service
-        self.auth = auth
-        self.settings = settings
-        self.runs = RunManager(log, settings)
-        self.owns_service = owns_service
-
-    @property
-    def dev_mode(self) -> bool:
-        """No authenticator: one local user; serve only on loopback."""
-        return self.auth is None
-
-    async def user(self, request: Request) -> str:
-        """The caller, from the bearer token only (401 otherwise)."""
-        user = await user_of(self.auth, request.headers.get("authorization"))
-        request.scope.setdefault("state", {})["user"] = user
-        return user
-
-    async def find_session(self, user_id: str, session_id: str) -> tuple[str, Session]:
-        """The user's session and its agent; 404 for a missing one or another user's."""
-        for name in self.runners:
-            try:
-                session = await self.service.get_session(app_name=name, user_id=user_id,
-                                                         session_id=session_id)
-            except SessionError as exc:
-                raise _store_error(exc) from None
-            if session is not None:
-                return name, session
-        raise GatewayHTTPError("not_found", _NOT_FOUND_SESSION)
-
-    def begin_shutdown(self) -> None:
-        """Stop every run now (SIGTERM): streams end with ``server_shutdown``."""
-        if not self.runs.closing:
-            logger.info("shutting down: stopping %d runs", len(self.runs.runs))
-            self.runs.closing = True
-            for run in list(self.runs.runs.values()):
-                self.runs.stop(run, "server_shutdown")
-
-
 def create_app(
     agent_or_agents: Agent | Sequence[Agent],
     session_service: BaseSessionService | None = None,
@@ -232,6 +169,9 @@ def create_app(
     app.add_middleware(RequestLimits, max_body_bytes=settings.max_body_bytes,
                        body_read_timeout=settings.body_read_timeout)
     _routes(app, gateway)
+    add_agui_routes(app, gateway)
+    add_vercel_routes(app, gateway)
+    add_live_routes(app, gateway)
     return app
 
 
@@ -254,7 +194,7 @@ def _routes(app: FastAPI, gw: Gateway) -> None:
             session = await gw.service.create_session(app_name=agent, user_id=user,
                                                       state=body.state)
         except SessionError as exc:
-            raise _store_error(exc) from None
+            raise store_error(exc) from None
         except TypeError:
             raise GatewayHTTPError("invalid_request", "state must be a JSON object") from None
         return _session_out(agent, session)
@@ -273,7 +213,7 @@ def _routes(app: FastAPI, gw: Gateway) -> None:
                 found += [_session_out(name, s) for s in
                           await gw.service.list_sessions(app_name=name, user_id=user)]
         except SessionError as exc:
-            raise _store_error(exc) from None
+            raise store_error(exc) from None
         found.sort(key=lambda s: (s.updated_at, s.created_at), reverse=True)
         start = int(cursor or 0)
         page = found[start:start + limit]
@@ -298,7 +238,7 @@ def _routes(app: FastAPI, gw: Gateway) -> None:
         try:
             await gw.service.delete_session(app_name=agent, user_id=user, session_id=session_id)
         except SessionError as exc:
-            raise _store_error(exc) from None
+            raise store_error(exc) from None
         return Response(status_code=204)
 
     @app.get("/sessions/{session_id}/events", response_model=EventList, tags=["sessions"],
@@ -316,9 +256,9 @@ def _routes(app: FastAPI, gw: Gateway) -> None:
                 app_name=agent, user_id=user, session_id=session_id,
                 after=int(cursor) if cursor else None, limit=min(limit, settings.max_page_size))
         except SessionNotFoundError:
-            raise GatewayHTTPError("not_found", _NOT_FOUND_SESSION) from None
+            raise GatewayHTTPError("not_found", NOT_FOUND_SESSION) from None
         except SessionError as exc:
-            raise _store_error(exc) from None
+            raise store_error(exc) from None
         mapper = gw.mappers[agent]
         return EventList(items=[mapper.history_item(e) for e in page.events if not e.partial],
                          next_cursor=str(page.next_cursor) if page.next_cursor else None)
@@ -331,34 +271,12 @@ def _routes(app: FastAPI, gw: Gateway) -> None:
                          429: {"model": ErrorBody}, 503: {"model": ErrorBody}})
     async def start_run(request: Request, session_id: str, body: RunRequest) -> Any:
         user = await gw.user(request)
-        request_id = request_id_of(request)
-        if gw.runs.closing:
-            raise GatewayHTTPError("server_shutdown", "the server is stopping",
-                                   headers={"Retry-After": "1"})
         message = _message_of(body)
         agent, _ = await gw.find_session(user, session_id)
-        if not gw.runs.has_room(user):
-            raise GatewayHTTPError("too_many_streams", "too many concurrent streams",
-                                   headers={"Retry-After": "1"})
-        mode = StreamingMode.SSE if body.streaming_mode == "sse" else StreamingMode.NONE
-        runner = gw.runners[agent]
-        try:
-            stream = runner.run_async(user_id=user, session_id=session_id, new_message=message,
-                                      run_config=RunConfig(streaming_mode=mode))
-            await stream.start()
-        except SessionNotFoundError:
-            raise GatewayHTTPError("not_found", _NOT_FOUND_SESSION) from None
-        except SessionBusyError:
-            raise GatewayHTTPError("session_busy", "another run holds this session",
-                                   headers={"Retry-After": "1"}) from None
-        except SessionError as exc:
-            raise _store_error(exc) from None
-        except (ApprovalError, UserError) as exc:
-            raise GatewayHTTPError("invalid_request", str(exc), status=400) from None
-        run = await gw.runs.start(stream, user_id=user, session_id=session_id, agent=agent,
-                                  resumable=body.resumable, request_id=request_id,
-                                  mapper=gw.mappers[agent])
-        return _stream(gw, run, 0)
+        run = await gw.start_run(user, agent, session_id, message, request_id_of(request),
+                                 streaming=body.streaming_mode == "sse",
+                                 resumable=body.resumable)
+        return gw.stream(run, 0)
 
     @app.get("/runs/{run_id}/stream", tags=["runs"], response_class=Response,
              responses={200: {"content": {"text/event-stream": {}}},
@@ -374,7 +292,7 @@ def _routes(app: FastAPI, gw: Gateway) -> None:
         user = await gw.user(request)
         run = gw.runs.get(run_id, user)
         if run is None:
-            raise GatewayHTTPError("not_found", _NOT_FOUND_RUN)
+            raise GatewayHTTPError("not_found", NOT_FOUND_RUN)
         raw = last_event_id_header if last_event_id_header is not None else last_event_id
         after = _event_id(raw)
         if run.ended and after >= await gw.runs.log.last_id(run.id):
@@ -382,7 +300,7 @@ def _routes(app: FastAPI, gw: Gateway) -> None:
         if not gw.runs.has_room(user):
             raise GatewayHTTPError("too_many_streams", "too many concurrent streams",
                                    headers={"Retry-After": "1"})
-        return _stream(gw, run, after)
+        return gw.stream(run, after)
 
     @app.post("/runs/{run_id}/cancel", response_model=RunCancelled, tags=["runs"],
               responses={404: {"model": ErrorBody}})
@@ -390,17 +308,9 @@ def _routes(app: FastAPI, gw: Gateway) -> None:
         user = await gw.user(request)
         run = gw.runs.get(run_id, user)
         if run is None:
-            raise GatewayHTTPError("not_found", _NOT_FOUND_RUN)
+            raise GatewayHTTPError("not_found", NOT_FOUND_RUN)
         await gw.runs.cancel(run)
         return RunCancelled(id=run.id, status=run.status)
-
-
-def _stream(gw: Gateway, run: Run, after: int) -> SSEResponse:
-    frames, on_end = gw.runs.follow(run, after)
-    settings = gw.settings
-    return SSEResponse(frames, headers={"x-run-id": run.id},
-                       heartbeat_interval=settings.heartbeat_interval,
-                       send_timeout=settings.send_timeout, on_end=on_end)
 
 
 def _message_of(body: RunRequest) -> Content:
@@ -448,18 +358,6 @@ def _event_id(raw: str | None) -> int:
 def _session_out(agent: str, session: Session) -> SessionOut:
     return SessionOut(id=session.id, agent=agent, created_at=session.create_time,
                       updated_at=session.last_update_time, state=session.state)
-
-
-def _store_error(exc: SessionError) -> GatewayHTTPError:
-    logger.warning("the session store failed: %s", type(exc).__name__)
-    return GatewayHTTPError("store_unavailable", "the session store failed",
-                            headers={"Retry-After": "1"})
-
-
-def _exposes(agent: Agent) -> Any:
-    exposed = frozenset(name for name, tool in agent.tools_by_name.items()
-                        if tool.options.expose_result)
-    return exposed.__contains__
 
 
 def _on_sigterm(callback: Any) -> Any:

@@ -86,6 +86,9 @@ class FrameMapper:
                     if event.branch:
                         data["branch"] = event.branch
                     yield "delta", data
+                thought = content.thought_text
+                if thought:
+                    yield "reasoning", {"author": event.author, "text": thought}
             return
         if content is not None and content.role == "model":
             text = content.text

@@ -33,6 +33,17 @@ SSE_HEADERS: Mapping[str, str] = {
 
 _END = object()
 
+Render = Callable[[Frame], bytes]
+"""A frame's bytes in one wire format (the typed frames, AG-UI, the Vercel UI stream)."""
+
+
+def render_frame(frame: Frame) -> bytes:
+    """The typed SSE frame (docs/frame-protocol.md), with a ``retry:`` hint before a
+    retryable error."""
+    if frame.type == "error" and frame.data.get("retryable"):
+        return retry_hint(1000) + frame.raw
+    return frame.raw
+
 
 class SSEResponse(Response):
     """An ASGI response streaming ``frames`` as Server-Sent Events.
@@ -45,14 +56,15 @@ class SSEResponse(Response):
         on_end: called once when the response ends, with ``True`` when the
             client went away (disconnect, failed or stalled send) before the
             terminal frame.
-        retry_ms: sent as an SSE ``retry:`` hint before an error frame whose
-            data is retryable (the client's reconnection delay).
+        render: a frame's bytes on the wire (:func:`render_frame`: the typed frames).
+        prologue: bytes sent before the first frame (a format's opening event).
+        queue_size: frames read ahead of the client.
     """
 
     def __init__(self, frames: AsyncGenerator[Frame, None], *, headers: Mapping[str, str],
                  heartbeat_interval: float, send_timeout: float,
-                 on_end: Callable[[bool], None], retry_ms: int = 1000,
-                 queue_size: int = 64) -> None:
+                 on_end: Callable[[bool], None], render: Render = render_frame,
+                 prologue: bytes = b"", queue_size: int = 64) -> None:
         self.status_code = 200
         self.background = None
         self.frames = frames
@@ -60,7 +72,8 @@ class SSEResponse(Response):
         self.heartbeat_interval = heartbeat_interval
         self.send_timeout = send_timeout
         self.on_end = on_end
-        self.retry_ms = retry_ms
+        self.encode = render
+        self.prologue = prologue
         self.queue_size = queue_size
         self.sent = 0
         self._client_gone = False
@@ -76,6 +89,8 @@ class SSEResponse(Response):
             await self._send(send, {"type": "http.response.start", "status": 200,
                                     "headers": [(k.encode("latin-1"), v.encode("latin-1"))
                                                 for k, v in self.sse_headers.items()]})
+            if self.prologue:
+                await self._send(send, _body(self.prologue))
             gone = not await self._pump(queue, send)
             if not gone:
                 await self._send(send, {"type": "http.response.body", "body": b"",
@@ -108,10 +123,9 @@ class SSEResponse(Response):
             if item is _END:
                 return True
             frame: Frame = item
-            body = frame.raw
-            if frame.type == "error" and frame.data.get("retryable"):
-                body = retry_hint(self.retry_ms) + body
-            await self._send(send, _body(body))
+            body = self.encode(frame)
+            if body:
+                await self._send(send, _body(body))
             self.sent += 1
             if frame.terminal:
                 return True

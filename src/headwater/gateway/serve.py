@@ -14,8 +14,9 @@ import uvicorn
 from ..agents.agent import Agent
 from ..errors import UserError
 from ..settings import get_settings
-from .app import Gateway, create_app
+from .app import create_app
 from .auth import is_loopback
+from .core import Gateway
 
 TARGET_ENV = "HEADWATER_SERVE_TARGET"
 """Where ``--reload`` passes the target to the worker it restarts."""

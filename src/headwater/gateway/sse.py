@@ -31,6 +31,7 @@ from typing import Any, Final
 
 FRAME_TYPES: Final[frozenset[str]] = frozenset({
     "delta",
+    "reasoning",
     "message",
     "tool_call",
     "tool_progress",

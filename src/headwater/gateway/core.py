@@ -1,0 +1,157 @@
+"""The gateway's shared core: runners by agent, the run manager, auth, and how runs start.
+
+Every wire format (the typed frames, AG-UI, the Vercel UI message stream, the
+live WebSocket) starts and follows runs through :class:`Gateway`, so sessions,
+auth, limits, persistence and cancellation are the same for all of them.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+
+from fastapi import Request
+
+from ..agents.agent import Agent
+from ..errors import (
+    ApprovalError,
+    SessionBusyError,
+    SessionError,
+    SessionNotFoundError,
+    UserError,
+)
+from ..run_config import RunConfig, StreamingMode
+from ..runner import Runner
+from ..sessions.base import BaseSessionService, Session
+from ..settings import Settings
+from ..types import Content
+from .auth import Authenticator, user_of
+from .frames import FrameMapper
+from .problems import GatewayHTTPError
+from .responses import Render, SSEResponse, render_frame
+from .runlog import RunLog
+from .runs import Run, RunManager
+
+logger = logging.getLogger("headwater.gateway")
+
+NOT_FOUND_SESSION = "session not found"
+NOT_FOUND_RUN = "run not found"
+
+
+class Gateway:
+    """What the routes share: runners by agent, the run manager, auth and settings."""
+
+    def __init__(self, agents: Sequence[Agent], service: BaseSessionService,
+                 auth: Authenticator | None, settings: Settings, log: RunLog,
+                 owns_service: bool) -> None:
+        names = [agent.name for agent in agents]
+        if not agents:
+            raise UserError("create_app needs at least one agent")
+        if len(set(names)) != len(names):
+            raise UserError(f"agent names must be unique, got {names}")
+        self.runners = {agent.name: Runner(agent=agent, app_name=agent.name,
+                                           session_service=service, settings=settings)
+                        for agent in agents}
+        self.mappers = {agent.name: FrameMapper(exposes_of(agent)) for agent in agents}
+        self.default_agent = names[0]
+        self.service = service
+        self.auth = auth
+        self.settings = settings
+        self.runs = RunManager(log, settings)
+        self.owns_service = owns_service
+
+    @property
+    def dev_mode(self) -> bool:
+        """No authenticator: one local user; serve only on loopback."""
+        return self.auth is None
+
+    async def user(self, request: Request) -> str:
+        """The caller, from the bearer token only (401 otherwise)."""
+        user = await user_of(self.auth, request.headers.get("authorization"))
+        request.scope.setdefault("state", {})["user"] = user
+        return user
+
+    async def find_session(self, user_id: str, session_id: str) -> tuple[str, Session]:
+        """The user's session and its agent; 404 for a missing one or another user's."""
+        for name in self.runners:
+            try:
+                session = await self.service.get_session(app_name=name, user_id=user_id,
+                                                         session_id=session_id)
+            except SessionError as exc:
+                raise store_error(exc) from None
+            if session is not None:
+                return name, session
+        raise GatewayHTTPError("not_found", NOT_FOUND_SESSION)
+
+    async def start_run(self, user_id: str, agent: str, session_id: str, message: Content,
+                        request_id: str, *, streaming: bool = True,
+                        resumable: bool = False) -> Run:
+        """Start a run of ``agent`` on the user's session; every format starts runs here.
+
+        Raises:
+            GatewayHTTPError: ``server_shutdown`` (503), ``too_many_streams``
+                (429), ``not_found`` (404), ``session_busy`` (409),
+                ``invalid_request`` (400, a message the session cannot take) or
+                ``store_unavailable`` (503) — before any frame.
+        """
+        if self.runs.closing:
+            raise GatewayHTTPError("server_shutdown", "the server is stopping",
+                                   headers={"Retry-After": "1"})
+        if not self.runs.has_room(user_id):
+            raise GatewayHTTPError("too_many_streams", "too many concurrent streams",
+                                   headers={"Retry-After": "1"})
+        mode = StreamingMode.SSE if streaming else StreamingMode.NONE
+        try:
+            stream = self.runners[agent].run_async(
+                user_id=user_id, session_id=session_id, new_message=message,
+                run_config=RunConfig(streaming_mode=mode))
+            await stream.start()
+        except SessionNotFoundError:
+            raise GatewayHTTPError("not_found", NOT_FOUND_SESSION) from None
+        except SessionBusyError:
+            raise GatewayHTTPError("session_busy", "another run holds this session",
+                                   headers={"Retry-After": "1"}) from None
+        except SessionError as exc:
+            raise store_error(exc) from None
+        except (ApprovalError, UserError) as exc:
+            raise GatewayHTTPError("invalid_request", str(exc), status=400) from None
+        return await self.runs.start(stream, user_id=user_id, session_id=session_id,
+                                     agent=agent, resumable=resumable, request_id=request_id,
+                                     mapper=self.mappers[agent])
+
+    def stream(self, run: Run, after: int, render: Render = render_frame,
+               headers: Mapping[str, str] | None = None, prologue: bytes = b"") -> SSEResponse:
+        """The response following ``run`` from frame ``after``, in the format ``render`` writes.
+
+        Args:
+            render: a frame's bytes in the response's format (the typed SSE
+                frame by default; AG-UI and Vercel encoders translate).
+            headers: the format's own headers (besides the SSE ones and ``X-Run-Id``).
+            prologue: bytes sent before the first frame.
+        """
+        frames, on_end = self.runs.follow(run, after)
+        settings = self.settings
+        return SSEResponse(frames, headers={"x-run-id": run.id, **(headers or {})},
+                           heartbeat_interval=settings.heartbeat_interval,
+                           send_timeout=settings.send_timeout, on_end=on_end, render=render,
+                           prologue=prologue)
+
+    def begin_shutdown(self) -> None:
+        """Stop every run now (SIGTERM): streams end with ``server_shutdown``."""
+        if not self.runs.closing:
+            logger.info("shutting down: stopping %d runs", len(self.runs.runs))
+            self.runs.closing = True
+            for run in list(self.runs.runs.values()):
+                self.runs.stop(run, "server_shutdown")
+
+
+def store_error(exc: SessionError) -> GatewayHTTPError:
+    logger.warning("the session store failed: %s", type(exc).__name__)
+    return GatewayHTTPError("store_unavailable", "the session store failed",
+                            headers={"Retry-After": "1"})
+
+
+def exposes_of(agent: Agent) -> Callable[[str], bool]:
+    exposed = frozenset(name for name, tool in agent.tools_by_name.items()
+                        if tool.options.expose_result)
+    return exposed.__contains__
