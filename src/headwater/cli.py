@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from typing import Any, TextIO
 
 from .agents.agent import Agent
+from .errors import UserError
 from .models.base import LlmRequest
 from .models.scripted import ScriptedCall, ScriptedModel, ScriptedTurn
 from .run_config import RunConfig, StreamingMode
@@ -138,10 +139,31 @@ def main(argv: Sequence[str] | None = None) -> int:
                           help="session store URL (default: HEADWATER_DATABASE_URL or "
                                "sqlite+aiosqlite:///.headwater/sessions.db)")
     run_demo.add_argument("--mode", choices=["sse", "none"], default="sse")
+    run_serve = commands.add_parser(
+        "serve", help="serve an app, an agent or a list of agents over HTTP (uvicorn)")
+    run_serve.add_argument("target", help="module:attr naming a FastAPI/ASGI app, an Agent "
+                                          "or a list of agents")
+    run_serve.add_argument("--host", default="127.0.0.1")
+    run_serve.add_argument("--port", type=int, default=8000)
+    run_serve.add_argument("--reload", action="store_true", help="restart on code changes")
+    run_serve.add_argument("--insecure-dev", action="store_true",
+                           help="allow a gateway without auth on a non-loopback address")
+    run_serve.add_argument("--log-level", default="info",
+                           choices=["critical", "error", "warning", "info", "debug"])
     args: Any = parser.parse_args(argv)
     if args.command == "demo":
         url = args.db or get_settings().database_url
         return asyncio.run(demo(args.prompt, url, StreamingMode(args.mode), sys.stdout))
+    if args.command == "serve":
+        from .gateway.serve import serve  # the web stack loads only for this command
+
+        try:
+            serve(args.target, host=args.host, port=args.port, reload=args.reload,
+                  insecure_dev=args.insecure_dev, log_level=args.log_level)
+        except UserError as exc:
+            print(f"headwater serve: {exc}", file=sys.stderr)
+            return 2
+        return 0
     parser.error(f"unknown command {args.command}")
     return 2
 

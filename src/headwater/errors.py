@@ -6,7 +6,9 @@
     ├── UserError                  a programming mistake; the message says what to do
     │   ├── ApprovalError          an answer that matches no pending approval
     │   ├── QueueFull              a LiveRequestQueue refused a request (full)
-    │   └── SessionNotFoundError   (also a SessionError)
+    │   ├── SessionNotFoundError   (also a SessionError)
+    │   ├── RunNotFound            no run log for that run id (also a KeyError)
+    │   └── RunLogClosed           an append after the run's terminal frame
     ├── ModelError                 anything a model or its provider did wrong
     │   ├── ModelHTTPError         status_code, retryable
     │   ├── ProviderUnavailable    no usable answer after every attempt (no status)
@@ -26,6 +28,7 @@
     │   ├── CallAlreadyAnsweredError  a call already has its one final result (call_ids)
     │   └── PartialEventError      a partial event was offered to the store
     └── BudgetExceeded             a run hit one of its budgets
+        └── RunLogFull             a run wrote ``run_log_max_frames`` frames
 
 On the wire an error is one of the codes in :data:`ERROR_CODES`; raw provider
 text and tracebacks never leave the process.
@@ -280,3 +283,28 @@ class BudgetExceeded(HeadwaterError):
     """A run hit one of its budgets (model calls, tool calls, …)."""
 
     code: ErrorCode = "budget_exceeded"
+
+
+class RunLogFull(BudgetExceeded):
+    """A run wrote as many frames as its run log holds (``Settings.run_log_max_frames``).
+
+    Nothing was appended. The log still accepts the run's terminal frame, so the
+    run can end with ``error`` ``budget_exceeded``.
+    """
+
+
+class RunLogClosed(UserError):
+    """An append to a run log that already holds its terminal frame; nothing was appended."""
+
+
+class RunNotFound(UserError, KeyError):
+    """No run log has that run id (never opened, forgotten, or the log was closed).
+
+    Also a ``KeyError``. The gateway answers 404 for it, by type; its code is not
+    a store failure.
+    """
+
+    code: ErrorCode = "internal"
+
+    def __str__(self) -> str:
+        return Exception.__str__(self)  # not KeyError's repr() of the message

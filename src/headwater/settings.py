@@ -84,8 +84,6 @@ class Settings(BaseSettings):
         detached_ttl: seconds a resumable run goes on with nobody following it.
         run_retention: seconds an ended run's frames stay readable
             (``GET /runs/{id}/stream``).
-        run_buffer_frames: frames a run may be ahead of its client before it
-            waits for the client (bounds each run's buffer).
         run_log_max_frames: frames one run may write to its run log; past it the
             run stops with ``budget_exceeded``.
         max_streams_per_user: SSE streams one user may hold open at once; past
@@ -138,7 +136,6 @@ class Settings(BaseSettings):
     send_timeout: float = Field(default=10.0, gt=0)
     detached_ttl: float = Field(default=300.0, gt=0)
     run_retention: float = Field(default=60.0, ge=0)
-    run_buffer_frames: int = Field(default=1024, ge=1)
     run_log_max_frames: int = Field(default=100_000, ge=1)
     max_streams_per_user: int = Field(default=8, ge=1)
     max_body_bytes: int = Field(default=1 << 20, ge=1024)

@@ -1,4 +1,21 @@
 """The HTTP gateway: typed SSE runs, history, auth and resumable streams over the runner.
 
-See docs/frame-protocol.md.
+See docs/frame-protocol.md. The gateway knows events and the runner, never a provider.
 """
+
+from .app import Gateway, RunRequest, create_app
+from .auth import Authenticator, JWTAuth, StaticTokenAuth
+from .runlog import InMemoryRunLog, RunLog
+from .sse import Frame
+
+__all__ = (
+    "Authenticator",
+    "Frame",
+    "Gateway",
+    "InMemoryRunLog",
+    "JWTAuth",
+    "RunLog",
+    "RunRequest",
+    "StaticTokenAuth",
+    "create_app",
+)

@@ -77,8 +77,8 @@ SESSION_EXISTS: Final = f"SELECT 1 FROM hw_sessions WHERE {_SESSION}"
 TOUCH: Final = f"UPDATE hw_sessions SET update_time = :t WHERE {_SESSION} RETURNING 1"
 TOUCH_STATE: Final = f"UPDATE hw_sessions SET update_time = :t, state = :state WHERE {_SESSION}"
 LIST_SESSIONS: Final = (
-    "SELECT id, state, update_time, create_time FROM hw_sessions WHERE app_name = :app AND user_id = :user "
-    "ORDER BY update_time DESC, create_time DESC")
+    "SELECT id, state, update_time, create_time FROM hw_sessions "
+    "WHERE app_name = :app AND user_id = :user ORDER BY update_time DESC, create_time DESC")
 EVENTS_AFTER: Final = (
     f"SELECT seq, data FROM hw_events WHERE {_OF_SESSION} AND seq > :after ORDER BY seq")
 EVENTS_PAGE: Final = EVENTS_AFTER + " LIMIT :limit"

@@ -6,7 +6,8 @@
 at the byte level (and can stall, cut, reset and trickle), with renderers that
 build provider streams from an abstract turn; ``VirtualClock`` and
 ``LiveHarness`` test live runs and time-based tools in virtual time;
-``wait_until`` waits on a condition instead of a count of event-loop turns.
+``wait_until`` waits on a condition instead of a count of event-loop turns;
+``SSEParser`` and ``aiter_sse`` read an event stream as a browser does.
 """
 
 from ..models.scripted import ScriptedCall as ScriptedCall
@@ -32,6 +33,9 @@ from .fake_provider import Sleep as Sleep
 from .fake_provider import Stall as Stall
 from .fake_provider import Trickle as Trickle
 from .harness import LiveHarness as LiveHarness
+from .sse import SSEMessage as SSEMessage
+from .sse import SSEParser as SSEParser
+from .sse import aiter_sse as aiter_sse
 from .waiting import wait_until as wait_until
 
 __all__ = (
@@ -41,6 +45,8 @@ __all__ = (
     "LiveHarness",
     "RecordedRequest",
     "Reset",
+    "SSEMessage",
+    "SSEParser",
     "Scenario",
     "ScriptedCall",
     "ScriptedModel",
@@ -52,6 +58,7 @@ __all__ = (
     "ToolCallSpec",
     "Trickle",
     "VirtualClock",
+    "aiter_sse",
     "check_stream_contract",
     "cut_inside_utf8",
     "load_transcript",

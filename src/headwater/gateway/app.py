@@ -1,0 +1,488 @@
+"""``create_app``: the HTTP gateway over one runner per agent (docs/frame-protocol.md).
+
+Every route takes its user from the bearer token only (:mod:`.auth`); another
+user's session or run answers exactly like a missing one. A run's SSE stream is
+the answer to ``POST /sessions/{sid}/runs``; its frames come from the run log
+(:mod:`.runs`), so a resumable run can be followed again from any frame.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import threading
+from collections.abc import AsyncIterator, Sequence
+from typing import Annotated, Any, Literal
+
+from fastapi import FastAPI, Header, Query, Request, Response
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+
+from ..agents.agent import Agent
+from ..errors import (
+    ApprovalError,
+    SessionBusyError,
+    SessionError,
+    SessionNotFoundError,
+    UserError,
+)
+from ..run_config import RunConfig, StreamingMode
+from ..runner import Runner
+from ..sessions.base import BaseSessionService, Session
+from ..sessions.sql import SqlSessionService
+from ..settings import Settings, get_settings
+from ..tools.approval import approval_response
+from ..types import Content, FunctionResponse, Part
+from .auth import Authenticator, user_of
+from .frames import FrameMapper
+from .limits import RequestLimits
+from .problems import ErrorBody, GatewayHTTPError, install_error_handlers, request_id_of
+from .responses import SSEResponse
+from .runlog import InMemoryRunLog, RunLog
+from .runs import Run, RunManager
+
+logger = logging.getLogger("headwater.gateway")
+
+_CONTENT = TypeAdapter(Content)
+_NOT_FOUND_SESSION = "session not found"
+_NOT_FOUND_RUN = "run not found"
+
+
+# -- wire models ---------------------------------------------------------------------------------
+
+
+class SessionCreate(BaseModel):
+    """The body of ``POST /sessions``."""
+
+    model_config = ConfigDict(extra="forbid")
+    agent: str | None = Field(default=None, description="the agent's name (default: the first)")
+    state: dict[str, Any] | None = Field(default=None, description="the session's initial state")
+
+
+class SessionOut(BaseModel):
+    """A session as the gateway shows it."""
+
+    id: str
+    agent: str
+    created_at: float
+    updated_at: float
+    state: dict[str, Any]
+
+
+class SessionList(BaseModel):
+    """A page of the caller's sessions, newest first."""
+
+    items: list[SessionOut]
+    next_cursor: str | None = None
+
+
+class EventList(BaseModel):
+    """A page of a session's stored events (never a partial one), oldest first."""
+
+    items: list[dict[str, Any]]
+    next_cursor: str | None = None
+
+
+class ApprovalAnswer(BaseModel):
+    """A human's answer to an ``approval_required`` frame."""
+
+    model_config = ConfigDict(extra="forbid")
+    call_id: str = Field(min_length=1)
+    approved: bool
+    reason: str | None = None
+    args_sha256: str | None = None
+
+
+class FunctionResponseIn(BaseModel):
+    """The result of a long-running call, completed by the client."""
+
+    model_config = ConfigDict(extra="forbid")
+    id: str = Field(min_length=1)
+    name: str = Field(min_length=1)
+    response: dict[str, Any]
+
+
+class RunRequest(BaseModel):
+    """The body of ``POST /sessions/{sid}/runs``: exactly one of ``message``,
+    ``approvals`` and ``function_responses``."""
+
+    model_config = ConfigDict(extra="forbid")
+    message: str | dict[str, Any] | None = Field(
+        default=None, description="text, or a Content JSON object ({role, parts})")
+    approvals: list[ApprovalAnswer] | None = None
+    function_responses: list[FunctionResponseIn] | None = None
+    streaming_mode: Literal["sse", "none"] = "sse"
+    resumable: bool = False
+
+
+class RunCancelled(BaseModel):
+    """The answer of ``POST /runs/{run_id}/cancel``."""
+
+    id: str
+    status: str
+
+
+class Health(BaseModel):
+    """The answer of ``GET /healthz``."""
+
+    status: Literal["ok", "stopping"]
+
+
+# -- the gateway ---------------------------------------------------------------------------------
+
+
+class Gateway:
+    """What the routes share: runners by agent, the run manager, auth and settings."""
+
+    def __init__(self, agents: Sequence[Agent], service: BaseSessionService,
+                 auth: Authenticator | None, settings: Settings, log: RunLog,
+                 owns_service: bool) -> None:
+        names = [agent.name for agent in agents]
+        if not agents:
+            raise UserError("create_app needs at least one agent")
+        if len(set(names)) != len(names):
+            raise UserError(f"agent names must be unique, got {names}")
+        self.runners = {agent.name: Runner(agent=agent, app_name=agent.name,
+                                           session_service=service, settings=settings)
+                        for agent in agents}
+        self.mappers = {agent.name: FrameMapper(_exposes(agent)) for agent in agents}
+        self.default_agent = names[0]
+        self.service = service
+        self.auth = auth
+        self.settings = settings
+        self.runs = RunManager(log, settings)
+        self.owns_service = owns_service
+
+    @property
+    def dev_mode(self) -> bool:
+        """No authenticator: one local user; serve only on loopback."""
+        return self.auth is None
+
+    async def user(self, request: Request) -> str:
+        """The caller, from the bearer token only (401 otherwise)."""
+        user = await user_of(self.auth, request.headers.get("authorization"))
+        request.scope.setdefault("state", {})["user"] = user
+        return user
+
+    async def find_session(self, user_id: str, session_id: str) -> tuple[str, Session]:
+        """The user's session and its agent; 404 for a missing one or another user's."""
+        for name in self.runners:
+            try:
+                session = await self.service.get_session(app_name=name, user_id=user_id,
+                                                         session_id=session_id)
+            except SessionError as exc:
+                raise _store_error(exc) from None
+            if session is not None:
+                return name, session
+        raise GatewayHTTPError("not_found", _NOT_FOUND_SESSION)
+
+    def begin_shutdown(self) -> None:
+        """Stop every run now (SIGTERM): streams end with ``server_shutdown``."""
+        if not self.runs.closing:
+            logger.info("shutting down: stopping %d runs", len(self.runs.runs))
+            self.runs.closing = True
+            for run in list(self.runs.runs.values()):
+                self.runs.stop(run, "server_shutdown")
+
+
+def create_app(
+    agent_or_agents: Agent | Sequence[Agent],
+    session_service: BaseSessionService | None = None,
+    auth: Authenticator | None = None,
+    settings: Settings | None = None,
+    *,
+    run_log: RunLog | None = None,
+) -> FastAPI:
+    """The gateway as a FastAPI app.
+
+    Args:
+        agent_or_agents: an agent, or several (addressed by name; the first is the default).
+        session_service: where sessions live (default: ``SqlSessionService`` on
+            ``Settings.database_url``, the embedded SQLite file).
+        auth: ``StaticTokenAuth``, ``JWTAuth`` or any async callable
+            ``token -> user_id | None``; ``None`` is dev mode (one local user).
+        settings: bounds (default: from ``HEADWATER_*`` environment variables).
+        run_log: where run frames go (default: in process).
+
+    Returns:
+        The app; ``app.state.gateway`` is its :class:`Gateway`.
+    """
+    settings = settings or get_settings()
+    agents = [agent_or_agents] if isinstance(agent_or_agents, Agent) else list(agent_or_agents)
+    owns_service = session_service is None
+    service = session_service or SqlSessionService(settings.database_url)
+    gateway = Gateway(agents, service, auth, settings, run_log or InMemoryRunLog(), owns_service)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        restore = _on_sigterm(gateway.begin_shutdown)
+        try:
+            yield
+        finally:
+            restore()
+            await gateway.runs.aclose()
+            if gateway.owns_service:
+                await gateway.service.close()
+
+    app = FastAPI(title="headwater gateway", version="1", lifespan=lifespan,
+                  responses={401: {"model": ErrorBody}, 422: {"model": ErrorBody}})
+    app.state.gateway = gateway
+    install_error_handlers(app)
+    app.add_middleware(RequestLimits, max_body_bytes=settings.max_body_bytes,
+                       body_read_timeout=settings.body_read_timeout)
+    _routes(app, gateway)
+    return app
+
+
+def _routes(app: FastAPI, gw: Gateway) -> None:
+    settings = gw.settings
+
+    @app.get("/healthz", response_model=Health, tags=["meta"])
+    async def healthz() -> Health:
+        return Health(status="stopping" if gw.runs.closing else "ok")
+
+    @app.post("/sessions", status_code=201, response_model=SessionOut, tags=["sessions"],
+              responses={404: {"model": ErrorBody}})
+    async def create_session(request: Request, body: SessionCreate | None = None) -> SessionOut:
+        user = await gw.user(request)
+        body = body or SessionCreate()
+        agent = body.agent or gw.default_agent
+        if agent not in gw.runners:
+            raise GatewayHTTPError("not_found", f"no agent named {agent!r}")
+        try:
+            session = await gw.service.create_session(app_name=agent, user_id=user,
+                                                      state=body.state)
+        except SessionError as exc:
+            raise _store_error(exc) from None
+        except TypeError:
+            raise GatewayHTTPError("invalid_request", "state must be a JSON object") from None
+        return _session_out(agent, session)
+
+    @app.get("/sessions", response_model=SessionList, tags=["sessions"])
+    async def list_sessions(
+        request: Request,
+        limit: Annotated[int, Query(ge=1)] = 50,
+        cursor: Annotated[str | None, Query(pattern=r"^\d{1,9}$")] = None,
+    ) -> SessionList:
+        user = await gw.user(request)
+        limit = min(limit, settings.max_page_size)
+        found: list[SessionOut] = []
+        try:
+            for name in gw.runners:
+                found += [_session_out(name, s) for s in
+                          await gw.service.list_sessions(app_name=name, user_id=user)]
+        except SessionError as exc:
+            raise _store_error(exc) from None
+        found.sort(key=lambda s: (s.updated_at, s.created_at), reverse=True)
+        start = int(cursor or 0)
+        page = found[start:start + limit]
+        more = start + limit < len(found)
+        return SessionList(items=page, next_cursor=str(start + limit) if more else None)
+
+    @app.get("/sessions/{session_id}", response_model=SessionOut, tags=["sessions"],
+             responses={404: {"model": ErrorBody}})
+    async def get_session(request: Request, session_id: str) -> SessionOut:
+        user = await gw.user(request)
+        agent, session = await gw.find_session(user, session_id)
+        return _session_out(agent, session)
+
+    @app.delete("/sessions/{session_id}", status_code=204, tags=["sessions"],
+                responses={404: {"model": ErrorBody}, 409: {"model": ErrorBody}})
+    async def delete_session(request: Request, session_id: str) -> Response:
+        user = await gw.user(request)
+        agent, _ = await gw.find_session(user, session_id)
+        if any(r.session_id == session_id and r.user_id == user and not r.ended
+               for r in gw.runs.runs.values()):
+            raise GatewayHTTPError("session_busy", "a run is in progress on this session")
+        try:
+            await gw.service.delete_session(app_name=agent, user_id=user, session_id=session_id)
+        except SessionError as exc:
+            raise _store_error(exc) from None
+        return Response(status_code=204)
+
+    @app.get("/sessions/{session_id}/events", response_model=EventList, tags=["sessions"],
+             responses={404: {"model": ErrorBody}})
+    async def list_events(
+        request: Request,
+        session_id: str,
+        limit: Annotated[int, Query(ge=1)] = 50,
+        cursor: Annotated[str | None, Query(pattern=r"^\d{1,18}$")] = None,
+    ) -> EventList:
+        user = await gw.user(request)
+        agent, _ = await gw.find_session(user, session_id)
+        try:
+            page = await gw.service.list_events(
+                app_name=agent, user_id=user, session_id=session_id,
+                after=int(cursor) if cursor else None, limit=min(limit, settings.max_page_size))
+        except SessionNotFoundError:
+            raise GatewayHTTPError("not_found", _NOT_FOUND_SESSION) from None
+        except SessionError as exc:
+            raise _store_error(exc) from None
+        mapper = gw.mappers[agent]
+        return EventList(items=[mapper.history_item(e) for e in page.events if not e.partial],
+                         next_cursor=str(page.next_cursor) if page.next_cursor else None)
+
+    @app.post("/sessions/{session_id}/runs", tags=["runs"],
+              response_class=Response,
+              responses={200: {"content": {"text/event-stream": {}},
+                               "description": "the run's frames (docs/frame-protocol.md)"},
+                         404: {"model": ErrorBody}, 409: {"model": ErrorBody},
+                         429: {"model": ErrorBody}, 503: {"model": ErrorBody}})
+    async def start_run(request: Request, session_id: str, body: RunRequest) -> Any:
+        user = await gw.user(request)
+        request_id = request_id_of(request)
+        if gw.runs.closing:
+            raise GatewayHTTPError("server_shutdown", "the server is stopping",
+                                   headers={"Retry-After": "1"})
+        message = _message_of(body)
+        agent, _ = await gw.find_session(user, session_id)
+        if not gw.runs.has_room(user):
+            raise GatewayHTTPError("too_many_streams", "too many concurrent streams",
+                                   headers={"Retry-After": "1"})
+        mode = StreamingMode.SSE if body.streaming_mode == "sse" else StreamingMode.NONE
+        runner = gw.runners[agent]
+        try:
+            stream = runner.run_async(user_id=user, session_id=session_id, new_message=message,
+                                      run_config=RunConfig(streaming_mode=mode))
+            await stream.start()
+        except SessionNotFoundError:
+            raise GatewayHTTPError("not_found", _NOT_FOUND_SESSION) from None
+        except SessionBusyError:
+            raise GatewayHTTPError("session_busy", "another run holds this session",
+                                   headers={"Retry-After": "1"}) from None
+        except SessionError as exc:
+            raise _store_error(exc) from None
+        except (ApprovalError, UserError) as exc:
+            raise GatewayHTTPError("invalid_request", str(exc), status=400) from None
+        run = await gw.runs.start(stream, user_id=user, session_id=session_id, agent=agent,
+                                  resumable=body.resumable, request_id=request_id,
+                                  mapper=gw.mappers[agent])
+        return _stream(gw, run, 0)
+
+    @app.get("/runs/{run_id}/stream", tags=["runs"], response_class=Response,
+             responses={200: {"content": {"text/event-stream": {}}},
+                        204: {"description": "the run has ended and nothing is left"},
+                        400: {"model": ErrorBody}, 404: {"model": ErrorBody},
+                        429: {"model": ErrorBody}})
+    async def follow_run(
+        request: Request,
+        run_id: str,
+        last_event_id_header: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
+        last_event_id: str | None = None,
+    ) -> Any:
+        user = await gw.user(request)
+        run = gw.runs.get(run_id, user)
+        if run is None:
+            raise GatewayHTTPError("not_found", _NOT_FOUND_RUN)
+        raw = last_event_id_header if last_event_id_header is not None else last_event_id
+        after = _event_id(raw)
+        if run.ended and after >= await gw.runs.log.last_id(run.id):
+            return Response(status_code=204)
+        if not gw.runs.has_room(user):
+            raise GatewayHTTPError("too_many_streams", "too many concurrent streams",
+                                   headers={"Retry-After": "1"})
+        return _stream(gw, run, after)
+
+    @app.post("/runs/{run_id}/cancel", response_model=RunCancelled, tags=["runs"],
+              responses={404: {"model": ErrorBody}})
+    async def cancel_run(request: Request, run_id: str) -> RunCancelled:
+        user = await gw.user(request)
+        run = gw.runs.get(run_id, user)
+        if run is None:
+            raise GatewayHTTPError("not_found", _NOT_FOUND_RUN)
+        await gw.runs.cancel(run)
+        return RunCancelled(id=run.id, status=run.status)
+
+
+def _stream(gw: Gateway, run: Run, after: int) -> SSEResponse:
+    frames, on_end = gw.runs.follow(run, after)
+    settings = gw.settings
+    return SSEResponse(frames, headers={"x-run-id": run.id},
+                       heartbeat_interval=settings.heartbeat_interval,
+                       send_timeout=settings.send_timeout, on_end=on_end)
+
+
+def _message_of(body: RunRequest) -> Content:
+    given = [body.message is not None, body.approvals is not None,
+             body.function_responses is not None]
+    if sum(given) != 1:
+        raise GatewayHTTPError("invalid_request",
+                               "send exactly one of message, approvals, function_responses")
+    if body.approvals is not None:
+        if not body.approvals:
+            raise GatewayHTTPError("invalid_request", "approvals is empty")
+        parts: list[Part] = []
+        for answer in body.approvals:
+            parts += approval_response(answer.call_id, answer.approved, answer.reason,
+                                       args_sha256=answer.args_sha256).parts
+        return Content("user", parts)
+    if body.function_responses is not None:
+        if not body.function_responses:
+            raise GatewayHTTPError("invalid_request", "function_responses is empty")
+        return Content("user", [Part(function_response=FunctionResponse(
+            id=r.id, name=r.name, response=r.response)) for r in body.function_responses])
+    if isinstance(body.message, str):
+        if not body.message.strip():
+            raise GatewayHTTPError("invalid_request", "the message is empty")
+        return Content("user", [Part(text=body.message)])
+    try:
+        content = _CONTENT.validate_python(body.message)
+    except ValidationError:
+        raise GatewayHTTPError("invalid_request",
+                               "message is not text or a Content object") from None
+    if content.role != "user" or not content.parts:
+        raise GatewayHTTPError("invalid_request", "a message has role 'user' and some parts")
+    return content
+
+
+def _event_id(raw: str | None) -> int:
+    if raw is None or raw == "":
+        return 0
+    if not raw.isascii() or not raw.isdigit() or len(raw) > 18:
+        raise GatewayHTTPError("invalid_request", "Last-Event-ID is a frame id (digits)",
+                               status=400)
+    return int(raw)
+
+
+def _session_out(agent: str, session: Session) -> SessionOut:
+    return SessionOut(id=session.id, agent=agent, created_at=session.create_time,
+                      updated_at=session.last_update_time, state=session.state)
+
+
+def _store_error(exc: SessionError) -> GatewayHTTPError:
+    logger.warning("the session store failed: %s", type(exc).__name__)
+    return GatewayHTTPError("store_unavailable", "the session store failed",
+                            headers={"Retry-After": "1"})
+
+
+def _exposes(agent: Agent) -> Any:
+    exposed = frozenset(name for name, tool in agent.tools_by_name.items()
+                        if tool.options.expose_result)
+    return exposed.__contains__
+
+
+def _on_sigterm(callback: Any) -> Any:
+    """Run ``callback`` on the loop when SIGTERM arrives, then the handler before it.
+
+    Chained in front of whatever server installed its own (uvicorn's), so open
+    streams end with ``server_shutdown`` before the server waits for them.
+    Returns the function that puts the previous handler back.
+    """
+    previous = signal.getsignal(signal.SIGTERM)
+    if threading.current_thread() is not threading.main_thread() or not callable(previous):
+        return lambda: None  # no server handler to chain to: the lifespan's end still stops runs
+    loop = asyncio.get_running_loop()
+
+    def handler(signum: int, frame: Any) -> None:
+        loop.call_soon_threadsafe(callback)
+        previous(signum, frame)
+
+    signal.signal(signal.SIGTERM, handler)
+
+    def restore() -> None:
+        if signal.getsignal(signal.SIGTERM) is handler:
+            signal.signal(signal.SIGTERM, previous)
+    return restore
+
+

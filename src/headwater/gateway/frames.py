@@ -1,0 +1,166 @@
+"""Events to typed frames: the one home of what the browser may see.
+
+A run's events become the frames of docs/frame-protocol.md (``delta``,
+``message``, ``tool_call``, ``tool_progress``, ``tool_result``,
+``approval_required``, then one terminal ``error`` or ``done``), and a stored
+event becomes one history item with the same summaries. Tool arguments and
+results leave only as summaries (names, ids, status, size, a hash) unless the
+tool sets ``expose_result=True``; partial tool calls never leave at all.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, Final
+
+from ..errors import ERROR_MESSAGES, ErrorCode
+from ..events import Event
+from ..types import FunctionResponse, Usage
+
+FramePayload = tuple[str, dict[str, Any]]
+"""A frame before it is numbered and encoded: its type and its data."""
+
+RETRYABLE: Final[frozenset[str]] = frozenset({
+    "provider_unavailable", "provider_timeout", "rate_limited", "too_many_streams",
+    "session_busy", "server_shutdown", "store_unavailable",
+})
+"""Error codes after which the same request may succeed later."""
+
+_compact = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+
+
+def result_status(response: Mapping[str, Any]) -> str:
+    """``"error"`` for an error result (it carries an ``"error"`` key), else ``"ok"``."""
+    return "error" if "error" in response else "ok"
+
+
+def result_size(response: Mapping[str, Any]) -> int:
+    """The size of a result's JSON in UTF-8 bytes (what the model was given, before bounds)."""
+    return len(_compact(response).encode())
+
+
+def error_frame(code: ErrorCode | str, request_id: str) -> FramePayload:
+    """The terminal ``error`` frame of a code (never any provider or exception text)."""
+    return "error", {"code": code, "retryable": code in RETRYABLE, "request_id": request_id}
+
+
+def done_frame(usage: Usage) -> FramePayload:
+    """The terminal ``done`` frame with the run's summed usage."""
+    return "done", {"usage": {"input_tokens": usage.input_tokens,
+                              "output_tokens": usage.output_tokens}}
+
+
+class FrameMapper:
+    """Turns a run's events into frame payloads for one agent's tools.
+
+    Args:
+        exposes: whether a tool (by name) set ``expose_result=True``; its
+            arguments and results go out raw.
+    """
+
+    __slots__ = ("exposes",)
+
+    def __init__(self, exposes: Callable[[str], bool]) -> None:
+        self.exposes = exposes
+
+    def frames(self, event: Event) -> Iterator[FramePayload]:
+        """The frames an event gives, in order (none for a partial tool call or a thought).
+
+        An error event gives its terminal ``error`` frame only through
+        :func:`error_frame`: the caller ends the run on it.
+        """
+        content = event.content
+        if event.partial:
+            progress = event.tool_progress
+            if progress is not None:
+                item = progress.event
+                yield "tool_progress", {"call_id": progress.call_id, "name": progress.tool_name,
+                                        "type": item.type, "index": item.index,
+                                        "delta": item.delta}
+                return
+            if content is not None and content.role == "model":
+                text = content.text
+                if text:
+                    data = {"author": event.author, "text": text}
+                    if event.branch:
+                        data["branch"] = event.branch
+                    yield "delta", data
+            return
+        if content is not None and content.role == "model":
+            text = content.text
+            if text:
+                message: dict[str, Any] = {"author": event.author, "id": event.id, "text": text,
+                                           "final": event.is_final_response()}
+                if event.interrupted:
+                    message["interrupted"] = True
+                if event.branch:
+                    message["branch"] = event.branch
+                yield "message", message
+            calls = content.function_calls
+            if calls:
+                yield "tool_call", {"names": [c.name for c in calls],
+                                    "calls": [self._call(c.id, c.name, c.args) for c in calls]}
+        elif content is not None:
+            responses = content.function_responses
+            if responses:
+                yield "tool_result", {"count": len(responses),
+                                      "results": [self._result(r) for r in responses]}
+        for request in event.actions.requested_approvals:
+            approval: dict[str, Any] = {"call_id": request.call_id, "name": request.tool_name,
+                                        "args_sha256": request.args_sha256}
+            if self.exposes(request.tool_name):
+                approval["args"] = request.args
+            yield "approval_required", approval
+
+    def history_item(self, event: Event) -> dict[str, Any]:
+        """One stored event as the history endpoint shows it (summaries as in frames)."""
+        content = event.content
+        item: dict[str, Any] = {
+            "id": event.id, "invocation_id": event.invocation_id, "author": event.author,
+            "timestamp": event.timestamp, "role": content.role if content is not None else None,
+            "text": content.text if content is not None else "",
+            "final": event.author != "user" and event.is_final_response(),
+        }
+        if event.branch:
+            item["branch"] = event.branch
+        if event.interrupted:
+            item["interrupted"] = True
+        if content is not None:
+            calls = content.function_calls
+            if calls:
+                item["calls"] = [self._call(c.id, c.name, c.args) for c in calls]
+            responses = content.function_responses
+            if responses:
+                item["results"] = [self._result(r) for r in responses]
+        actions = event.actions
+        if actions.requested_approvals:
+            item["approvals_requested"] = [
+                {"call_id": r.call_id, "name": r.tool_name, "args_sha256": r.args_sha256,
+                 **({"args": r.args} if self.exposes(r.tool_name) else {})}
+                for r in actions.requested_approvals]
+        if actions.approval_decisions:
+            item["approval_decisions"] = [
+                {"call_id": d.call_id, "approved": d.approved, "reason": d.reason}
+                for d in actions.approval_decisions]
+        if event.error_code is not None:
+            item["error"] = {"code": event.error_code,
+                             "message": ERROR_MESSAGES.get(event.error_code, "")}
+        if event.usage is not None:
+            item["usage"] = {"input_tokens": event.usage.input_tokens,
+                             "output_tokens": event.usage.output_tokens}
+        return item
+
+    def _call(self, call_id: str, name: str, args: Mapping[str, Any]) -> dict[str, Any]:
+        call: dict[str, Any] = {"id": call_id, "name": name}
+        if self.exposes(name):
+            call["args"] = args
+        return call
+
+    def _result(self, response: FunctionResponse) -> dict[str, Any]:
+        body = response.response
+        result: dict[str, Any] = {"id": response.id, "name": response.name,
+                                  "status": result_status(body), "size": result_size(body)}
+        if self.exposes(response.name):
+            result["response"] = body
+        return result

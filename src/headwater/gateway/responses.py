@@ -1,0 +1,145 @@
+"""The SSE response: frames out, heartbeats while idle, and disposal when the client goes.
+
+One writer per connection (ASGI forbids concurrent sends): it takes frames from
+a small queue that a reader task fills from the run log, sends a heartbeat
+comment after ``heartbeat_interval`` of silence, and gives each send at most
+``send_timeout``. A disconnect (``http.disconnect``), a failed send or a client
+that stops reading past the timeout ends the response and calls
+``on_gone``; the terminal frame ends it normally.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncGenerator, Callable, Mapping
+from typing import Any
+
+from starlette.responses import Response
+from starlette.types import Message, Receive, Scope, Send
+
+from .sse import Frame, heartbeat, retry_hint
+
+logger = logging.getLogger("headwater.gateway")
+
+SSE_HEADERS: Mapping[str, str] = {
+    "content-type": "text/event-stream; charset=utf-8",
+    "cache-control": "no-store",
+    "x-accel-buffering": "no",
+    "content-encoding": "identity",
+}
+"""Headers of every SSE response: never cached, never buffered by a proxy, never compressed."""
+
+_END = object()
+
+
+class SSEResponse(Response):
+    """An ASGI response streaming ``frames`` as Server-Sent Events.
+
+    Args:
+        frames: the frames to send, ending after a terminal one.
+        headers: extra response headers (``X-Run-Id``).
+        heartbeat_interval: seconds of silence before a heartbeat comment.
+        send_timeout: seconds one send may take before the client counts as gone.
+        on_end: called once when the response ends, with ``True`` when the
+            client went away (disconnect, failed or stalled send) before the
+            terminal frame.
+        retry_ms: sent as an SSE ``retry:`` hint before an error frame whose
+            data is retryable (the client's reconnection delay).
+    """
+
+    def __init__(self, frames: AsyncGenerator[Frame, None], *, headers: Mapping[str, str],
+                 heartbeat_interval: float, send_timeout: float,
+                 on_end: Callable[[bool], None], retry_ms: int = 1000,
+                 queue_size: int = 64) -> None:
+        self.status_code = 200
+        self.background = None
+        self.frames = frames
+        self.sse_headers = {**SSE_HEADERS, **headers}
+        self.heartbeat_interval = heartbeat_interval
+        self.send_timeout = send_timeout
+        self.on_end = on_end
+        self.retry_ms = retry_ms
+        self.queue_size = queue_size
+        self.sent = 0
+        self._client_gone = False
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        gone = True
+        queue: asyncio.Queue[Any] = asyncio.Queue(self.queue_size)
+        writer = asyncio.current_task()
+        assert writer is not None
+        reader = asyncio.ensure_future(self._read(queue))
+        watcher = asyncio.ensure_future(self._watch(receive, writer))
+        try:
+            await self._send(send, {"type": "http.response.start", "status": 200,
+                                    "headers": [(k.encode("latin-1"), v.encode("latin-1"))
+                                                for k, v in self.sse_headers.items()]})
+            gone = not await self._pump(queue, send)
+            if not gone:
+                await self._send(send, {"type": "http.response.body", "body": b"",
+                                        "more_body": False})
+        except (OSError, TimeoutError):  # a failed or stalled send: the client is gone
+            gone = True
+        except asyncio.CancelledError:
+            if not self._client_gone:
+                raise
+            writer.uncancel()  # our own watcher stopped the writer: the client left
+            gone = True
+        finally:
+            watcher.cancel()
+            reader.cancel()
+            await asyncio.gather(reader, watcher, return_exceptions=True)
+            self.on_end(gone)
+
+    async def _pump(self, queue: asyncio.Queue[Any], send: Send) -> bool:
+        """Send frames until the terminal one (``True``); a heartbeat after each silence."""
+        while True:
+            try:
+                item = queue.get_nowait()
+            except asyncio.QueueEmpty:
+                try:
+                    async with asyncio.timeout(self.heartbeat_interval):
+                        item = await queue.get()
+                except TimeoutError:
+                    await self._send(send, _body(heartbeat()))
+                    continue
+            if item is _END:
+                return True
+            frame: Frame = item
+            body = frame.raw
+            if frame.type == "error" and frame.data.get("retryable"):
+                body = retry_hint(self.retry_ms) + body
+            await self._send(send, _body(body))
+            self.sent += 1
+            if frame.terminal:
+                return True
+
+    async def _read(self, queue: asyncio.Queue[Any]) -> None:
+        try:
+            async with contextlib.aclosing(self.frames) as frames:
+                async for frame in frames:
+                    await queue.put(frame)
+            await queue.put(_END)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # the log failed: end the stream, do not hang
+            logger.warning("reading a run's frames failed: %s", type(exc).__name__)
+            await queue.put(_END)
+
+    async def _watch(self, receive: Receive, writer: asyncio.Task[Any]) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                self._client_gone = True
+                writer.cancel()
+                return
+
+    async def _send(self, send: Send, message: Message) -> None:
+        async with asyncio.timeout(self.send_timeout):
+            await send(message)
+
+
+def _body(data: bytes) -> Message:
+    return {"type": "http.response.body", "body": data, "more_body": True}

@@ -1,0 +1,241 @@
+"""Runs in flight: one task per run writes its frames to the run log; streams follow it.
+
+A run belongs to the user who started it. Its task iterates the runner's
+:class:`~headwater.runner.RunStream`, maps each event to frames
+(:mod:`.frames`) and appends them to the :class:`~.runlog.RunLog`, ending with
+exactly one terminal frame. HTTP responses only follow the log, so a run that
+is ``resumable`` outlives its connection (for ``detached_ttl``) and any number
+of clients can follow it from any frame; a run that is not is cancelled as soon
+as its last follower leaves. Stopping a run cancels its task: the runner closes
+the model stream, cancels tools and seals history before the terminal frame.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import defaultdict
+from collections.abc import AsyncGenerator, Callable
+from dataclasses import dataclass, field
+from typing import Literal
+
+from ..errors import HeadwaterError, LeaseLostError, RunLogFull
+from ..runner import RunStream
+from ..settings import Settings
+from .frames import FrameMapper, FramePayload, done_frame, error_frame
+from .runlog import RunLog
+from .sse import Frame
+
+logger = logging.getLogger("headwater.gateway")
+
+StopReason = Literal["cancelled", "disconnected", "detached_ttl", "server_shutdown"]
+RunStatus = Literal["running", "done", "error", "cancelled", "interrupted"]
+
+
+@dataclass(slots=True, eq=False)
+class Run:
+    """One run the gateway holds: who owns it, where its frames go, how it ends."""
+
+    id: str
+    user_id: str
+    session_id: str
+    agent: str
+    resumable: bool
+    request_id: str
+    stream: RunStream
+    started: float = field(default_factory=time.monotonic)
+    status: RunStatus = "running"
+    frames: int = 0
+    followers: int = 0
+    stop_reason: StopReason | None = None
+    task: asyncio.Task[None] | None = None
+    detached: asyncio.TimerHandle | None = None
+    forget: asyncio.TimerHandle | None = None
+
+    @property
+    def ended(self) -> bool:
+        """Whether the run's terminal frame has been written."""
+        return self.status != "running"
+
+
+class RunManager:
+    """The runs of one gateway process: start, follow, stop, limits, shutdown.
+
+    Args:
+        log: where frames go (in process by default).
+        settings: ``detached_ttl``, ``run_retention``, ``max_streams_per_user``.
+    """
+
+    def __init__(self, log: RunLog, settings: Settings) -> None:
+        self.log = log
+        self.settings = settings
+        self.runs: dict[str, Run] = {}
+        self.streams: defaultdict[str, int] = defaultdict(int)
+        self.closing = False
+
+    # -- starting ------------------------------------------------------------------------------
+
+    def has_room(self, user_id: str) -> bool:
+        """Whether the user may open one more stream."""
+        return self.streams[user_id] < self.settings.max_streams_per_user
+
+    async def start(self, stream: RunStream, *, user_id: str, session_id: str, agent: str,
+                    resumable: bool, request_id: str, mapper: FrameMapper) -> Run:
+        """Adopt a started run (``stream.start()`` done) and begin writing its frames."""
+        run = Run(id=stream.invocation_id, user_id=user_id, session_id=session_id, agent=agent,
+                  resumable=resumable, request_id=request_id, stream=stream)
+        await self.log.open(run.id)
+        self.runs[run.id] = run
+        run.task = asyncio.ensure_future(self._drive(run, mapper))
+        return run
+
+    def get(self, run_id: str, user_id: str) -> Run | None:
+        """The user's run of that id; ``None`` for a missing run or another user's."""
+        run = self.runs.get(run_id)
+        return run if run is not None and run.user_id == user_id else None
+
+    # -- following -----------------------------------------------------------------------------
+
+    def follow(self, run: Run,
+               after: int) -> tuple[AsyncGenerator[Frame, None], Callable[[bool], None]]:
+        """The frames after ``after`` and the callback for when the follower ends.
+
+        The follower counts against its user's stream limit until the callback.
+        """
+        run.followers += 1
+        self.streams[run.user_id] += 1
+        if run.detached is not None:
+            run.detached.cancel()
+            run.detached = None
+        ended = False
+
+        def on_end(gone: bool) -> None:
+            nonlocal ended
+            if ended:
+                return
+            ended = True
+            run.followers -= 1
+            self.streams[run.user_id] -= 1
+            if self.streams[run.user_id] <= 0:
+                del self.streams[run.user_id]
+            if run.ended or run.followers > 0:
+                return
+            if not run.resumable:
+                if gone:  # the one reader left: nobody will see the rest
+                    self.stop(run, "disconnected")
+                return
+            run.detached = asyncio.get_running_loop().call_later(
+                self.settings.detached_ttl, self.stop, run, "detached_ttl")
+
+        return self.log.follow(run.id, after), on_end
+
+    # -- stopping ------------------------------------------------------------------------------
+
+    def stop(self, run: Run, reason: StopReason) -> None:
+        """Cancel a run's task (idempotent); its frames end with ``error``."""
+        if run.ended or run.task is None or run.stop_reason is not None:
+            return
+        run.stop_reason = reason
+        if reason == "server_shutdown":
+            run.stream.seal_reason = "interrupted"
+        run.task.cancel()
+
+    async def cancel(self, run: Run) -> None:
+        """Stop a run and wait for its terminal frame (bounded by ``shutdown_grace``)."""
+        self.stop(run, "cancelled")
+        if run.task is not None:
+            with contextlib.suppress(asyncio.CancelledError, TimeoutError):
+                await asyncio.wait_for(asyncio.shield(run.task),
+                                       max(self.settings.shutdown_grace, 1.0))
+
+    async def shutdown(self, grace: float) -> None:
+        """Stop every run as interrupted; wait up to ``grace`` for their terminal frames."""
+        self.closing = True
+        tasks = [run.task for run in self.runs.values() if run.task is not None and not run.ended]
+        for run in list(self.runs.values()):
+            self.stop(run, "server_shutdown")
+        if tasks:
+            await asyncio.wait(tasks, timeout=max(grace, 0.1))
+
+    async def aclose(self) -> None:
+        """Stop everything and drop the log (after :meth:`shutdown`)."""
+        await self.shutdown(self.settings.shutdown_grace)
+        for run in self.runs.values():
+            if run.forget is not None:
+                run.forget.cancel()
+        self.runs.clear()
+        await self.log.close()
+
+    # -- the run's task ------------------------------------------------------------------------
+
+    async def _drive(self, run: Run, mapper: FrameMapper) -> None:
+        terminal: FramePayload | None = None
+        try:
+            async for event in run.stream:
+                if event.error_code is not None:
+                    terminal = error_frame(event.error_code, run.request_id)
+                    break
+                for payload in mapper.frames(event):
+                    await self._append(run, payload)
+            else:
+                terminal = done_frame(run.stream.usage)
+        except asyncio.CancelledError:
+            reason = run.stop_reason or "cancelled"
+            code = "server_shutdown" if reason == "server_shutdown" else "cancelled"
+            terminal = error_frame(code, run.request_id)
+            run.status = "interrupted" if code == "server_shutdown" else "cancelled"
+        except RunLogFull:
+            terminal = error_frame("budget_exceeded", run.request_id)
+        except LeaseLostError:
+            terminal = error_frame("session_busy", run.request_id)
+        except HeadwaterError as exc:
+            logger.warning("run %s failed: %s", run.id, type(exc).__name__)
+            terminal = error_frame(exc.code, run.request_id)
+        except Exception:
+            logger.exception("run %s failed", run.id)
+            terminal = error_frame("internal", run.request_id)
+        finally:
+            with contextlib.suppress(Exception):
+                await run.stream.aclose()
+            if terminal is None:
+                terminal = error_frame("internal", run.request_id)
+            if run.status == "running":
+                run.status = "done" if terminal[0] == "done" else "error"
+            try:
+                await self._append(run, terminal)
+            except Exception:
+                logger.exception("run %s: writing its terminal frame failed", run.id)
+            self._ended(run)
+
+    async def _append(self, run: Run, payload: FramePayload) -> None:
+        await self.log.append(run.id, payload[0], payload[1])
+        run.frames += 1
+
+    def _ended(self, run: Run) -> None:
+        if run.detached is not None:
+            run.detached.cancel()
+            run.detached = None
+        logger.info(
+            "run %s %s", run.id, run.status,
+            extra={"user": run.user_id, "session": run.session_id, "run": run.id,
+                   "agent": run.agent, "status": run.status, "stop_reason": run.stop_reason,
+                   "duration_ms": round((time.monotonic() - run.started) * 1000, 1),
+                   "frames": run.frames, "request_id": run.request_id})
+        retention = self.settings.run_retention
+        if self.closing or retention <= 0:
+            self._forget(run)
+        else:
+            run.forget = asyncio.get_running_loop().call_later(retention, self._forget, run)
+
+    def _forget(self, run: Run) -> None:
+        if self.runs.get(run.id) is run:
+            del self.runs[run.id]
+        task = asyncio.ensure_future(self.log.forget(run.id))
+        task.add_done_callback(_quiet)
+
+
+def _quiet(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        logger.warning("forgetting a run's frames failed: %s", type(task.exception()).__name__)

@@ -1,0 +1,93 @@
+"""``headwater serve module:attr``: an app, an agent or a list of agents under uvicorn."""
+
+from __future__ import annotations
+
+import importlib
+import math
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import uvicorn
+
+from ..agents.agent import Agent
+from ..errors import UserError
+from ..settings import get_settings
+from .app import Gateway, create_app
+from .auth import is_loopback
+
+TARGET_ENV = "HEADWATER_SERVE_TARGET"
+"""Where ``--reload`` passes the target to the worker it restarts."""
+
+
+def load_target(spec: str) -> Any:
+    """The ASGI app named by ``module:attr`` (an agent or a list of agents becomes a gateway).
+
+    Raises:
+        UserError: the spec is malformed, the module or attribute is missing, or
+            the attribute is neither an ASGI app nor agents.
+    """
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise UserError(f"expected module:attr, got {spec!r}")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name and module_name.startswith(exc.name):
+            raise UserError(f"no module named {module_name!r}") from None
+        raise
+    target: Any = module
+    for name in attr.split("."):
+        if not hasattr(target, name):
+            raise UserError(f"module {module_name!r} has no attribute {attr!r}")
+        target = getattr(target, name)
+    if isinstance(target, Agent):
+        return create_app(target)
+    if isinstance(target, Sequence) and not isinstance(target, str) and target and all(
+            isinstance(a, Agent) for a in target):
+        return create_app(list(target))
+    if callable(target):
+        return target
+    raise UserError(f"{spec} is {type(target).__name__}: expected an ASGI app, an Agent "
+                    "or a list of agents")
+
+
+def app_from_env() -> Any:
+    """The app of ``$HEADWATER_SERVE_TARGET`` (the factory ``--reload`` workers call)."""
+    return load_target(os.environ[TARGET_ENV])
+
+
+def check_bind(app: Any, host: str, insecure_dev: bool) -> None:
+    """Refuse to serve a dev-mode gateway (no auth) on a non-loopback address.
+
+    Raises:
+        UserError: dev mode, a non-loopback host and no ``insecure_dev``.
+    """
+    state = getattr(app, "state", None)
+    gateway = getattr(state, "gateway", None)
+    if (isinstance(gateway, Gateway) and gateway.dev_mode and not is_loopback(host)
+            and not insecure_dev):
+        raise UserError(
+            f"refusing to serve without auth on {host}: anyone who can reach it acts as the "
+            "one local user. Pass auth= to create_app, bind 127.0.0.1, or add --insecure-dev")
+
+
+def serve(spec: str, *, host: str = "127.0.0.1", port: int = 8000, reload: bool = False,
+          insecure_dev: bool = False, log_level: str = "info") -> None:
+    """Run ``spec`` under uvicorn until it is stopped (SIGINT, SIGTERM).
+
+    Raises:
+        UserError: as :func:`load_target` and :func:`check_bind`.
+    """
+    app = load_target(spec)
+    check_bind(app, host, insecure_dev)
+    grace = max(1, math.ceil(get_settings().shutdown_grace))
+    if reload:
+        os.environ[TARGET_ENV] = spec
+        uvicorn.run("headwater.gateway.serve:app_from_env", factory=True, host=host, port=port,
+                    reload=True, log_level=log_level, timeout_graceful_shutdown=grace)
+        return
+    uvicorn.run(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=grace)

@@ -1,0 +1,52 @@
+"""Gateway test fixtures: ``serve(app)`` runs an ASGI app under uvicorn on loopback."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable
+from typing import Any, Protocol
+
+import pytest
+import uvicorn
+from starlette.types import ASGIApp
+
+
+class Serve(Protocol):
+    """Start ``app`` on 127.0.0.1 (a free port) and answer its base URL."""
+
+    def __call__(self, app: ASGIApp, **config: Any) -> Awaitable[str]: ...
+
+
+@pytest.fixture
+async def serve() -> AsyncIterator[Serve]:
+    """Run apps under a real uvicorn server on 127.0.0.1; each is stopped after the test.
+
+    ``base_url = await serve(app)``; keyword arguments go to ``uvicorn.Config``
+    (``log_level="warning"`` and ``lifespan="off"`` unless given).
+    """
+    running: list[tuple[uvicorn.Server, asyncio.Task[None]]] = []
+
+    async def start(app: ASGIApp, **config: Any) -> str:
+        options = {"log_level": "warning", "lifespan": "off", **config}
+        server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, **options))
+        task = asyncio.create_task(server.serve())
+        running.append((server, task))
+        while not server.started:
+            if task.done():
+                task.result()  # raises what stopped it
+                raise RuntimeError("uvicorn exited before it started")
+            await asyncio.sleep(0.005)
+        port = server.servers[0].sockets[0].getsockname()[1]
+        return f"http://127.0.0.1:{port}"
+
+    yield start
+    for server, _ in running:
+        server.should_exit = True
+    for server, task in running:
+        try:
+            await asyncio.wait_for(asyncio.shield(task), 5)
+        except TimeoutError:
+            server.force_exit = True  # a connection that will not close
+            with contextlib.suppress(asyncio.CancelledError):
+                await task

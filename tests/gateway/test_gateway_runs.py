@@ -1,0 +1,219 @@
+"""Gateway runs beyond the worked example, over real HTTP: approvals, long-running
+completions, error frames, several agents, pages, the OpenAPI schema and run logs."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import httpx
+import pytest
+
+from headwater import Agent, tool
+from headwater.errors import ModelHTTPError
+from headwater.gateway import StaticTokenAuth, create_app
+from headwater.models.scripted import ScriptedTurn
+from headwater.sessions import InMemorySessionService
+from headwater.settings import Settings
+from headwater.testing import ScriptedModel
+from headwater.tools import args_sha256
+
+from .test_gateway import A, new_session, post_run
+
+AUTH = StaticTokenAuth({"token-a": "alice", "token-b": "bob"})
+deployed: list[str] = []
+
+
+@tool(requires_approval=True)
+def deploy(env: str) -> str:
+    """Deploy the service.
+
+    Args:
+        env: where to.
+    """
+    deployed.append(env)
+    return f"deployed to {env}"
+
+
+@tool(long_running=True)
+def start_export(table: str) -> dict[str, str]:
+    """Start an export job.
+
+    Args:
+        table: the table.
+    """
+    return {"ticket": f"job-{table}"}
+
+
+def quick(**overrides: Any) -> Settings:
+    return Settings(**{"session_lock_timeout": 0, "heartbeat_interval": 5.0, **overrides})
+
+
+@pytest.fixture
+async def client_for(serve: Any) -> AsyncIterator[Callable[[Any], Awaitable[httpx.AsyncClient]]]:
+    clients: list[httpx.AsyncClient] = []
+
+    async def make(app: Any) -> httpx.AsyncClient:
+        client = httpx.AsyncClient(base_url=await serve(app), timeout=10)
+        clients.append(client)
+        return client
+
+    yield make
+    for client in clients:
+        await client.aclose()
+
+
+async def test_a_run_that_needs_approval_pauses_then_an_answer_continues_it(
+        client_for: Any) -> None:
+    deployed.clear()
+    model = ScriptedModel().call("deploy", {"env": "prod"}, call_id="d1").reply("Deployed.")
+    app = create_app(Agent(name="ops", model=model, tools=[deploy]), auth=AUTH,
+                     session_service=InMemorySessionService(), settings=quick())
+    client = await client_for(app)
+    sid = await new_session(client)
+    paused = await post_run(client, sid, {"message": "deploy to prod"})
+    assert [t for _, t, _ in paused.frames] == ["tool_call", "approval_required", "done"]
+    request = paused.frames[1][2]
+    assert request == {"call_id": "d1", "name": "deploy",
+                       "args_sha256": args_sha256({"env": "prod"})}
+    assert deployed == []
+    wrong = await client.post(f"/sessions/{sid}/runs", headers=A, json={
+        "approvals": [{"call_id": "d1", "approved": True, "args_sha256": "0" * 64}]})
+    assert wrong.status_code == 400 and wrong.json()["error"]["code"] == "invalid_request"
+    answered = await post_run(client, sid, {"approvals": [
+        {"call_id": "d1", "approved": True, "args_sha256": request["args_sha256"]}]})
+    assert [t for _, t, _ in answered.frames] == ["tool_result", "delta", "message", "done"]
+    assert deployed == ["prod"]
+    items = (await client.get(f"/sessions/{sid}/events", headers=A)).json()["items"]
+    assert any(i.get("approvals_requested") for i in items)
+    assert any(i.get("approval_decisions") == [{"call_id": "d1", "approved": True,
+                                                "reason": None}] for i in items)
+
+
+async def test_a_long_running_call_is_completed_with_function_responses(
+        client_for: Any) -> None:
+    model = (ScriptedModel().call("start_export", {"table": "orders"}, call_id="x1")
+             .reply("The export has 42 rows."))
+    app = create_app(Agent(name="bot", model=model, tools=[start_export]), auth=AUTH,
+                     session_service=InMemorySessionService(), settings=quick())
+    client = await client_for(app)
+    sid = await new_session(client)
+    first = await post_run(client, sid, {"message": "export orders"})
+    assert [t for _, t, _ in first.frames] == ["tool_call", "tool_result", "done"]  # pending
+    done = await post_run(client, sid, {"function_responses": [
+        {"id": "x1", "name": "start_export", "response": {"rows": 42}}]})
+    assert done.frames[-2][2]["text"] == "The export has 42 rows."
+    assert model.requests[-1].contents[2].function_responses[0].response == {"rows": 42}
+    unknown = await client.post(f"/sessions/{sid}/runs", headers=A, json={
+        "function_responses": [{"id": "nope", "name": "start_export", "response": {}}]})
+    assert unknown.status_code == 400
+
+
+async def test_a_provider_failure_ends_with_one_error_frame_and_no_provider_text(
+        client_for: Any) -> None:
+    failure = ModelHTTPError("upstream said: secret-key-123 is invalid", status_code=401,
+                             retryable=False)
+    model = ScriptedModel().add(ScriptedTurn(raise_error=failure))
+    app = create_app(Agent(name="bot", model=model), auth=AUTH,
+                     session_service=InMemorySessionService(), settings=quick())
+    client = await client_for(app)
+    got = await post_run(client, await new_session(client), {"message": "hi"})
+    assert [t for _, t, _ in got.frames] == ["error"]
+    error = got.frames[0][2]
+    assert set(error) == {"code", "retryable", "request_id"}
+    assert error["code"].startswith("provider_") and error["retryable"] is False
+    assert b"secret-key-123" not in got.raw and b"upstream" not in got.raw
+
+
+async def test_a_content_message_and_a_second_agent(client_for: Any) -> None:
+    first = Agent(name="first", model=ScriptedModel().reply("from first"))
+    second = Agent(name="second", model=ScriptedModel().reply("from ", "second"))
+    app = create_app([first, second], auth=AUTH, session_service=InMemorySessionService(),
+                     settings=quick())
+    client = await client_for(app)
+    created = await client.post("/sessions", json={"agent": "second", "state": {"k": 1}},
+                                headers=A)
+    assert created.status_code == 201
+    session = created.json()
+    assert session["agent"] == "second" and session["state"] == {"k": 1}
+    assert session["created_at"] > 0 and session["updated_at"] >= session["created_at"]
+    got = await post_run(client, session["id"], {"message": {
+        "role": "user", "parts": [{"text": "hello"}]}})
+    assert got.frames[-2][2] | {"id": ""} == {"author": "second", "id": "",
+                                                "text": "from second", "final": True}
+    missing = await client.post("/sessions", json={"agent": "third"}, headers=A)
+    assert missing.status_code == 404
+    assert (await client.get(f"/sessions/{session['id']}", headers=A)).json()["agent"] == "second"
+
+
+async def test_sessions_and_events_are_paginated_and_delete_works(client_for: Any) -> None:
+    model = ScriptedModel(responder=lambda request: ScriptedTurn(text=["ok"]))
+    app = create_app(Agent(name="bot", model=model), auth=AUTH,
+                     session_service=InMemorySessionService(), settings=quick())
+    client = await client_for(app)
+    sids = [await new_session(client) for _ in range(5)]
+    seen: list[str] = []
+    cursor: str | None = None
+    while True:
+        params: dict[str, Any] = {"limit": 2, **({"cursor": cursor} if cursor else {})}
+        page = (await client.get("/sessions", params=params, headers=A)).json()
+        seen += [s["id"] for s in page["items"]]
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+    assert sorted(seen) == sorted(sids) and seen[0] == sids[-1]  # newest first
+    for text in ("one", "two", "three"):
+        await post_run(client, sids[0], {"message": text})
+    items: list[dict[str, Any]] = []
+    cursor = None
+    while True:
+        params = {"limit": 4, **({"cursor": cursor} if cursor else {})}
+        page = (await client.get(f"/sessions/{sids[0]}/events", params=params,
+                                 headers=A)).json()
+        items += page["items"]
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+    assert [i["text"] for i in items] == ["one", "ok", "two", "ok", "three", "ok"]
+    assert (await client.delete(f"/sessions/{sids[0]}", headers=A)).status_code == 204
+    assert (await client.get(f"/sessions/{sids[0]}", headers=A)).status_code == 404
+    assert (await client.get("/sessions", params={"cursor": "x"}, headers=A)).status_code == 422
+
+
+async def test_the_openapi_schema_names_the_typed_models(client_for: Any) -> None:
+    app = create_app(Agent(name="bot", model=ScriptedModel()), auth=AUTH,
+                     session_service=InMemorySessionService(), settings=quick())
+    client = await client_for(app)
+    schema = (await client.get("/openapi.json")).json()
+    paths = schema["paths"]
+    for path in ("/sessions", "/sessions/{session_id}", "/sessions/{session_id}/events",
+                 "/sessions/{session_id}/runs", "/runs/{run_id}/stream",
+                 "/runs/{run_id}/cancel", "/healthz"):
+        assert path in paths, path
+    components = schema["components"]["schemas"]
+    for name in ("RunRequest", "SessionOut", "SessionList", "EventList", "ErrorBody",
+                 "ApprovalAnswer", "FunctionResponseIn"):
+        assert name in components, name
+    run = paths["/sessions/{session_id}/runs"]["post"]
+    assert "text/event-stream" in run["responses"]["200"]["content"]
+    assert (await client.get("/healthz")).json() == {"status": "ok"}
+
+
+async def test_one_log_line_per_run_end_without_message_text(
+        client_for: Any, caplog: pytest.LogCaptureFixture) -> None:
+    app = create_app(Agent(name="bot", model=ScriptedModel().reply("the secret answer")),
+                     auth=AUTH, session_service=InMemorySessionService(), settings=quick())
+    client = await client_for(app)
+    sid = await new_session(client)
+    with caplog.at_level(logging.INFO, logger="headwater.gateway"):
+        got = await post_run(client, sid, {"message": "my private question"})
+    ends = [r for r in caplog.records if getattr(r, "run", None) == got.headers["x-run-id"]]
+    assert len(ends) == 1
+    end: Any = ends[0]
+    assert (end.user, end.session, end.status, end.frames) == ("alice", sid, "done", 3)
+    assert end.duration_ms >= 0
+    logged = "\n".join(r.getMessage() + json.dumps(r.__dict__, default=str)
+                       for r in caplog.records)
+    assert "private question" not in logged and "secret answer" not in logged

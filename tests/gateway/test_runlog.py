@@ -1,0 +1,219 @@
+"""The in-memory run log: contiguous ids, exact replay, live following, bounds, forgetting."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import aclosing
+
+import pytest
+
+from headwater.errors import BudgetExceeded, RunLogClosed, RunLogFull, RunNotFound, UserError
+from headwater.gateway.runlog import InMemoryRunLog, RunLog
+from headwater.gateway.sse import Frame, encode_frame
+from headwater.settings import get_settings
+
+
+@pytest.fixture
+async def log() -> AsyncIterator[InMemoryRunLog]:
+    run_log = InMemoryRunLog(max_frames=50)
+    await run_log.open("r1")
+    yield run_log
+    await run_log.close()
+
+
+async def deltas(log: RunLog, n: int, run_id: str = "r1") -> list[Frame]:
+    return [await log.append(run_id, "delta", {"author": "a", "text": str(i)}) for i in range(n)]
+
+
+async def collect(log: RunLog, after: int, run_id: str = "r1") -> list[Frame]:
+    async with aclosing(log.follow(run_id, after)) as frames:
+        return [frame async for frame in frames]
+
+
+async def test_ids_are_contiguous_from_one(log: InMemoryRunLog) -> None:
+    assert await log.last_id("r1") == 0
+    frames = await deltas(log, 3)
+    assert [f.id for f in frames] == [1, 2, 3]
+    assert frames[1] == encode_frame(2, "delta", {"author": "a", "text": "1"})
+    assert await log.last_id("r1") == 3
+    await log.open("r2")  # runs count separately
+    assert [f.id for f in await deltas(log, 2, "r2")] == [1, 2]
+
+
+async def test_read_after_is_the_exact_suffix(log: InMemoryRunLog) -> None:
+    frames = await deltas(log, 5)
+    for after in range(7):
+        assert await log.read_after("r1", after) == frames[after:]
+    with pytest.raises(ValueError):
+        await log.read_after("r1", -1)
+
+
+async def test_follow_replays_then_follows_live(log: InMemoryRunLog) -> None:
+    await deltas(log, 2)
+    got: list[Frame] = []
+    two_more = asyncio.Event()
+
+    async def follower() -> None:
+        async with aclosing(log.follow("r1", 1)) as frames:
+            async for frame in frames:
+                got.append(frame)
+                if frame.id == 4:
+                    two_more.set()
+
+    task = asyncio.create_task(follower())
+    await deltas(log, 2)
+    await asyncio.wait_for(two_more.wait(), 5)
+    assert [f.id for f in got] == [2, 3, 4] and not task.done()  # still following
+    done = await log.append("r1", "done", {"usage": {}})
+    await asyncio.wait_for(task, 5)  # ends after the terminal frame
+    assert got[-1] == done and [f.id for f in got] == [2, 3, 4, 5]
+
+
+async def test_concurrent_followers_each_get_every_frame(log: InMemoryRunLog) -> None:
+    followers = [asyncio.create_task(collect(log, 0)) for _ in range(3)]
+    slow_started = asyncio.Event()
+
+    async def slow() -> list[Frame]:
+        got = []
+        async with aclosing(log.follow("r1", 0)) as frames:
+            slow_started.set()
+            async for frame in frames:
+                got.append(frame)
+                await asyncio.sleep(0.001)  # falls behind; append never waits for it
+        return got
+
+    slow_task = asyncio.create_task(slow())
+    await slow_started.wait()
+    written = []
+    for i in range(20):
+        written += await deltas(log, 1)
+        if i % 3 == 0:
+            await asyncio.sleep(0)  # let followers catch up and wait again
+    written.append(await log.append("r1", "done", {}))
+    results = await asyncio.wait_for(asyncio.gather(*followers, slow_task), 5)
+    assert all(result == written for result in results)
+
+
+async def test_follower_after_the_end_gets_the_suffix_then_ends(log: InMemoryRunLog) -> None:
+    frames = await deltas(log, 3)
+    frames.append(await log.append("r1", "error", {"code": "cancelled"}))
+    assert await log.ended("r1")
+    assert await asyncio.wait_for(collect(log, 2), 5) == frames[2:]
+    assert await asyncio.wait_for(collect(log, 4), 5) == []  # nothing left: ends at once
+    assert await asyncio.wait_for(collect(log, 99), 5) == []
+
+
+async def test_follow_from_beyond_the_end_waits_for_later_frames(log: InMemoryRunLog) -> None:
+    task = asyncio.create_task(collect(log, 2))
+    frames = await deltas(log, 4)
+    frames.append(await log.append("r1", "done", {}))
+    assert await asyncio.wait_for(task, 5) == frames[2:]
+    with pytest.raises(ValueError):
+        log.follow("r1", -1)
+
+
+async def test_append_after_terminal_is_refused(log: InMemoryRunLog) -> None:
+    assert not await log.ended("r1")
+    await deltas(log, 1)
+    await log.append("r1", "done", {})
+    assert await log.ended("r1")
+    for kind in ("delta", "done", "error"):
+        with pytest.raises(RunLogClosed):
+            await log.append("r1", kind, {})
+    assert await log.last_id("r1") == 2
+
+
+async def test_unknown_frame_type_is_refused_and_stores_nothing(log: InMemoryRunLog) -> None:
+    with pytest.raises(ValueError):
+        await log.append("r1", "progress", {})
+    assert await log.last_id("r1") == 0
+
+
+async def test_max_frames_is_enforced_but_the_terminal_frame_fits() -> None:
+    log = InMemoryRunLog(max_frames=3)
+    await log.open("r")
+    await deltas(log, 3, "r")
+    with pytest.raises(RunLogFull) as caught:
+        await log.append("r", "delta", {"author": "a", "text": "x"})
+    assert isinstance(caught.value, BudgetExceeded) and caught.value.code == "budget_exceeded"
+    assert await log.last_id("r") == 3
+    end = await log.append("r", "error", {"code": "budget_exceeded"})
+    assert end.id == 4 and await log.ended("r")
+
+
+def test_max_frames_defaults_to_the_setting() -> None:
+    assert InMemoryRunLog().max_frames == get_settings().run_log_max_frames
+    with pytest.raises(ValueError):
+        InMemoryRunLog(max_frames=0)
+
+
+async def test_cancelling_a_waiting_follower_leaves_the_log_working(log: InMemoryRunLog) -> None:
+    await deltas(log, 1)
+    got: list[Frame] = []
+    waiting = asyncio.Event()
+
+    async def follower() -> None:
+        async with aclosing(log.follow("r1", 0)) as frames:
+            async for frame in frames:
+                got.append(frame)
+                waiting.set()
+
+    doomed = asyncio.create_task(follower())
+    await waiting.wait()
+    await asyncio.sleep(0)  # now parked on the log's wake-up
+    doomed.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await doomed
+    assert [f.id for f in got] == [1]
+    survivor = asyncio.create_task(collect(log, 0))
+    frames = await deltas(log, 1, "r1")
+    await asyncio.sleep(0)
+    frames += await deltas(log, 1, "r1")
+    frames.append(await log.append("r1", "done", {}))
+    assert [f.id for f in await asyncio.wait_for(survivor, 5)] == [1, 2, 3, 4]
+    assert [f.id for f in frames] == [2, 3, 4]
+
+
+async def test_unknown_run_is_run_not_found(log: InMemoryRunLog) -> None:
+    with pytest.raises(RunNotFound) as caught:
+        await log.append("nope", "delta", {})
+    assert isinstance(caught.value, KeyError) and "nope" in str(caught.value)
+    with pytest.raises(RunNotFound):
+        await log.read_after("nope", 0)
+    with pytest.raises(RunNotFound):
+        await log.ended("nope")
+    with pytest.raises(RunNotFound):
+        await log.last_id("nope")
+    with pytest.raises(RunNotFound):
+        await collect(log, 0, "nope")
+
+
+async def test_open_twice_is_refused(log: InMemoryRunLog) -> None:
+    with pytest.raises(UserError, match="already has a log"):
+        await log.open("r1")
+
+
+async def test_forget(log: InMemoryRunLog) -> None:
+    await deltas(log, 2)
+    waiting = asyncio.create_task(collect(log, 2))
+    await asyncio.sleep(0)
+    await log.forget("r1")
+    with pytest.raises(RunNotFound):
+        await log.last_id("r1")
+    with pytest.raises(RunNotFound):  # it waited for frames that will never come
+        await asyncio.wait_for(waiting, 5)
+    await log.forget("r1")  # forgetting again is a no-op
+    await log.open("r1")  # the id is free again, from 1
+    assert [f.id for f in await deltas(log, 1)] == [1]
+
+
+async def test_close_forgets_every_run_and_refuses_new_ones() -> None:
+    log = InMemoryRunLog()
+    await log.open("a")
+    await log.close()
+    await log.close()
+    with pytest.raises(RunNotFound):
+        await log.ended("a")
+    with pytest.raises(UserError, match="closed"):
+        await log.open("b")
