@@ -7,11 +7,15 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+
+import headwater
 
 HARNESS = Path(__file__).resolve().parents[1] / "benchmarks" / "run.py"
 
@@ -80,3 +84,40 @@ def test_main_prints_one_json_object_and_a_table(
 def test_an_unknown_scenario_is_refused(harness: ModuleType) -> None:
     with pytest.raises(SystemExit, match="unknown scenario"):
         harness.main(["--small", "--only", "S9"])
+
+
+LOAD = HARNESS.parent / "load.py"
+LOAD_FIGURES = {
+    "streams", "opened", "done", "errors", "open_s", "idle_window_ok", "frames", "frames_per_s",
+    "chunks_expected", "chunks_matched", "added_latency_p50_ms", "added_latency_p99_ms",
+    "added_latency_max_ms", "rss_before_mib", "rss_idle_mib", "rss_end_mib",
+    "rss_per_idle_stream_kib", "loop_lag_open_max_ms", "loop_lag_open_p99_ms",
+    "loop_lag_stream_max_ms", "loop_lag_stream_p99_ms", "loop_lag_max_ms", "loop_lag_samples",
+    "gc_pause_max_ms", "stream_s", "server_cpu_s", "provider_cpu_s", "client_cpu_s",
+    "server_runqueue_wait_s", "loadavg_1min", "heartbeats",
+}
+
+
+@pytest.mark.slow  # three processes: provider, uvicorn server, client
+@pytest.mark.timeout(180)
+def test_gateway_load_quick_streams_every_chunk_and_reports_its_figures() -> None:
+    src = str(Path(headwater.__file__).resolve().parents[1])  # the children import this one
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        filter(None, [src, os.environ.get("PYTHONPATH")]))}
+    done = subprocess.run([sys.executable, str(LOAD), "--quick"], capture_output=True,
+                          text=True, timeout=170, check=False, env=env)
+
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout)
+    figures = report["figures"]
+    assert set(figures) == LOAD_FIGURES
+    assert set(report["targets"]) <= LOAD_FIGURES
+    streams = report["options"]["streams"]
+    assert figures["opened"] == figures["done"] == streams  # every run ended with `done`
+    assert figures["errors"] == 0
+    # every chunk the provider sent was matched to the frame that carried it
+    assert figures["chunks_matched"] == figures["chunks_expected"] == streams * report[
+        "options"]["deltas"]
+    assert figures["frames"] == streams * (report["options"]["deltas"] + 2)  # + message, done
+    assert figures["loop_lag_samples"] > 0
+    assert "added_latency_p99_ms" in done.stderr  # the table

@@ -353,6 +353,23 @@ async def test_sleep_delays_the_next_write(
     assert arrivals[1][1] - arrivals[0][1] >= 0.15
 
 
+async def test_each_body_write_is_timed_before_the_client_sees_it(
+    provider: FakeProvider, client: httpx.AsyncClient
+) -> None:
+    provider.enqueue(Scenario(body=[b"a", Sleep(0.2), b"b", Trickle(b"xy", every=0)]))
+    arrivals = []
+
+    async with client.stream("POST", OPENAI, json={"messages": [USER]}) as response:
+        async for chunk in response.aiter_raw():
+            arrivals.append((chunk, time.monotonic()))
+
+    sent_at = provider.requests[0].sent_at
+    assert len(sent_at) == 2  # the bytes elements only, not the trickle's pieces
+    assert provider.requests[0].received_at <= sent_at[0] <= arrivals[0][1]
+    assert sent_at[1] - sent_at[0] >= 0.2
+    assert sent_at[1] <= arrivals[1][1]
+
+
 async def test_unsized_body_ends_with_a_server_close(
     provider: FakeProvider, client: httpx.AsyncClient
 ) -> None:

@@ -147,6 +147,12 @@ class RecordedRequest:
         body: the body bytes (de-chunked if it came chunked).
         received_at: ``time.monotonic()`` when the whole request was read.
         connection: the index of its connection in ``FakeProvider.connections``.
+        sent_at: ``time.monotonic()`` right after each bytes element of the
+            answer's body was written and flushed, in order (not the head, the
+            pieces of a ``Trickle`` or the chunked terminator); it grows while
+            the answer plays. Latency benchmarks match it against when a client
+            saw each chunk (``CLOCK_MONOTONIC`` is one clock for every process
+            on a Linux machine).
     """
 
     method: str
@@ -156,6 +162,7 @@ class RecordedRequest:
     body: bytes
     received_at: float
     connection: int
+    sent_at: list[float] = field(default_factory=list)
 
     def json(self) -> Any:  # Any: raw wire JSON
         """The body parsed as JSON.
@@ -397,7 +404,7 @@ class FakeProvider:
         request = await self._read_request(connection)
         if request is None:
             return False
-        keep_alive = await self._respond(connection, self._choose(request))
+        keep_alive = await self._respond(connection, self._choose(request), request.sent_at)
         return keep_alive and request.headers.get("connection", "").lower() != "close"
 
     async def _read_request(self, connection: _Connection) -> RecordedRequest | None:
@@ -443,7 +450,8 @@ class FakeProvider:
             return Scenario.error(500, message, format=format or "openai")
         return self._queue.popleft()
 
-    async def _respond(self, connection: _Connection, scenario: Scenario) -> bool:
+    async def _respond(self, connection: _Connection, scenario: Scenario,
+                       sent_at: list[float]) -> bool:
         """Plays a scenario; returns False when it ended the connection (or the client did)."""
         body = scenario.body
         parts: list[bytes | Action] = [body] if isinstance(body, bytes) else list(body)
@@ -465,6 +473,8 @@ class FakeProvider:
             if connection.gone.is_set() or not await self._play(connection, part,
                                                                 scenario.chunked):
                 return False
+            if isinstance(part, bytes):
+                sent_at.append(time.monotonic())
         if scenario.chunked:
             await connection.send(b"0\r\n\r\n", chunked=False)
         return sized or scenario.chunked
