@@ -1,11 +1,428 @@
-"""``POST /vercel/{agent}``: the same runs as the Vercel AI SDK UI message stream."""
+"""``POST /vercel/{agent}``: the same runs as the Vercel AI SDK UI message stream (v1).
+
+The request is the body ``useChat`` sends (``DefaultChatTransport``): ``id`` is
+the chat, which is the session (created for the caller on first use), and
+only the **last** message is read — the session already holds the history.
+A user message's text parts are the new message; an assistant message carries
+the client's answers: ``approval-responded`` tool parts become approval
+answers, and tool outputs the client supplied for pending long-running calls
+become function responses. Anything else is a 400 before any byte is streamed.
+
+The run is started and followed by :class:`~.core.Gateway` (auth, limits,
+persistence, cancellation on disconnect); this module only translates. One
+:class:`UIMessageEncoder` per response turns the typed frames into UI message
+chunks, each an SSE ``data:`` line of JSON:
+
+=====================  ==========================================================
+typed frame            UI message chunks
+=====================  ==========================================================
+(prologue)             ``start`` with ``messageId`` (the run id, or the assistant
+                       message a continuation extends)
+``delta``              ``text-start`` (once per part), ``text-delta``
+``reasoning``          ``reasoning-start`` (once per part), ``reasoning-delta``
+``message``            ``text-end`` of the streamed part (the text is never sent
+                       twice); without deltas before it, start + delta + end
+``tool_call``          ``tool-input-start``, ``tool-input-available`` (``input``
+                       is the arguments for ``expose_result`` tools, else ``{}``)
+``tool_progress``      ``tool-output-available`` with ``preliminary: true``
+``tool_result``        ``tool-output-available`` (the response for
+                       ``expose_result`` tools, else the summary), or
+                       ``tool-output-error``, or ``tool-output-denied``
+``approval_required``  ``tool-approval-request`` (``approvalId`` = the call id)
+``error``              ``error`` (``errorText``: the code and its fixed message)
+``done`` / ``error``   open parts ended, ``finish-step``, ``finish`` (with
+                       ``finishReason`` and usage in ``messageMetadata``),
+                       then ``data: [DONE]``
+=====================  ==========================================================
+
+Each model call is one step (``start-step`` … ``finish-step``); a call's tool
+outputs stay in its step.
+"""
 
 from __future__ import annotations
 
-from fastapi import FastAPI
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final, Literal
 
-from .core import Gateway
+from fastapi import FastAPI, Request, Response
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..errors import ERROR_MESSAGES, SessionError
+from ..sessions.base import Session
+from ..sessions.ledger import CallLedger
+from ..tools.approval import approval_response
+from ..types import Content, FunctionResponse, Part
+from .core import Gateway, store_error
+from .problems import ErrorBody, GatewayHTTPError, request_id_of
+from .sse import Frame
+
+UI_MESSAGE_STREAM_HEADERS: Final[Mapping[str, str]] = {"x-vercel-ai-ui-message-stream": "v1"}
+"""The header that tells the AI SDK client the body is a UI message stream."""
+
+_DONE: Final = b"data: [DONE]\n\n"
+_json = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode
+_json_ascii = json.JSONEncoder(ensure_ascii=True, allow_nan=False, separators=(",", ":")).encode
+_TOOL_FAILED: Final = "The tool call failed."
+
+
+# -- the request ---------------------------------------------------------------------------------
+
+
+class ToolApproval(BaseModel):
+    """A tool part's ``approval`` as the client answered it."""
+
+    model_config = ConfigDict(extra="allow")
+    id: str = ""
+    approved: bool | None = None
+    reason: str | None = None
+
+
+class UIPart(BaseModel):
+    """One part of a UI message; only the fields the gateway reads are declared."""
+
+    model_config = ConfigDict(extra="allow")
+    type: str
+    text: str | None = None
+    toolCallId: str | None = None  # the AI SDK spells its fields in camelCase
+    state: str | None = None
+    output: Any = None  # wire JSON the client supplied for a long-running call
+    errorText: str | None = None
+    preliminary: bool | None = None
+    approval: ToolApproval | None = None
+
+
+class UIMessageIn(BaseModel):
+    """A UI message of the chat (``useChat``'s ``messages[]``)."""
+
+    model_config = ConfigDict(extra="allow")
+    id: str = ""
+    role: Literal["system", "user", "assistant"]
+    parts: list[UIPart] = Field(default_factory=list)
+
+
+class ChatRequest(BaseModel):
+    """The body ``DefaultChatTransport`` posts: the chat id, its messages, the trigger."""
+
+    model_config = ConfigDict(extra="allow")  # the app's own ``body`` fields ride along
+    id: str = Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9._:-]+$")
+    messages: list[UIMessageIn] = Field(min_length=1)
+    trigger: Literal["submit-message", "regenerate-message"] = "submit-message"
+    messageId: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    """What the last message of a chat request asks the run to do.
+
+    Attributes:
+        content: the new message of the run.
+        continues: the id of the assistant message this run extends, if any.
+        denied: calls the client denied (their result is a denial).
+        supplied: calls whose output the client supplied (not echoed back).
+    """
+
+    content: Content
+    continues: str | None = None
+    denied: frozenset[str] = frozenset()
+    supplied: frozenset[str] = frozenset()
+
+
+def turn_of(body: ChatRequest, ledger: CallLedger) -> Turn:
+    """The run a chat request asks for, checked against the session's pending calls.
+
+    Raises:
+        GatewayHTTPError: ``invalid_request`` (400) for a regenerate request, or
+            a last message that is neither user text nor answers to pending calls.
+    """
+    if body.trigger == "regenerate-message":
+        raise GatewayHTTPError("invalid_request", "regenerating a message is not supported; "
+                               "send a new message", status=400)
+    last = body.messages[-1]
+    if last.role == "user":
+        parts = [Part(text=p.text) for p in last.parts if p.type == "text" and p.text]
+        if not parts:
+            raise GatewayHTTPError("invalid_request", "the last message has no text",
+                                   status=400)
+        return Turn(Content("user", parts))
+    if last.role == "assistant":
+        return _answers(last, ledger)
+    raise GatewayHTTPError("invalid_request", "the last message is a user's or the "
+                           "assistant's", status=400)
+
+
+def _answers(message: UIMessageIn, ledger: CallLedger) -> Turn:
+    parts: list[Part] = []
+    denied: set[str] = set()
+    supplied: set[str] = set()
+    for part in message.parts:
+        call_id = part.toolCallId
+        if call_id is None or not _is_tool_part(part.type):
+            continue
+        approval = part.approval
+        if (part.state == "approval-responded" and approval is not None
+                and approval.approved is not None and ledger.awaiting_approval(call_id)):
+            parts += approval_response(call_id, approval.approved, approval.reason).parts
+            if not approval.approved:
+                denied.add(call_id)
+            continue
+        record = ledger.record(call_id)
+        if (record is not None and record.status == "long_running" and not part.preliminary
+                and part.state in ("output-available", "output-error")):
+            response = (_error_output(part.errorText) if part.state == "output-error"
+                        else _output(part.output))
+            parts.append(Part(function_response=FunctionResponse(
+                id=call_id, name=record.call.name, response=response)))
+            supplied.add(call_id)
+    if not parts:
+        raise GatewayHTTPError("invalid_request", "the last message answers no pending "
+                               "approval or long-running call", status=400)
+    return Turn(Content("user", parts), message.id or None, frozenset(denied),
+                frozenset(supplied))
+
+
+def _is_tool_part(kind: str) -> bool:
+    return kind.startswith("tool-") or kind == "dynamic-tool"
+
+
+def _output(output: Any) -> dict[str, Any]:  # wire JSON
+    return output if isinstance(output, dict) else {"result": output}
+
+
+def _error_output(text: str | None) -> dict[str, Any]:
+    return {"error": text or _TOOL_FAILED}
+
+
+# -- the response --------------------------------------------------------------------------------
+
+
+def chunk(data: Mapping[str, Any]) -> bytes:
+    """One UI message chunk as an SSE event: ``data: <json>`` and a blank line."""
+    try:
+        return f"data: {_json(data)}\n\n".encode()
+    except UnicodeEncodeError:  # a lone surrogate: as a \\u escape it survives
+        return f"data: {_json_ascii(data)}\n\n".encode()
+
+
+class UIMessageEncoder:
+    """Typed frames to UI message chunks, for one response (it keeps the open parts).
+
+    Args:
+        message_id: the assistant message's id (``start.messageId``).
+        denied: calls the client denied in this request (``tool-output-denied``).
+        supplied: calls whose output the client supplied (their result is not echoed).
+    """
+
+    def __init__(self, message_id: str, denied: frozenset[str] = frozenset(),
+                 supplied: frozenset[str] = frozenset()) -> None:
+        self.message_id = message_id
+        self.denied = denied
+        self.supplied = supplied
+        self.text: dict[str, str] = {}  # author (and branch) -> its open text part
+        self.reasoning: dict[str, str] = {}  # author -> its open reasoning part
+        self.step: Literal["none", "open", "sealed"] = "none"
+        self.last_type = ""
+        self.progress: dict[str, str] = {}  # call id -> its progress text so far
+        self.finish_reason = "stop"
+
+    def start(self) -> bytes:
+        """The prologue: the ``start`` chunk."""
+        return chunk({"type": "start", "messageId": self.message_id})
+
+    def render(self, frame: Frame) -> bytes:
+        """The chunks of one typed frame (a :data:`~.responses.Render`)."""
+        out: list[dict[str, Any]] = []
+        data = frame.data
+        kind = frame.type
+        if kind in ("delta", "reasoning", "message", "tool_call"):
+            self._step(kind, frame.id, out)
+        if kind == "delta":
+            self._delta(_author_key(data), "text", str(data["text"]), frame.id, out)
+        elif kind == "reasoning":
+            self._delta(str(data["author"]), "reasoning", str(data["text"]), frame.id, out)
+        elif kind == "message":
+            self._message(data, frame.id, out)
+        elif kind == "tool_call":
+            self._tool_call(data, out)
+        elif kind == "tool_progress":
+            self._progress(data, out)
+        elif kind == "tool_result":
+            self._tool_result(data, out)
+        elif kind == "approval_required":
+            self.finish_reason = "tool-calls"
+            out.append({"type": "tool-approval-request", "approvalId": data["call_id"],
+                        "toolCallId": data["call_id"]})
+        elif kind == "error":
+            self._close_parts(out)
+            out.append({"type": "error", "errorText": error_text(data)})
+            self.finish_reason = "error"
+            self._finish(None, out)
+        elif kind == "done":
+            self._close_parts(out)
+            self._finish(data.get("usage"), out)
+        self.last_type = kind
+        body = b"".join(map(chunk, out))
+        return body + _DONE if frame.terminal else body
+
+    def _step(self, kind: str, frame_id: int, out: list[dict[str, Any]]) -> None:
+        """Open a step for model output; a model call after a stored one starts the next."""
+        same_event = kind == "tool_call" and self.last_type == "message"
+        if self.step == "sealed" and not same_event:
+            self._close_parts(out)
+            out.append({"type": "finish-step"})
+            self.step = "none"
+        if self.step == "none":
+            out.append({"type": "start-step"})
+            self.step = "open"
+
+    def _delta(self, key: str, kind: Literal["text", "reasoning"], text: str,
+               frame_id: int, out: list[dict[str, Any]]) -> None:
+        other = self.reasoning if kind == "text" else self.text
+        author = key.split("\0", 1)[0]
+        for open_key in [k for k in other if k.split("\0", 1)[0] == author]:
+            out.append({"type": f"{'reasoning' if kind == 'text' else 'text'}-end",
+                        "id": other.pop(open_key)})
+        parts = self.text if kind == "text" else self.reasoning
+        part_id = parts.get(key)
+        if part_id is None:
+            part_id = parts[key] = f"{kind[0]}{frame_id}"
+            out.append({"type": f"{kind}-start", "id": part_id})
+        out.append({"type": f"{kind}-delta", "id": part_id, "delta": text})
+
+    def _message(self, data: Mapping[str, Any], frame_id: int,
+                 out: list[dict[str, Any]]) -> None:
+        author = str(data["author"])
+        reasoning = self.reasoning.pop(author, None)
+        if reasoning is not None:
+            out.append({"type": "reasoning-end", "id": reasoning})
+        part_id = self.text.pop(_author_key(data), None)
+        if part_id is None:  # no deltas came before it (a run with streaming "none")
+            part_id = f"t{frame_id}"
+            out += [{"type": "text-start", "id": part_id},
+                    {"type": "text-delta", "id": part_id, "delta": str(data["text"])}]
+        out.append({"type": "text-end", "id": part_id})
+        self.step = "sealed"
+        self.finish_reason = "other" if data.get("interrupted") else "stop"
+
+    def _tool_call(self, data: Mapping[str, Any], out: list[dict[str, Any]]) -> None:
+        for call in data["calls"]:
+            call_id, name = call["id"], call["name"]
+            out += [{"type": "tool-input-start", "toolCallId": call_id, "toolName": name},
+                    {"type": "tool-input-available", "toolCallId": call_id, "toolName": name,
+                     "input": call.get("args", {})}]
+        self.step = "sealed"
+        self.finish_reason = "tool-calls"
+
+    def _progress(self, data: Mapping[str, Any], out: list[dict[str, Any]]) -> None:
+        call_id = str(data["call_id"])
+        delta = data.get("delta")
+        text = self.progress.get(call_id, "") + (delta if isinstance(delta, str) else "")
+        self.progress[call_id] = text
+        out.append({"type": "tool-output-available", "toolCallId": call_id, "preliminary": True,
+                    "output": {"type": data["type"], "index": data["index"], "delta": delta,
+                               "text": text}})
+
+    def _tool_result(self, data: Mapping[str, Any], out: list[dict[str, Any]]) -> None:
+        for result in data["results"]:
+            call_id = result["id"]
+            self.progress.pop(call_id, None)
+            if call_id in self.supplied:
+                continue  # the client's own output, stored: nothing new to show
+            if call_id in self.denied:
+                out.append({"type": "tool-output-denied", "toolCallId": call_id})
+            elif result["status"] == "error":
+                out.append({"type": "tool-output-error", "toolCallId": call_id,
+                            "errorText": _tool_error(result)})
+            else:
+                output = result["response"] if "response" in result else {
+                    "status": result["status"], "size": result["size"]}
+                out.append({"type": "tool-output-available", "toolCallId": call_id,
+                            "output": output})
+        self.finish_reason = "tool-calls"
+
+    def _close_parts(self, out: list[dict[str, Any]]) -> None:
+        out += [{"type": "reasoning-end", "id": i} for i in self.reasoning.values()]
+        out += [{"type": "text-end", "id": i} for i in self.text.values()]
+        self.reasoning.clear()
+        self.text.clear()
+
+    def _finish(self, usage: Mapping[str, Any] | None, out: list[dict[str, Any]]) -> None:
+        if self.step != "none":
+            out.append({"type": "finish-step"})
+            self.step = "none"
+        finish: dict[str, Any] = {"type": "finish", "finishReason": self.finish_reason}
+        if usage is not None:
+            tokens_in, tokens_out = usage["input_tokens"], usage["output_tokens"]
+            finish["messageMetadata"] = {"usage": {"inputTokens": tokens_in,
+                                                   "outputTokens": tokens_out,
+                                                   "totalTokens": tokens_in + tokens_out}}
+        out.append(finish)
+
+
+def error_text(data: Mapping[str, Any]) -> str:
+    """An ``error`` frame's text for the client: its code, the code's fixed message and
+    the request id (never any provider or exception text)."""
+    code = str(data["code"])
+    message = ERROR_MESSAGES.get(code, ERROR_MESSAGES["internal"])  # type: ignore[call-overload]
+    return f"{code}: {message} (request {data['request_id']})"
+
+
+def _tool_error(result: Mapping[str, Any]) -> str:
+    error = result.get("response", {}).get("error")
+    return error if isinstance(error, str) and error else _TOOL_FAILED
+
+
+def _author_key(data: Mapping[str, Any]) -> str:
+    branch = data.get("branch")
+    return f"{data['author']}\0{branch}" if branch else str(data["author"])
+
+
+# -- the route -----------------------------------------------------------------------------------
 
 
 def add_vercel_routes(app: FastAPI, gw: Gateway) -> None:
-    """Add the Vercel endpoint to ``app`` (nothing yet)."""
+    """Add ``POST /vercel/{agent}`` (the Vercel AI SDK UI message stream) to ``app``."""
+
+    @app.post("/vercel/{agent}", tags=["formats"], response_class=Response,
+              responses={200: {"content": {"text/event-stream": {}},
+                               "description": "the run as a UI message stream (v1)"},
+                         400: {"model": ErrorBody}, 404: {"model": ErrorBody},
+                         409: {"model": ErrorBody}, 429: {"model": ErrorBody},
+                         503: {"model": ErrorBody}})
+    async def vercel_chat(request: Request, agent: str, body: ChatRequest) -> Any:
+        user = await gw.user(request)
+        if agent not in gw.runners:
+            raise GatewayHTTPError("not_found", f"no agent named {agent!r}")
+        session = await chat_session(gw, user, agent, body.id)
+        turn = turn_of(body, CallLedger.of(session.events))
+        run = await gw.start_run(user, agent, body.id, turn.content, request_id_of(request))
+        encoder = UIMessageEncoder(turn.continues or run.id, turn.denied, turn.supplied)
+        return gw.stream(run, 0, render=encoder.render, headers=UI_MESSAGE_STREAM_HEADERS,
+                         prologue=encoder.start())
+
+
+async def chat_session(gw: Gateway, user: str, agent: str, session_id: str) -> Session:
+    """The user's session ``session_id`` of ``agent``, created when the user has none.
+
+    Raises:
+        GatewayHTTPError: ``not_found`` (404) when the id is the user's session of
+            another agent; ``store_unavailable`` (503) when the store fails.
+    """
+    try:
+        found_agent, session = await gw.find_session(user, session_id)
+    except GatewayHTTPError as exc:
+        if exc.code != "not_found":
+            raise
+    else:
+        if found_agent != agent:
+            raise GatewayHTTPError("not_found", "session not found")
+        return session
+    try:
+        return await gw.service.create_session(app_name=agent, user_id=user,
+                                               session_id=session_id)
+    except SessionError as exc:  # taken by a concurrent request in between: use that one
+        try:
+            return (await gw.find_session(user, session_id))[1]
+        except GatewayHTTPError:
+            raise store_error(exc) from None

@@ -1,0 +1,298 @@
+"""POST /vercel/{agent} through the Vercel AI SDK's own client (``ai``, pinned in tests/js).
+
+Each test serves a ``ScriptedModel`` agent under real uvicorn and runs
+tests/js/vercel_client.mjs: ``DefaultChatTransport`` parses and validates the
+chunks, ``readUIMessageStream`` and ``AbstractChat`` (the engine of ``useChat``)
+rebuild the UI messages, and the test checks what they rebuilt.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from headwater import Agent, ToolStreamEvent, tool
+from headwater.errors import ModelHTTPError
+from headwater.gateway import StaticTokenAuth, create_app
+from headwater.sessions import InMemorySessionService
+from headwater.testing import ScriptedModel, ScriptedTurn
+
+Serve = Callable[[Any], Awaitable[str]]
+JS = Path(__file__).resolve().parents[1] / "js"
+CLIENT = JS / "vercel_client.mjs"
+AUTH = StaticTokenAuth({"token-a": "alice", "token-b": "bob"})
+A = {"Authorization": "Bearer token-a"}
+SECRET = "upstream said: sk-secret-123 is invalid"
+
+
+def _node_missing() -> str | None:
+    if shutil.which("node") is None:
+        return "node is not installed"
+    if not (JS / "node_modules" / "ai").is_dir():
+        return "tests/js/node_modules is missing: run `cd tests/js && npm ci`"
+    return None
+
+
+@pytest.fixture
+def node() -> None:
+    """Skip without node or the pinned npm packages; in CI (``CI`` set), fail instead."""
+    reason = _node_missing()
+    if reason is None:
+        return
+    if os.environ.get("CI", "").lower() not in ("", "0", "false"):
+        pytest.fail(f"CI must run the Node client tests: {reason}")
+    pytest.skip(reason)
+
+
+async def run_client(base: str, mode: str, chat_id: str, text: str, *flags: str,
+                     agent: str = "ops") -> dict[str, Any]:
+    """Run vercel_client.mjs against ``base`` and answer its JSON summary."""
+    process = await asyncio.create_subprocess_exec(
+        "node", str(CLIENT), mode, f"{base}/vercel/{agent}", chat_id, text, *flags,
+        cwd=JS, env={**os.environ, "HEADWATER_TOKEN": "token-a"},
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(process.communicate(), 40)
+    assert process.returncode == 0, err.decode()
+    result: dict[str, Any] = json.loads(out)
+    return result
+
+
+async def deploy(env: str) -> AsyncIterator[ToolStreamEvent]:
+    """Deploy.
+
+    Args:
+        env: where to.
+    """
+    for step in ("building", "pushing", "switching"):
+        await asyncio.sleep(0.01)
+        yield ToolStreamEvent(type="part_delta", index=0, delta=f"{step} {env}; ")
+    yield ToolStreamEvent(type="done", response={"deployed": env})
+
+
+@tool(name="drop_table", description="Drop a table.", requires_approval=True)
+def drop_table(table: str) -> dict[str, str]:
+    """Drop a table.
+
+    Args:
+        table: its name.
+    """
+    return {"dropped": table}
+
+
+def app_for(model: ScriptedModel, **tool_options: Any) -> Any:
+    deploy_tool = tool(name="deploy", streaming=True, **tool_options)(deploy)
+    agent = Agent(name="ops", model=model, tools=[deploy_tool, drop_table])
+    return create_app(agent, session_service=InMemorySessionService(), auth=AUTH)
+
+
+def texts(message: dict[str, Any]) -> list[str]:
+    return [p["text"] for p in message["parts"] if p["type"] == "text"]
+
+
+@pytest.mark.slow
+async def test_streamed_text_arrives_once(node: None, serve: Serve) -> None:
+    model = (ScriptedModel()
+             .add(ScriptedTurn(thoughts=["The user ", "greets."], text=["Hel", "lo, ", "Alice."]))
+             .reply("Hello, ", "again."))
+    base = await serve(app_for(model))
+
+    streamed = await run_client(base, "stream", "chat-s", "hi")
+    assert streamed["errors"] == []
+    assert streamed["chunks"][:2] == ["start", "start-step"]
+    assert streamed["chunks"][-2:] == ["finish-step", "finish"]
+    message = streamed["messages"]
+    assert message["role"] == "assistant"
+    assert texts(message) == ["Hello, Alice."]
+    assert [p["text"] for p in message["parts"] if p["type"] == "reasoning"] == [
+        "The user greets."]
+    assert message["metadata"]["usage"].keys() == {"inputTokens", "outputTokens",
+                                                   "totalTokens"}
+
+    chat = await run_client(base, "chat", "chat-c", "hi again")
+    [turn] = chat["turns"]
+    assert (turn["status"], turn["error"]) == ("ready", None)
+    user, assistant = turn["messages"]
+    assert (user["role"], texts(user)) == ("user", ["hi again"])
+    assert (assistant["role"], texts(assistant)) == ("assistant", ["Hello, again."])
+    assert all(p["state"] == "done" for p in assistant["parts"] if p["type"] == "text")
+
+
+@pytest.mark.slow
+async def test_tool_progress_then_the_result(node: None, serve: Serve) -> None:
+    model = (ScriptedModel()
+             .call("deploy", {"env": "prod"}, call_id="c1").reply("Deployed to prod.")
+             .call("deploy", {"env": "prod"}, call_id="c2").reply("Deployed to prod."))
+    base = await serve(app_for(model, expose_result=True))
+
+    for mode, chat_id in (("stream", "chat-s"), ("chat", "chat-c")):
+        result = await run_client(base, mode, chat_id, "deploy to prod")
+        message = result["messages"] if mode == "stream" else result["turns"][0]["messages"][-1]
+        [part] = [p for p in message["parts"] if p["type"] == "tool-deploy"]
+        assert part["state"] == "output-available"
+        assert part["input"] == {"env": "prod"}
+        assert part["output"] == {"deployed": "prod"}
+        assert not part.get("preliminary")
+        assert texts(message) == ["Deployed to prod."]
+        seen = [t for t in result["tools"] if t["state"] == "output-available"]
+        assert [t["preliminary"] for t in seen] == [True, True, True, False]
+        assert seen[-2]["output"]["text"] == "building prod; pushing prod; switching prod; "
+        assert [p["type"] for p in message["parts"]].count("step-start") == 2
+
+
+@pytest.mark.slow
+async def test_tool_results_are_summaries_unless_exposed(node: None, serve: Serve) -> None:
+    model = ScriptedModel().call("deploy", {"env": "prod"}, call_id="c1").reply("Done.")
+    base = await serve(app_for(model))
+    result = await run_client(base, "stream", "chat-s", "deploy")
+    [part] = [p for p in result["messages"]["parts"] if p["type"] == "tool-deploy"]
+    assert part["input"] == {}
+    assert part["output"] == {"status": "ok", "size": len('{"deployed":"prod"}')}
+
+
+@pytest.mark.slow
+async def test_approval_pending_then_answered_continues(node: None, serve: Serve) -> None:
+    model = (ScriptedModel().call("drop_table", {"table": "users"}, call_id="d1")
+             .reply("Dropped ", "the table."))
+    base = await serve(app_for(model))
+
+    result = await run_client(base, "chat", "chat-a", "drop users", "--approve")
+    first, second = result["turns"]
+    assert (first["status"], first["error"]) == ("ready", None)
+    [part] = [p for p in first["messages"][-1]["parts"] if p["type"] == "tool-drop_table"]
+    assert part["state"] == "approval-requested"
+    assert part["approval"]["id"] == "d1"
+    assert texts(first["messages"][-1]) == []
+
+    assert (second["status"], second["error"]) == ("ready", None)
+    user, assistant = second["messages"]  # the run went on in the same assistant message
+    assert user["role"] == "user"
+    [part] = [p for p in assistant["parts"] if p["type"] == "tool-drop_table"]
+    assert part["state"] == "output-available"
+    assert part["approval"]["approved"] is True
+    assert texts(assistant) == ["Dropped the table."]
+    assert len(model.requests) == 2
+
+
+@pytest.mark.slow
+async def test_model_error_surfaces_its_code_only(node: None, serve: Serve) -> None:
+    failure = ModelHTTPError(SECRET, status_code=400, retryable=False)
+    model = (ScriptedModel().add(ScriptedTurn(text=["partial "], raise_error=failure,
+                                              raise_after=1))
+             .add(ScriptedTurn(raise_error=failure)))
+    base = await serve(app_for(model))
+
+    streamed = await run_client(base, "stream", "chat-s", "hi")
+    [error] = streamed["errors"]
+    assert error.startswith("provider_rejected: The model provider refused the request.")
+    assert "secret" not in json.dumps(streamed)
+    # the streamed part is closed before the error; the step and the message end after it
+    assert streamed["chunks"][-4:] == ["text-end", "error", "finish-step", "finish"]
+
+    chat = await run_client(base, "chat", "chat-c", "hi")
+    [turn] = chat["turns"]
+    assert turn["status"] == "error"
+    assert turn["error"].startswith("provider_rejected: ")
+    assert "secret" not in json.dumps(chat)
+
+
+# -- the request side, over plain HTTP ---------------------------------------------------------
+
+
+@pytest.fixture
+async def client_for(serve: Serve) -> AsyncIterator[Callable[[Any], Awaitable[httpx.AsyncClient]]]:
+    clients: list[httpx.AsyncClient] = []
+
+    async def make(app: Any) -> httpx.AsyncClient:
+        client = httpx.AsyncClient(base_url=await serve(app), timeout=10)
+        clients.append(client)
+        return client
+
+    yield make
+    for client in clients:
+        await client.aclose()
+
+
+def chat_body(chat_id: str, *messages: dict[str, Any]) -> dict[str, Any]:
+    return {"id": chat_id, "messages": list(messages), "trigger": "submit-message"}
+
+
+def user(text: str) -> dict[str, Any]:
+    return {"id": "u1", "role": "user", "parts": [{"type": "text", "text": text}]}
+
+
+async def test_headers_envelope_errors_and_sessions(client_for: Any) -> None:
+    model = ScriptedModel().reply("One.").reply("Two.")
+    client = await client_for(app_for(model))
+
+    response = await client.post("/vercel/ops", json=chat_body("c1", user("hi")), headers=A)
+    assert response.status_code == 200
+    assert response.headers["x-vercel-ai-ui-message-stream"] == "v1"
+    assert response.headers["content-type"].startswith("text/event-stream")
+    assert response.text.endswith("data: [DONE]\n\n")
+
+    # the chat id is the caller's session: the typed API sees the same run
+    events = (await client.get("/sessions/c1/events", headers=A)).json()["items"]
+    assert [e["text"] for e in events] == ["hi", "One."]
+    # another user's chat with the same id is a new session of theirs, not alice's
+    other = await client.post("/vercel/ops", json=chat_body("c1", user("yo")),
+                              headers={"Authorization": "Bearer token-b"})
+    assert other.status_code == 200
+    assert len((await client.get("/sessions/c1/events", headers=A)).json()["items"]) == 2
+
+    missing = await client.post("/vercel/nobody", json=chat_body("c2", user("hi")), headers=A)
+    assert missing.status_code == 404
+    assert missing.json()["error"]["code"] == "not_found"
+    unauthorized = await client.post("/vercel/ops", json=chat_body("c2", user("hi")))
+    assert unauthorized.status_code == 401
+    regenerate = await client.post("/vercel/ops", headers=A, json={
+        **chat_body("c1", user("hi")), "trigger": "regenerate-message"})
+    assert regenerate.status_code == 400
+    nothing = await client.post("/vercel/ops", headers=A, json=chat_body(
+        "c1", {"id": "a1", "role": "assistant", "parts": [{"type": "text", "text": "x"}]}))
+    assert (nothing.status_code, nothing.json()["error"]["code"]) == (400, "invalid_request")
+
+
+async def test_long_running_output_from_the_client_continues(client_for: Any) -> None:
+    @tool(name="ask_human", long_running=True)
+    def ask_human(question: str) -> dict[str, str]:
+        """Ask a human.
+
+        Args:
+            question: what to ask.
+        """
+        return {"status": "asked"}
+
+    model = ScriptedModel().call("ask_human", {"question": "ok?"}, call_id="h1").reply("Thanks.")
+    app = create_app(Agent(name="ops", model=model, tools=[ask_human]),
+                     session_service=InMemorySessionService(), auth=AUTH)
+    client = await client_for(app)
+    first = await client.post("/vercel/ops", json=chat_body("c1", user("ask")), headers=A)
+    chunks = [json.loads(line[6:]) for line in first.text.split("\n\n")
+              if line.startswith("data: {")]
+    assert {"type": "tool-input-available", "toolCallId": "h1", "toolName": "ask_human",
+            "input": {}} in chunks
+    assert chunks[-1] == {"type": "finish", "finishReason": "tool-calls",
+                          "messageMetadata": chunks[-1]["messageMetadata"]}
+
+    answer = {"id": "a1", "role": "assistant", "parts": [
+        {"type": "step-start"},
+        {"type": "tool-ask_human", "toolCallId": "h1", "state": "output-available",
+         "input": {}, "output": {"answer": "yes"}}]}
+    second = await client.post("/vercel/ops", json=chat_body("c1", user("ask"), answer),
+                               headers=A)
+    chunks = [json.loads(line[6:]) for line in second.text.split("\n\n")
+              if line.startswith("data: {")]
+    assert chunks[0] == {"type": "start", "messageId": "a1"}
+    assert not any(c["type"].startswith("tool-output") for c in chunks)  # not echoed back
+    assert [c["delta"] for c in chunks if c["type"] == "text-delta"] == ["Thanks."]
+    [request] = model.requests[1:]
+    given = [r.response for c in request.contents for r in c.function_responses]
+    assert given == [{"answer": "yes"}]  # the client's output replaced the ticket
