@@ -23,7 +23,8 @@ from headwater import Agent, ToolStreamEvent, tool
 from headwater.errors import ModelHTTPError
 from headwater.gateway import StaticTokenAuth, create_app
 from headwater.sessions import InMemorySessionService
-from headwater.testing import ScriptedModel, ScriptedTurn
+from headwater.settings import Settings
+from headwater.testing import ScriptedModel, ScriptedTurn, wait_until
 
 Serve = Callable[[Any], Awaitable[str]]
 JS = Path(__file__).resolve().parents[1] / "js"
@@ -87,10 +88,11 @@ def drop_table(table: str) -> dict[str, str]:
     return {"dropped": table}
 
 
-def app_for(model: ScriptedModel, **tool_options: Any) -> Any:
+def app_for(model: ScriptedModel, settings: Settings | None = None, **tool_options: Any) -> Any:
     deploy_tool = tool(name="deploy", streaming=True, **tool_options)(deploy)
     agent = Agent(name="ops", model=model, tools=[deploy_tool, drop_table])
-    return create_app(agent, session_service=InMemorySessionService(), auth=AUTH)
+    return create_app(agent, session_service=InMemorySessionService(), auth=AUTH,
+                      settings=settings)
 
 
 def texts(message: dict[str, Any]) -> list[str]:
@@ -159,16 +161,24 @@ async def test_tool_results_are_summaries_unless_exposed(node: None, serve: Serv
 
 @pytest.mark.slow
 async def test_approval_pending_then_answered_continues(node: None, serve: Serve) -> None:
-    model = (ScriptedModel().call("drop_table", {"table": "users"}, call_id="d1")
-             .reply("Dropped ", "the table."))
+    model = ScriptedModel()
+    for call_id in ("d1", "d2"):
+        model.call("drop_table", {"table": "users"}, call_id=call_id)
+        model.reply("Dropped ", "the table.")
     base = await serve(app_for(model))
 
-    result = await run_client(base, "chat", "chat-a", "drop users", "--approve")
-    first, second = result["turns"]
+    for chat_id, call_id, flags in (("chat-a", "d1", ()), ("chat-b", "d2", ("--last-only",))):
+        result = await run_client(base, "chat", chat_id, "drop users", "--approve", *flags)
+        check_approval_turns(result["turns"], call_id)
+    assert len(model.requests) == 4
+
+
+def check_approval_turns(turns: list[dict[str, Any]], call_id: str) -> None:
+    first, second = turns
     assert (first["status"], first["error"]) == ("ready", None)
     [part] = [p for p in first["messages"][-1]["parts"] if p["type"] == "tool-drop_table"]
     assert part["state"] == "approval-requested"
-    assert part["approval"]["id"] == "d1"
+    assert part["approval"]["id"] == call_id
     assert texts(first["messages"][-1]) == []
 
     assert (second["status"], second["error"]) == ("ready", None)
@@ -177,8 +187,8 @@ async def test_approval_pending_then_answered_continues(node: None, serve: Serve
     [part] = [p for p in assistant["parts"] if p["type"] == "tool-drop_table"]
     assert part["state"] == "output-available"
     assert part["approval"]["approved"] is True
+    assert part["output"]["status"] == "ok"  # the call ran once approved
     assert texts(assistant) == ["Dropped the table."]
-    assert len(model.requests) == 2
 
 
 @pytest.mark.slow
@@ -275,8 +285,7 @@ async def test_long_running_output_from_the_client_continues(client_for: Any) ->
                      session_service=InMemorySessionService(), auth=AUTH)
     client = await client_for(app)
     first = await client.post("/vercel/ops", json=chat_body("c1", user("ask")), headers=A)
-    chunks = [json.loads(line[6:]) for line in first.text.split("\n\n")
-              if line.startswith("data: {")]
+    chunks = chunks_of(first.text)
     assert {"type": "tool-input-available", "toolCallId": "h1", "toolName": "ask_human",
             "input": {}} in chunks
     assert chunks[-1] == {"type": "finish", "finishReason": "tool-calls",
@@ -288,11 +297,52 @@ async def test_long_running_output_from_the_client_continues(client_for: Any) ->
          "input": {}, "output": {"answer": "yes"}}]}
     second = await client.post("/vercel/ops", json=chat_body("c1", user("ask"), answer),
                                headers=A)
-    chunks = [json.loads(line[6:]) for line in second.text.split("\n\n")
-              if line.startswith("data: {")]
+    chunks = chunks_of(second.text)
     assert chunks[0] == {"type": "start", "messageId": "a1"}
     assert not any(c["type"].startswith("tool-output") for c in chunks)  # not echoed back
     assert [c["delta"] for c in chunks if c["type"] == "text-delta"] == ["Thanks."]
     [request] = model.requests[1:]
     given = [r.response for c in request.contents for r in c.function_responses]
     assert given == [{"answer": "yes"}]  # the client's output replaced the ticket
+
+
+def chunks_of(text: str) -> list[dict[str, Any]]:
+    return [json.loads(line[6:]) for line in text.split("\n\n") if line.startswith("data: {")]
+
+
+async def test_a_denied_approval_ends_in_output_denied(client_for: Any) -> None:
+    model = (ScriptedModel().call("drop_table", {"table": "users"}, call_id="d1")
+             .reply("I did not drop it."))
+    client = await client_for(app_for(model))
+    first = await client.post("/vercel/ops", json=chat_body("c1", user("drop")), headers=A)
+    assert {"type": "tool-approval-request", "approvalId": "d1", "toolCallId": "d1"} in \
+        chunks_of(first.text)
+    answer = {"id": "a1", "role": "assistant", "parts": [
+        {"type": "tool-drop_table", "toolCallId": "d1", "state": "approval-responded",
+         "input": {}, "approval": {"id": "d1", "approved": False, "reason": "not today"}}]}
+    second = await client.post("/vercel/ops", json=chat_body("c1", user("drop"), answer),
+                               headers=A)
+    chunks = chunks_of(second.text)
+    assert {"type": "tool-output-denied", "toolCallId": "d1"} in chunks
+    assert [c["delta"] for c in chunks if c["type"] == "text-delta"] == ["I did not drop it."]
+    again = await client.post("/vercel/ops", json=chat_body("c1", user("drop"), answer),
+                              headers=A)  # the same answer again: nothing is pending
+    assert (again.status_code, again.json()["error"]["code"]) == (400, "invalid_request")
+
+
+async def test_same_limits_and_cancellation_as_the_typed_runs(client_for: Any) -> None:
+    model = ScriptedModel().reply(*[f"w{i} " for i in range(200)], delay=0.01).reply("next")
+    app = app_for(model, Settings(session_lock_timeout=0, send_timeout=2.0))
+    client = await client_for(app)
+    runs = app.state.gateway.runs.runs
+    async with client.stream("POST", "/vercel/ops", json=chat_body("c1", user("go")),
+                             headers=A) as response:
+        async for line in response.aiter_lines():
+            if "text-delta" in line:
+                break  # hang up mid-answer
+        busy = await client.post("/vercel/ops", json=chat_body("c1", user("x")), headers=A)
+        assert (busy.status_code, busy.json()["error"]["code"]) == (409, "session_busy")
+    await wait_until(lambda: model.streams[0].closed_early, timeout=2.0)
+    await wait_until(lambda: all(r.ended for r in runs.values()), timeout=2.0)
+    again = await client.post("/vercel/ops", json=chat_body("c1", user("again")), headers=A)
+    assert [c["delta"] for c in chunks_of(again.text) if c["type"] == "text-delta"] == ["next"]

@@ -1,7 +1,8 @@
 // The Vercel AI SDK's own client against the gateway's POST /vercel/{agent}.
 //
-//   node vercel_client.mjs <stream|chat> <url> <chatId> <text> [--approve]
+//   node vercel_client.mjs <stream|chat> <url> <chatId> <text> [--approve] [--last-only]
 //
+// --last-only sends only the last message (the README's prepareSendMessagesRequest).
 // HEADWATER_TOKEN (optional) goes out as a bearer token. Everything is parsed,
 // validated and assembled by the pinned `ai` package: `DefaultChatTransport`
 // (SSE parsing + the uiMessageChunkSchema zod validation), `readUIMessageStream`
@@ -23,6 +24,13 @@ const token = process.env.HEADWATER_TOKEN;
 const transport = new DefaultChatTransport({
   api: url,
   headers: token ? { Authorization: `Bearer ${token}` } : {},
+  ...(flags.includes("--last-only")
+    ? {
+        prepareSendMessagesRequest: ({ id, messages, trigger }) => ({
+          body: { id, trigger, messages: messages.slice(-1) },
+        }),
+      }
+    : {}),
 });
 
 const timer = setTimeout(() => {

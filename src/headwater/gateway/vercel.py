@@ -236,7 +236,7 @@ class UIMessageEncoder:
         data = frame.data
         kind = frame.type
         if kind in ("delta", "reasoning", "message", "tool_call"):
-            self._step(kind, frame.id, out)
+            self._step(kind, out)
         if kind == "delta":
             self._delta(_author_key(data), "text", str(data["text"]), frame.id, out)
         elif kind == "reasoning":
@@ -265,7 +265,7 @@ class UIMessageEncoder:
         body = b"".join(map(chunk, out))
         return body + _DONE if frame.terminal else body
 
-    def _step(self, kind: str, frame_id: int, out: list[dict[str, Any]]) -> None:
+    def _step(self, kind: str, out: list[dict[str, Any]]) -> None:
         """Open a step for model output; a model call after a stored one starts the next."""
         same_event = kind == "tool_call" and self.last_type == "message"
         if self.step == "sealed" and not same_event:
