@@ -22,6 +22,8 @@ import pytest
 from headwater import Agent, ToolStreamEvent, tool
 from headwater.errors import ModelHTTPError
 from headwater.gateway import StaticTokenAuth, create_app
+from headwater.gateway.sse import encode_frame
+from headwater.gateway.vercel import UIMessageEncoder
 from headwater.sessions import InMemorySessionService
 from headwater.settings import Settings
 from headwater.testing import ScriptedModel, ScriptedTurn, wait_until
@@ -346,3 +348,24 @@ async def test_same_limits_and_cancellation_as_the_typed_runs(client_for: Any) -
     await wait_until(lambda: all(r.ended for r in runs.values()), timeout=2.0)
     again = await client.post("/vercel/ops", json=chat_body("c1", user("again")), headers=A)
     assert [c["delta"] for c in chunks_of(again.text) if c["type"] == "text-delta"] == ["next"]
+
+
+def test_the_message_never_resends_streamed_text() -> None:
+    encoder = UIMessageEncoder("m1")
+    frames = [("delta", {"author": "a", "text": "Hel"}),
+              ("reasoning", {"author": "a", "text": "?"}),  # closes the text part
+              ("message", {"author": "a", "id": "e1", "text": "Hel", "final": False}),
+              ("message", {"author": "a", "id": "e2", "text": "Whole.", "final": True}),
+              ("done", {"usage": {"input_tokens": 3, "output_tokens": 4}})]
+    body = b"".join(encoder.render(encode_frame(i, kind, data))
+                    for i, (kind, data) in enumerate(frames, 1))
+    assert body.endswith(b"data: [DONE]\n\n")
+    chunks = chunks_of(body.decode())
+    assert [c["delta"] for c in chunks if c["type"] == "text-delta"] == ["Hel", "Whole."]
+    assert [c["type"] for c in chunks] == [
+        "start-step", "text-start", "text-delta", "text-end", "reasoning-start",
+        "reasoning-delta", "reasoning-end",
+        "finish-step", "start-step", "text-start", "text-delta", "text-end",
+        "finish-step", "finish"]
+    assert chunks[-1]["messageMetadata"] == {"usage": {"inputTokens": 3, "outputTokens": 4,
+                                                       "totalTokens": 7}}

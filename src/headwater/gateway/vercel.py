@@ -221,6 +221,7 @@ class UIMessageEncoder:
         self.supplied = supplied
         self.text: dict[str, str] = {}  # author (and branch) -> its open text part
         self.reasoning: dict[str, str] = {}  # author -> its open reasoning part
+        self.streamed: set[str] = set()  # authors whose text came as deltas since their message
         self.step: Literal["none", "open", "sealed"] = "none"
         self.last_type = ""
         self.progress: dict[str, str] = {}  # call id -> its progress text so far
@@ -284,6 +285,8 @@ class UIMessageEncoder:
             out.append({"type": f"{'reasoning' if kind == 'text' else 'text'}-end",
                         "id": other.pop(open_key)})
         parts = self.text if kind == "text" else self.reasoning
+        if kind == "text":
+            self.streamed.add(key)
         part_id = parts.get(key)
         if part_id is None:
             part_id = parts[key] = f"{kind[0]}{frame_id}"
@@ -296,12 +299,16 @@ class UIMessageEncoder:
         reasoning = self.reasoning.pop(author, None)
         if reasoning is not None:
             out.append({"type": "reasoning-end", "id": reasoning})
-        part_id = self.text.pop(_author_key(data), None)
-        if part_id is None:  # no deltas came before it (a run with streaming "none")
+        key = _author_key(data)
+        part_id = self.text.pop(key, None)
+        if part_id is not None:
+            out.append({"type": "text-end", "id": part_id})
+        elif key not in self.streamed:  # no deltas came before it (streaming "none")
             part_id = f"t{frame_id}"
             out += [{"type": "text-start", "id": part_id},
-                    {"type": "text-delta", "id": part_id, "delta": str(data["text"])}]
-        out.append({"type": "text-end", "id": part_id})
+                    {"type": "text-delta", "id": part_id, "delta": str(data["text"])},
+                    {"type": "text-end", "id": part_id}]
+        self.streamed.discard(key)
         self.step = "sealed"
         self.finish_reason = "other" if data.get("interrupted") else "stop"
 
