@@ -116,10 +116,12 @@ class RunStream:
         """Token usage summed over the run's model aggregates."""
         return self.stats.usage
 
-    def __aiter__(self) -> RunStream:
-        return self
+    def __aiter__(self) -> AsyncGenerator[Event, None]:
+        # ``async for`` steps the run's generator itself: a Python ``__anext__`` here
+        # would cost a call from C per event (more than a generator layer).
+        return self._agen
 
-    def __anext__(self) -> Any:  # the generator's own awaitable: no extra frame per event
+    def __anext__(self) -> Any:  # for stepping by hand: the generator's own awaitable
         return self._agen.__anext__()
 
     @property
