@@ -291,12 +291,17 @@ async def test_a_disconnect_closes_the_provider_connection_and_frees_the_session
     assert again.types == ["delta", "message", "done"]
     assert again.data(1)["text"] == "next"
 
-    # A cancelled model call stores nothing of its text: the run left only its message.
+    # A stopped model call keeps what was shown, marked interrupted, then the stop's record.
     items = await history(client, sid)
-    assert [(i["invocation_id"] == run_id, i["author"], i["text"]) for i in items] == [
-        (True, "user", "go"), (False, "user", "again"), (False, "bot", "next")]
-    assert not any(i.get("interrupted") for i in items)
-    assert [m["role"] for m in provider.requests[1].json()["messages"]] == ["user", "user"]
+    seen = "".join(stream.data(i)["text"] for i in range(3))
+    assert [(i["invocation_id"] == run_id, i["author"]) for i in items] == [
+        (True, "user"), (True, "bot"), (True, "bot"), (False, "user"), (False, "bot")]
+    # at least what the client read (the server may have sent a little more before the close)
+    assert items[1]["interrupted"] is True and items[1]["text"].startswith(seen)
+    assert items[2]["error"]["code"] == "cancelled" and items[2]["text"] == ""
+    assert items[-1]["text"] == "next"
+    roles = [m["role"] for m in provider.requests[1].json()["messages"]]
+    assert roles == ["user", "assistant", "user"]  # the error record never reaches a model
 
 
 # -- 2. a disconnect during a tool ---------------------------------------------------------------
@@ -324,8 +329,9 @@ async def test_a_disconnect_during_a_tool_kills_its_child_and_seals_the_call_can
     assert again.types == ["delta", "message", "done"]
 
     items = await history(client, sid)
-    assert [i["author"] for i in items] == ["user", "bot", "bot", "user", "bot"]
+    assert [i["author"] for i in items] == ["user", "bot", "bot", "bot", "user", "bot"]
     assert items[1]["calls"] == [{"id": "call_hold", "name": "hold"}]
+    assert items[3]["error"]["code"] == "cancelled"  # the stop's record
     sealed = items[2]
     assert sealed["results"][0]["id"] == "call_hold"
     assert sealed["results"][0]["status"] == "error" and sealed["interrupted"] is True
@@ -393,6 +399,8 @@ async def test_sigterm_ends_open_streams_with_server_shutdown_and_seals_history(
         await service.close()
     assert session is not None
     events = session.events
+    assert events[-1].error_code == "server_shutdown"  # the stop's record
+    events = events[:-1]
     if name:
         assert [e.author for e in events] == ["user", "bot", "bot"]
         assert [c.id for c in events[1].function_calls] == [call_id]
@@ -403,7 +411,8 @@ async def test_sigterm_ends_open_streams_with_server_shutdown_and_seals_history(
     else:
         assert (await provider.wait_closed(0, timeout=1.0)).close_kind in ("client_fin",
                                                                             "client_rst")
-        assert [(e.author, e.text) for e in events] == [("user", "go")]
+        assert [(e.author, e.interrupted) for e in events] == [("user", False), ("bot", True)]
+        assert events[1].text  # what the stream had shown, kept
     if pid is not None:
         assert not alive(pid)
     assert not any(e.partial for e in events)
