@@ -30,12 +30,13 @@ from headwater.errors import ERROR_MESSAGES, ModelHTTPError
 from headwater.gateway import StaticTokenAuth, create_app
 from headwater.sessions import InMemorySessionService
 from headwater.settings import Settings
-from headwater.testing import ScriptedModel, ScriptedTurn
+from headwater.testing import ScriptedModel, ScriptedTurn, aiter_sse, wait_until
 
 Serve = Callable[[Any], Awaitable[str]]
 JS = Path(__file__).resolve().parents[1] / "js"
 CLIENT = JS / "agui_client.mjs"
 AUTH = StaticTokenAuth({"token-a": "alice", "token-b": "bob"})
+HEADERS = {"Authorization": "Bearer token-a"}
 ran: list[str] = []
 
 
@@ -327,3 +328,61 @@ async def test_malformed_inputs_answer_400_or_422(server: Any) -> None:
                         "payload": {"approved": True}}]})
         assert never_asked.status_code == 400  # the runner refuses: no approval is pending
     assert ran == []
+
+
+# -- the same runs as the typed endpoint: cancellation -------------------------------------------
+
+
+async def _events_of(response: httpx.Response, stop_after: int | None = None
+                     ) -> list[dict[str, Any]]:
+    got: list[dict[str, Any]] = []
+    async for message in aiter_sse(response.aiter_bytes()):
+        got.append(json.loads(message.data))
+        if stop_after is not None and len(got) >= stop_after:
+            break
+    return got
+
+
+async def test_a_disconnect_cancels_the_run(serve: Serve) -> None:
+    model = ScriptedModel().reply(*[f"w{i} " for i in range(200)], delay=0.01).reply("next")
+    app = create_app(Agent(name="bot", model=model), auth=AUTH,
+                     session_service=InMemorySessionService())
+    runs = app.state.gateway.runs.runs
+    body = {"threadId": "t", "runId": "r1", "messages": [
+        {"id": "u1", "role": "user", "content": "go"}]}
+    async with httpx.AsyncClient(base_url=await serve(app), headers=HEADERS,
+                                 timeout=10) as client:
+        async with client.stream("POST", "/ag-ui/bot", json=body) as response:
+            head = await _events_of(response, stop_after=3)
+        assert [e["type"] for e in head] == [
+            "RUN_STARTED", "TEXT_MESSAGE_START", "TEXT_MESSAGE_CONTENT"]
+        await wait_until(lambda: model.streams[0].closed_early, timeout=2.0)
+        await wait_until(lambda: all(r.status == "cancelled" for r in runs.values()),
+                         timeout=2.0)
+        body["messages"].append({"id": "u2", "role": "user", "content": "again"})
+        async with client.stream("POST", "/ag-ui/bot", json=body) as response:
+            again = await _events_of(response)
+    assert again[-1]["type"] == "RUN_FINISHED"
+    assert "".join(e.get("delta", "") for e in again) == "next"
+
+
+async def test_cancel_finishes_the_run_with_the_cancelled_outcome(serve: Serve) -> None:
+    model = ScriptedModel().reply(*[f"w{i} " for i in range(200)], delay=0.01)
+    app = create_app(Agent(name="bot", model=model), auth=AUTH,
+                     session_service=InMemorySessionService())
+    body = {"threadId": "t", "runId": "r1", "messages": [
+        {"id": "u1", "role": "user", "content": "go"}]}
+    base = await serve(app)
+    got: list[dict[str, Any]] = []
+    async with (httpx.AsyncClient(base_url=base, headers=HEADERS, timeout=10) as client,
+                client.stream("POST", "/ag-ui/bot", json=body) as response):
+        async for message in aiter_sse(response.aiter_bytes()):
+            got.append(json.loads(message.data))
+            if len(got) == 2:  # mid-answer: stop it through the run's id
+                run_id = response.headers["x-run-id"]
+                cancelled = await client.post(f"/runs/{run_id}/cancel")
+                assert cancelled.status_code == 200
+    head, rest = got[:2], got[2:]
+    assert head[0] == {"type": "RUN_STARTED", "threadId": "t", "runId": "r1"}
+    assert [e["type"] for e in rest][-2:] == ["TEXT_MESSAGE_END", "RUN_FINISHED"]
+    assert rest[-1]["outcome"] == {"type": "cancelled"}
