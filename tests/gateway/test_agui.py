@@ -70,9 +70,10 @@ def reset() -> None:
 async def server(serve: Serve) -> AsyncIterator[Callable[..., Awaitable[str]]]:
     """``base = await server(agent_or_agents)``: the gateway under uvicorn, with AUTH."""
 
-    async def start(agents: Any, service: InMemorySessionService | None = None) -> str:
-        settings = Settings(heartbeat_interval=5.0, send_timeout=2.0, session_lock_timeout=0,
-                            shutdown_grace=2.0)
+    async def start(agents: Any, service: InMemorySessionService | None = None,
+                    **bounds: Any) -> str:
+        settings = Settings(**{"heartbeat_interval": 5.0, "send_timeout": 2.0,
+                               "session_lock_timeout": 0, "shutdown_grace": 2.0, **bounds})
         app = create_app(agents, session_service=service or InMemorySessionService(),
                          auth=AUTH, settings=settings)
         return await serve(app)
@@ -161,6 +162,15 @@ async def test_without_deltas_the_message_frame_gives_start_content_end(
     assert types(run) == ["RUN_STARTED", "TEXT_MESSAGE_START", "TEXT_MESSAGE_CONTENT",
                           "TEXT_MESSAGE_END", "RUN_FINISHED"]
     assert [m["content"] for m in of_role(report, "assistant")] == ["All at once."]
+
+
+async def test_heartbeat_comments_between_events_are_ignored_by_the_client(
+        node: str, server: Any) -> None:
+    model = ScriptedModel().reply("slow ", "answer", delay=0.3)
+    base = await server(Agent(name="bot", model=model), heartbeat_interval=0.05)
+    report = await agui(node, f"{base}/ag-ui/bot", [{"message": "hi"}])
+    assert report["runs"][0]["outcome"] == "success"
+    assert [m["content"] for m in of_role(report, "assistant")] == ["slow answer"]
 
 
 async def test_a_second_run_continues_the_thread(node: str, server: Any) -> None:
