@@ -54,6 +54,7 @@ LAYERS: dict[str, int] = {
     "runner": 3,
     "gateway": 4,
     "cli": 4,
+    "__main__": 5,  # `python -m headwater`: the cli, nothing else
 }
 TESTING = "testing"
 WEB_FRAMEWORKS = frozenset({"starlette", "fastapi", "uvicorn"})

@@ -85,5 +85,7 @@ async def test_aclose_seals_open_calls_with_the_reason_given(reason: str) -> Non
     stored = await runner.session_service.get_session(app_name="app", user_id="u",
                                                       session_id=session.id)
     assert stored is not None
-    result = stored.events[-1].function_responses[0].response
+    result = stored.events[-2].function_responses[0].response
     assert result["code"] == reason
+    stop = stored.events[-1]  # the stop's record: what ended the run
+    assert stop.error_code == ("cancelled" if reason == "cancelled" else "server_shutdown")

@@ -34,7 +34,9 @@ from .agents.live_flow import LiveFlow
 from .artifacts import BaseArtifactService
 from .clock import SYSTEM_CLOCK, Clock
 from .errors import (
+    ERROR_MESSAGES,
     CallAlreadyAnsweredError,
+    ErrorCode,
     LeaseLostError,
     SessionError,
     SessionNotFoundError,
@@ -116,10 +118,12 @@ class RunStream:
         """Token usage summed over the run's model aggregates."""
         return self.stats.usage
 
-    def __aiter__(self) -> RunStream:
-        return self
+    def __aiter__(self) -> AsyncGenerator[Event, None]:
+        # ``async for`` steps the run's generator itself: a Python ``__anext__`` here
+        # would cost a call from C per event (more than a generator layer).
+        return self._agen
 
-    def __anext__(self) -> Any:  # the generator's own awaitable: no extra frame per event
+    def __anext__(self) -> Any:  # for stepping by hand: the generator's own awaitable
         return self._agen.__anext__()
 
     @property
@@ -245,6 +249,19 @@ class _Recorder:
             raise
         finally:
             ctx.ledger.catch_up(ctx.session.events)
+
+    async def record_stop(self, reason: SealReason, author: str) -> None:
+        """Store that the run was stopped: an error record (``cancelled``, or
+        ``server_shutdown`` when the server stopped it); quiet on failure."""
+        code: ErrorCode = "cancelled" if reason == "cancelled" else "server_shutdown"
+        ctx = self._ctx
+        record = Event(invocation_id=ctx.invocation_id, author=author,
+                       error_code=code, error_message=ERROR_MESSAGES[code])
+        try:
+            await self.commit(record, last=True)
+        except SessionError as exc:
+            logger.warning("could not record the stop of run %s (%s)", ctx.invocation_id,
+                           type(exc).__name__)
 
     async def seal(self, flow: Flow, reason: SealReason,
                    reload: Callable[[], Awaitable[Session | None]]) -> None:
@@ -498,6 +515,7 @@ class Runner:
             heartbeat = _Heartbeat(service, recorder, self.settings.session_lease_ttl)
             flow = Flow(self.agent, ctx, recorder)
             events: AsyncGenerator[Event, None] | None = None
+            stopped = False
             try:
                 repaired = await flow.repair()  # calls of runs whose lease ended without them
                 if repaired is not None:
@@ -523,11 +541,16 @@ class Runner:
                 logger.warning("run %s: the session store failed: %s", invocation_id,
                                type(exc).__name__)
                 yield flow.error_event(exc.code, "the session store failed; the run stopped")
+            except (GeneratorExit, asyncio.CancelledError):
+                stopped = message is not None  # a live run ends by being closed
+                raise
             finally:
                 if events is not None:
                     await events.aclose()
                 await recorder.seal(flow, control.reason, lambda: service.get_session(
                     app_name=self.app_name, user_id=user_id, session_id=session_id))
+                if stopped:
+                    await recorder.record_stop(control.reason, self.agent.name)
         finally:
             try:
                 if heartbeat is not None:

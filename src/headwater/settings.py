@@ -60,6 +60,10 @@ class Settings(BaseSettings):
         model_retry_after_cap: the longest ``Retry-After`` waited for, in
             seconds; a longer one ends the call at once with a retryable error
             that carries the delay (``ModelHTTPError.retry_after``).
+        model_max_connections, model_http_pools: a model's default HTTP client
+            holds at most this many provider connections (concurrent model
+            calls past it wait), spread over this many small pools (httpx's pool
+            bookkeeping grows with its size).
         model_connect_timeout: seconds to open a provider connection.
         model_idle_timeout: seconds without a byte from the provider before the
             call fails with ``provider_timeout``.
@@ -91,6 +95,9 @@ class Settings(BaseSettings):
         max_body_bytes: largest request body the gateway reads (413 past it).
         body_read_timeout: seconds a client may take to send its request body (408).
         shutdown_grace: seconds open streams get to end when the server stops.
+        gc_freeze: the gateway moves everything alive at startup out of the
+            garbage collector's passes (``gc.freeze()``), so full collections
+            scan only what runs allocate (shorter event-loop stalls).
         max_page_size: most items one page of ``GET /sessions`` or
             ``/sessions/{id}/events`` holds (the default page is 50 or fewer).
     """
@@ -120,6 +127,8 @@ class Settings(BaseSettings):
     model_backoff_initial: float = Field(default=0.5, ge=0)
     model_backoff_max: float = Field(default=8.0, ge=0)
     model_retry_after_cap: float = Field(default=30.0, ge=0)
+    model_max_connections: int = Field(default=1024, ge=1)
+    model_http_pools: int = Field(default=64, ge=1)
     model_connect_timeout: float = Field(default=10.0, gt=0)
     model_idle_timeout: float = Field(default=60.0, gt=0)
     model_total_timeout: float = Field(default=600.0, gt=0)
@@ -142,6 +151,7 @@ class Settings(BaseSettings):
     body_read_timeout: float = Field(default=10.0, gt=0)
     shutdown_grace: float = Field(default=10.0, ge=0)
     max_page_size: int = Field(default=200, ge=1)
+    gc_freeze: bool = True
 
 
 _settings: Settings | None = None

@@ -337,7 +337,8 @@ async def test_cancel_ends_the_stream_with_cancelled_and_seals_history(client_fo
     assert [t for _, t, _ in got.frames] == ["tool_call", "error"]
     assert got.frames[-1][2]["code"] == "cancelled" and got.frames[-1][2]["retryable"] is False
     items = (await client.get(f"/sessions/{sid}/events", headers=A)).json()["items"]
-    assert items[-1]["results"][0]["status"] == "error"
+    assert items[-2]["results"][0]["status"] == "error"  # the call, sealed
+    assert items[-1]["error"]["code"] == "cancelled"  # the run's stop, recorded
     again = await post_run(client, sid, {"message": "next"})
     assert again.frames[-1][1] == "done"
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -10,7 +11,7 @@ import pytest
 from headwater import Agent, Event, RunConfig, Runner, StreamingMode
 from headwater.errors import ModelHTTPError
 from headwater.models import BaseLlm, LlmRequest
-from headwater.models._http import backoff_delay, redact
+from headwater.models._http import PooledTransport, backoff_delay, redact
 from headwater.models.anthropic import AnthropicModel
 from headwater.models.openai import OpenAIChatModel
 from headwater.settings import Settings
@@ -187,3 +188,32 @@ def test_redact_removes_credential_shaped_strings(text: str) -> None:
     cleaned = redact(text)
     assert "hunter2" not in cleaned and "abc123" not in cleaned and "[redacted]" in cleaned
     assert redact("tokens used: 5; the api key is wrong") == "tokens used: 5; the api key is wrong"
+
+
+async def test_the_default_transport_fills_one_pool_then_spreads() -> None:
+    transport = PooledTransport(pools=3, max_connections=96)
+    seen: list[int] = []
+
+    def mock(index: int) -> httpx.MockTransport:
+        async def body() -> AsyncIterator[bytes]:
+            yield b"ok"
+
+        def answer(request: httpx.Request) -> httpx.Response:
+            seen.append(index)
+            return httpx.Response(200, content=body())  # streamed, as a provider's is
+        return httpx.MockTransport(answer)
+
+    transport._pools = [mock(i) for i in range(3)]  # type: ignore[assignment]
+    async with httpx.AsyncClient(transport=transport) as client:
+        for _ in range(5):  # one after another: always the first pool (its connection reused)
+            assert (await client.get("http://x/")).status_code == 200
+        assert seen == [0] * 5
+        seen.clear()
+        held = [await client.send(client.build_request("GET", "http://x/"), stream=True)
+                for _ in range(40)]  # open bodies hold their pool's slots
+        assert seen == [0] * 16 + [1] * 16 + [2] * 8
+        for response in held:
+            await response.aclose()
+        seen.clear()
+        await client.get("http://x/")
+        assert seen == [0]  # every slot came back

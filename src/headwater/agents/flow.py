@@ -137,6 +137,11 @@ class Flow:
                     await commit(failed, last=True)
                     yield failed
                     return
+                except (GeneratorExit, asyncio.CancelledError):
+                    # An explicit stop keeps what was shown, marked interrupted (a transport
+                    # failure, above, keeps nothing of the call).
+                    await self.keep_shown(contract.shown_text())
+                    raise
             aggregate = await self.after_model(callback_context, aggregate)
             event = self.model_event(aggregate, callback_context.actions)
             calls = event.function_calls
@@ -258,6 +263,23 @@ class Flow:
             turn_complete=response.turn_complete, interrupted=response.interrupted,
             actions=actions if actions is not None else EventActions(),
         )
+
+    async def keep_shown(self, text: str) -> None:
+        """Store the answer text a stopped model call had shown, marked ``interrupted``.
+
+        Quiet on a store failure: the stop goes on either way.
+        """
+        if not text:
+            return
+        ctx = self.ctx
+        shown = Event(invocation_id=ctx.invocation_id, author=self.agent.name,
+                      content=Content("model", [Part(text=text)]), interrupted=True,
+                      finish_reason="interrupted")
+        try:
+            await self.commit(shown)
+        except Exception as exc:
+            logger.warning("agent %s: storing the interrupted answer failed: %s",
+                           self.agent.name, type(exc).__name__)
 
     def error_event(self, code: ErrorCode, message: str) -> Event:
         """An error record of this run (no content)."""

@@ -1,11 +1,423 @@
-"""``POST /ag-ui/{agent}``: the same runs as AG-UI events."""
+"""``POST /ag-ui/{agent}``: the same runs as AG-UI 1.0 events (https://docs.ag-ui.com).
+
+The request is AG-UI's ``RunAgentInput``: ``threadId`` is the session (created
+for the caller when it is new), the last message — a user message — is the new
+message, and ``resume[]`` answers the approvals a previous run paused on. The
+run starts through :meth:`Gateway.start_run` and is followed through
+:meth:`Gateway.stream`, exactly like the typed endpoint, so auth, limits,
+persistence and cancellation on disconnect are the same; only the encoding
+differs. :class:`AguiEncoder` turns each typed frame (docs/frame-protocol.md)
+into AG-UI events, ``data: <json>`` per SSE message:
+
+=====================  ==========================================================
+typed frame            AG-UI events
+=====================  ==========================================================
+(before any frame)     ``RUN_STARTED``
+``reasoning``          ``REASONING_START`` + ``REASONING_MESSAGE_START`` (once), then
+                       ``REASONING_MESSAGE_CONTENT``; closed by the next other frame
+``delta``              ``TEXT_MESSAGE_START`` (once per message), ``TEXT_MESSAGE_CONTENT``
+``message``            ``TEXT_MESSAGE_END`` after deltas (never the text again);
+                       without deltas ``START`` + one ``CONTENT`` + ``END``
+``tool_call``          per call ``TOOL_CALL_START``/``ARGS``/``END``; ``ARGS`` is the
+                       arguments' JSON with ``expose_result=True``, else ``{}``
+``tool_progress``      ``ACTIVITY_SNAPSHOT`` (first), then ``ACTIVITY_DELTA`` (a JSON
+                       Patch appending the event), message id ``<call id>-progress``
+``tool_result``        per result ``TOOL_CALL_RESULT`` (the summary JSON, or the
+                       response with ``expose_result=True``)
+``approval_required``  an interrupt, sent with ``RUN_FINISHED``
+``done``               ``RUN_FINISHED`` with ``usage`` and outcome ``success``, or
+                       ``interrupt`` (one per approval, ``reason: "tool_call"``)
+``error``              ``RUN_ERROR`` with the code and its fixed message; ``cancelled``
+                       is ``RUN_FINISHED`` with outcome ``cancelled`` instead
+=====================  ==========================================================
+
+An interrupt's id is the call id; a ``resume`` entry answers it with
+``status: "resolved"`` and ``payload: {"approved": bool, "reason"?,
+"args_sha256"?}``, or ``status: "cancelled"`` (a denial).
+"""
 
 from __future__ import annotations
 
-from fastapi import FastAPI
+import base64
+import binascii
+import json
+from collections.abc import Iterator, Mapping
+from typing import Any, Final, Literal
 
-from .core import Gateway
+from fastapi import FastAPI, Request, Response
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..errors import ERROR_MESSAGES, SessionError
+from ..tools.approval import approval_response
+from ..types import Blob, Content, Part
+from .core import Gateway, store_error
+from .problems import ErrorBody, GatewayHTTPError, request_id_of
+from .sse import Frame
+
+APPROVAL_SCHEMA: Final[Mapping[str, Any]] = {  # wire JSON Schema
+    "type": "object",
+    "properties": {"approved": {"type": "boolean"}, "reason": {"type": "string"},
+                   "args_sha256": {"type": "string"}},
+    "required": ["approved"],
+}
+"""The ``responseSchema`` of an approval interrupt: what ``resume[].payload`` carries."""
+
+PROGRESS_ACTIVITY: Final = "TOOL_PROGRESS"
+"""The ``activityType`` of a tool's progress."""
+
+_MEDIA_PARTS: Final = frozenset({"image", "audio", "video", "document"})
+_encode = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode
+_encode_ascii = json.JSONEncoder(ensure_ascii=True, allow_nan=False, separators=(",", ":")).encode
+
+
+# -- the request ---------------------------------------------------------------------------------
+
+
+class AguiMessage(BaseModel):
+    """One message of ``RunAgentInput.messages`` (only what the gateway reads)."""
+
+    model_config = ConfigDict(extra="allow")
+    id: str
+    role: str
+    content: str | list[dict[str, Any]] | None = None  # wire JSON content parts
+
+
+class ResumeEntry(BaseModel):
+    """An answer to one interrupt of the previous run."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+    interrupt_id: str = Field(alias="interruptId", min_length=1)
+    status: Literal["resolved", "cancelled"]
+    payload: Any = None  # wire JSON: the answer
+
+
+class RunAgentInput(BaseModel):
+    """AG-UI's ``RunAgentInput`` (``tools``, ``context`` and ``state`` are accepted, unused)."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+    thread_id: str = Field(alias="threadId", min_length=1, max_length=256)
+    run_id: str = Field(alias="runId", min_length=1, max_length=256)
+    messages: list[AguiMessage]
+    resume: list[ResumeEntry] | None = None
+    forwarded_props: Any = Field(default=None, alias="forwardedProps")  # wire JSON
+
+
+def message_of(body: RunAgentInput) -> Content:
+    """The run's new message: the approvals of ``resume``, else the last (user) message.
+
+    Raises:
+        GatewayHTTPError: ``invalid_request`` (400) for an input with neither,
+            an answer without ``payload.approved`` or content the gateway cannot take.
+    """
+    if body.resume:
+        parts: list[Part] = []
+        for entry in body.resume:
+            parts += _answer(entry).parts
+        return Content("user", parts)
+    if not body.messages or body.messages[-1].role != "user":
+        raise _invalid("the last message must be a user message (or send resume)")
+    parts = list(_parts(body.messages[-1].content))
+    if not parts:
+        raise _invalid("the message is empty")
+    return Content("user", parts)
+
+
+def _answer(entry: ResumeEntry) -> Content:
+    if entry.status == "cancelled":
+        return approval_response(entry.interrupt_id, False, "cancelled")
+    payload = entry.payload
+    if not isinstance(payload, dict) or not isinstance(payload.get("approved"), bool):
+        raise _invalid("a resolved interrupt needs payload.approved (true or false)")
+    reason, digest = payload.get("reason"), payload.get("args_sha256")
+    return approval_response(entry.interrupt_id, payload["approved"],
+                             reason if isinstance(reason, str) else None,
+                             args_sha256=digest if isinstance(digest, str) else None)
+
+
+def _parts(content: str | list[dict[str, Any]] | None) -> Iterator[Part]:
+    if isinstance(content, str):
+        if content.strip():
+            yield Part(text=content)
+        return
+    for item in content or ():
+        kind = item.get("type")
+        if kind == "text" and isinstance(item.get("text"), str):
+            yield Part(text=item["text"])
+        elif kind in _MEDIA_PARTS:
+            yield Part(inline_data=_blob(item.get("source")))
+        else:
+            raise _invalid("unsupported content part")
+
+
+def _blob(source: Any) -> Blob:  # wire JSON
+    if (not isinstance(source, dict) or source.get("type") != "data"
+            or not isinstance(source.get("value"), str)
+            or not isinstance(source.get("mimeType"), str)):
+        raise _invalid("media parts must carry their bytes inline (source type 'data')")
+    try:
+        data = base64.b64decode(source["value"], validate=True)
+    except (binascii.Error, ValueError):
+        raise _invalid("a media part's value is not base64") from None
+    return Blob(mime_type=source["mimeType"], data=data)
+
+
+def _invalid(message: str) -> GatewayHTTPError:
+    return GatewayHTTPError("invalid_request", message, status=400)
+
+
+def _streaming(props: Any) -> bool:  # wire JSON
+    return not (isinstance(props, dict) and props.get("streaming_mode") == "none")
+
+
+# -- the encoder ---------------------------------------------------------------------------------
+
+
+def encode_event(event: Mapping[str, Any]) -> bytes:
+    """One AG-UI event as an SSE message: ``data: <compact JSON>`` and a blank line."""
+    try:
+        return b"data: " + _encode(event).encode() + b"\n\n"
+    except UnicodeEncodeError:  # a lone surrogate: as a \\u escape it survives the round trip
+        return b"data: " + _encode_ascii(event).encode() + b"\n\n"
+
+
+class AguiEncoder:
+    """Turns one run's typed frames into AG-UI events; one per response.
+
+    It keeps what the events need across frames: the open text and reasoning
+    message of each author, the tool calls with progress already shown, the
+    approvals to report with ``RUN_FINISHED``. Its :meth:`render` is the
+    response's :data:`~.responses.Render`.
+
+    Args:
+        thread_id: the AG-UI thread (the session id).
+        run_id: the AG-UI run id, as the client sent it.
+        prefix: makes the message ids this encoder invents unique (the run's id).
+    """
+
+    def __init__(self, thread_id: str, run_id: str, prefix: str) -> None:
+        self.thread_id = thread_id
+        self.run_id = run_id
+        self.prefix = prefix
+        self._count = 0
+        self._text: dict[str, str] = {}  # author -> open text message id
+        self._thinking: dict[str, tuple[str, str]] = {}  # author -> (span id, message id)
+        self._progress: set[str] = set()  # call ids whose activity exists
+        self._interrupts: list[dict[str, Any]] = []
+        self._last_message: str | None = None  # a message's id, for its event's tool calls
+
+    def started(self) -> bytes:
+        """``RUN_STARTED``: the response's prologue."""
+        return encode_event({"type": "RUN_STARTED", "threadId": self.thread_id,
+                             "runId": self.run_id})
+
+    def render(self, frame: Frame) -> bytes:
+        """The AG-UI events of one frame, encoded (``b""`` for none)."""
+        data = frame.data
+        parent, self._last_message = self._last_message, None
+        match frame.type:
+            case "delta":
+                events = self._delta(data)
+            case "reasoning":
+                events = self._reasoning(data)
+            case "message":
+                events = self._message(data)
+            case "tool_call":
+                events = self._close_thinking() + self._tool_calls(data, parent)
+            case "tool_progress":
+                events = self._close_thinking() + self._tool_progress(data)
+            case "tool_result":
+                events = self._close_thinking() + self._tool_results(data)
+            case "approval_required":
+                self._interrupts.append(self._interrupt(data))
+                events = self._close_thinking()
+            case "done":
+                events = self._finish(data)
+            case "error":
+                events = self._error(data)
+            case _:  # a frame type this format does not carry
+                events = []
+        return b"".join(encode_event(event) for event in events)
+
+    # -- text and reasoning ----------------------------------------------------------------------
+
+    def _new_id(self, kind: str) -> str:
+        self._count += 1
+        return f"{self.prefix}-{kind}{self._count}"
+
+    def _delta(self, data: Mapping[str, Any]) -> list[dict[str, Any]]:
+        author = data["author"]
+        events = self._close_thinking(author)
+        message_id = self._text.get(author)
+        if message_id is None:
+            message_id = self._text[author] = self._new_id("m")
+            events.append({"type": "TEXT_MESSAGE_START", "messageId": message_id,
+                           "role": "assistant"})
+        events.append({"type": "TEXT_MESSAGE_CONTENT", "messageId": message_id,
+                       "delta": data["text"]})
+        return events
+
+    def _message(self, data: Mapping[str, Any]) -> list[dict[str, Any]]:
+        author = data["author"]
+        events = self._close_thinking(author)
+        message_id = self._text.pop(author, None)
+        if message_id is None:  # no deltas came (streaming off, a tool-only turn's text)
+            message_id = str(data["id"])
+            events += [{"type": "TEXT_MESSAGE_START", "messageId": message_id,
+                        "role": "assistant"},
+                       {"type": "TEXT_MESSAGE_CONTENT", "messageId": message_id,
+                        "delta": data["text"]}]
+        events.append({"type": "TEXT_MESSAGE_END", "messageId": message_id})
+        self._last_message = message_id
+        return events
+
+    def _reasoning(self, data: Mapping[str, Any]) -> list[dict[str, Any]]:
+        author = data["author"]
+        events: list[dict[str, Any]] = []
+        ids = self._thinking.get(author)
+        if ids is None:
+            ids = self._thinking[author] = (self._new_id("r"), self._new_id("m"))
+            events += [{"type": "REASONING_START", "messageId": ids[0]},
+                       {"type": "REASONING_MESSAGE_START", "messageId": ids[1],
+                        "role": "reasoning"}]
+        events.append({"type": "REASONING_MESSAGE_CONTENT", "messageId": ids[1],
+                       "delta": data["text"]})
+        return events
+
+    def _close_thinking(self, author: str | None = None) -> list[dict[str, Any]]:
+        authors = list(self._thinking) if author is None else [author]
+        events: list[dict[str, Any]] = []
+        for name in authors:
+            ids = self._thinking.pop(name, None)
+            if ids is not None:
+                events += [{"type": "REASONING_MESSAGE_END", "messageId": ids[1]},
+                           {"type": "REASONING_END", "messageId": ids[0]}]
+        return events
+
+    def _close_all(self) -> list[dict[str, Any]]:
+        events = self._close_thinking()
+        events += [{"type": "TEXT_MESSAGE_END", "messageId": message_id}
+                   for message_id in self._text.values()]
+        self._text.clear()
+        return events
+
+    # -- tools -----------------------------------------------------------------------------------
+
+    def _tool_calls(self, data: Mapping[str, Any], parent: str | None) -> list[dict[str, Any]]:
+        events: list[dict[str, Any]] = []
+        for call in data["calls"]:
+            start: dict[str, Any] = {"type": "TOOL_CALL_START", "toolCallId": call["id"],
+                                     "toolCallName": call["name"]}
+            if parent is not None:  # the text of the same model turn carries the calls
+                start["parentMessageId"] = parent
+            args = _encode(call["args"]) if "args" in call else "{}"
+            events += [start,
+                       {"type": "TOOL_CALL_ARGS", "toolCallId": call["id"], "delta": args},
+                       {"type": "TOOL_CALL_END", "toolCallId": call["id"]}]
+        return events
+
+    def _tool_progress(self, data: Mapping[str, Any]) -> list[dict[str, Any]]:
+        call_id = data["call_id"]
+        item = {"type": data["type"], "index": data["index"], "delta": data["delta"]}
+        message_id = f"{call_id}-progress"
+        if call_id in self._progress:
+            return [{"type": "ACTIVITY_DELTA", "messageId": message_id,
+                     "activityType": PROGRESS_ACTIVITY,
+                     "patch": [{"op": "add", "path": "/events/-", "value": item}]}]
+        self._progress.add(call_id)
+        return [{"type": "ACTIVITY_SNAPSHOT", "messageId": message_id,
+                 "activityType": PROGRESS_ACTIVITY,
+                 "content": {"toolCallId": call_id, "toolName": data["name"],
+                             "events": [item]}}]
+
+    def _tool_results(self, data: Mapping[str, Any]) -> list[dict[str, Any]]:
+        # The response with expose_result=True, else the summary (id, name, status, size).
+        return [{"type": "TOOL_CALL_RESULT", "messageId": self._new_id("t"),
+                 "toolCallId": result["id"], "role": "tool",
+                 "content": _encode(result.get("response", result))}
+                for result in data["results"]]
+
+    def _interrupt(self, data: Mapping[str, Any]) -> dict[str, Any]:
+        metadata: dict[str, Any] = {"toolName": data["name"], "args_sha256": data["args_sha256"]}
+        if "args" in data:
+            metadata["args"] = data["args"]
+        return {"id": data["call_id"], "reason": "tool_call", "toolCallId": data["call_id"],
+                "message": f"Approve the call to {data['name']}?",
+                "responseSchema": dict(APPROVAL_SCHEMA), "metadata": metadata}
+
+    # -- the end ---------------------------------------------------------------------------------
+
+    def _finish(self, data: Mapping[str, Any]) -> list[dict[str, Any]]:
+        usage = data.get("usage") or {}
+        tokens = {"inputTokens": usage.get("input_tokens", 0),
+                  "outputTokens": usage.get("output_tokens", 0)}
+        tokens["totalTokens"] = tokens["inputTokens"] + tokens["outputTokens"]
+        outcome: dict[str, Any] = {"type": "success"}
+        if self._interrupts:
+            outcome = {"type": "interrupt", "interrupts": self._interrupts}
+        return self._finished(outcome, usage=[tokens])
+
+    def _error(self, data: Mapping[str, Any]) -> list[dict[str, Any]]:
+        code = data["code"]
+        if code == "cancelled":  # stopped on request: AG-UI's cancelled outcome, not a failure
+            return self._finished({"type": "cancelled"})
+        message = ERROR_MESSAGES.get(code, ERROR_MESSAGES["internal"])
+        return [{"type": "RUN_ERROR", "message": message, "code": code}]
+
+    def _finished(self, outcome: dict[str, Any], **extra: Any) -> list[dict[str, Any]]:
+        # RUN_FINISHED may not leave a text or reasoning message open.
+        events = self._close_all()
+        events.append({"type": "RUN_FINISHED", "threadId": self.thread_id,
+                       "runId": self.run_id, "outcome": outcome, **extra})
+        return events
+
+
+# -- the route -----------------------------------------------------------------------------------
+
+
+async def ensure_thread(gw: Gateway, user: str, agent: str, thread_id: str) -> None:
+    """Make sure the user's session ``thread_id`` exists for ``agent``; create it when new.
+
+    Raises:
+        GatewayHTTPError: ``not_found`` (404) when the user's thread belongs to
+            another agent; ``store_unavailable`` (503) when the store fails.
+    """
+    try:
+        owner, _ = await gw.find_session(user, thread_id)
+    except GatewayHTTPError as exc:
+        if exc.code != "not_found":
+            raise
+    else:
+        if owner != agent:
+            raise GatewayHTTPError("not_found", "thread not found for this agent")
+        return
+    try:
+        await gw.service.create_session(app_name=agent, user_id=user, session_id=thread_id)
+    except SessionError as exc:  # taken meanwhile by a concurrent first run, or the store failed
+        try:
+            found = await gw.service.get_session(app_name=agent, user_id=user,
+                                                 session_id=thread_id)
+        except SessionError:
+            found = None
+        if found is None:
+            raise store_error(exc) from None
 
 
 def add_agui_routes(app: FastAPI, gw: Gateway) -> None:
-    """Add the AG-UI endpoint to ``app`` (nothing yet)."""
+    """Add ``POST /ag-ui/{agent}`` to ``app``."""
+
+    @app.post("/ag-ui/{agent}", tags=["ag-ui"], response_class=Response,
+              responses={200: {"content": {"text/event-stream": {}},
+                               "description": "the run as AG-UI events"},
+                         400: {"model": ErrorBody}, 404: {"model": ErrorBody},
+                         409: {"model": ErrorBody}, 429: {"model": ErrorBody},
+                         503: {"model": ErrorBody}})
+    async def run_agui(request: Request, agent: str, body: RunAgentInput) -> Any:
+        user = await gw.user(request)
+        if agent not in gw.runners:
+            raise GatewayHTTPError("not_found", "agent not found")
+        message = message_of(body)
+        await ensure_thread(gw, user, agent, body.thread_id)
+        run = await gw.start_run(user, agent, body.thread_id, message, request_id_of(request),
+                                 streaming=_streaming(body.forwarded_props))
+        encoder = AguiEncoder(body.thread_id, body.run_id, run.id)
+        return gw.stream(run, 0, render=encoder.render, prologue=encoder.started())

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import signal
 import threading
@@ -154,6 +155,12 @@ def create_app(
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         restore = _on_sigterm(gateway.begin_shutdown)
+        if settings.gc_freeze:
+            # What is loaded now (the app, its modules) lives as long as the process: out
+            # of the collector's full passes, which otherwise stall the loop for each
+            # stream's frames once many streams are open.
+            gc.collect()
+            gc.freeze()
         try:
             yield
         finally:

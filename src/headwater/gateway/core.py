@@ -28,7 +28,7 @@ from ..types import Content
 from .auth import Authenticator, user_of
 from .frames import FrameMapper
 from .problems import GatewayHTTPError
-from .responses import Render, SSEResponse, render_frame
+from .responses import Render, SSEResponse, StallWatch, render_frame
 from .runlog import RunLog
 from .runs import Run, RunManager
 
@@ -58,6 +58,7 @@ class Gateway:
         self.auth = auth
         self.settings = settings
         self.runs = RunManager(log, settings)
+        self.stall_watch = StallWatch(settings.send_timeout)
         self.owns_service = owns_service
 
     @property
@@ -134,7 +135,7 @@ class Gateway:
         return SSEResponse(frames, headers={"x-run-id": run.id, **(headers or {})},
                            heartbeat_interval=settings.heartbeat_interval,
                            send_timeout=settings.send_timeout, on_end=on_end, render=render,
-                           prologue=prologue)
+                           prologue=prologue, watch=self.stall_watch)
 
     def begin_shutdown(self) -> None:
         """Stop every run now (SIGTERM): streams end with ``server_shutdown``."""

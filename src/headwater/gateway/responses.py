@@ -3,9 +3,10 @@
 One writer per connection (ASGI forbids concurrent sends): it takes frames from
 a small queue that a reader task fills from the run log, sends a heartbeat
 comment after ``heartbeat_interval`` of silence, and gives each send at most
-``send_timeout``. A disconnect (``http.disconnect``), a failed send or a client
-that stops reading past the timeout ends the response and calls
-``on_gone``; the terminal frame ends it normally.
+``send_timeout`` (watched by one :class:`StallWatch` for all responses, so a
+frame costs no timer). A disconnect (``http.disconnect``), a failed send or a
+client that stops reading past the timeout ends the response and calls
+``on_end``; the terminal frame ends it normally.
 """
 
 from __future__ import annotations
@@ -45,6 +46,38 @@ def render_frame(frame: Frame) -> bytes:
     return frame.raw
 
 
+class StallWatch:
+    """Cancels the writers whose send has been waiting longer than ``send_timeout``.
+
+    One periodic check (every quarter of the timeout) for all open responses,
+    instead of a timer around every send.
+    """
+
+    def __init__(self, send_timeout: float) -> None:
+        self.send_timeout = send_timeout
+        self._open: set[SSEResponse] = set()
+        self._task: asyncio.Task[None] | None = None
+
+    def add(self, response: SSEResponse) -> None:
+        """Watch ``response`` (until :meth:`discard`)."""
+        self._open.add(response)
+        if self._task is None or self._task.done():
+            self._task = asyncio.ensure_future(self._run())
+
+    def discard(self, response: SSEResponse) -> None:
+        """Stop watching ``response``."""
+        self._open.discard(response)
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        period = max(self.send_timeout / 4, 0.01)
+        while self._open:
+            await asyncio.sleep(period)
+            now = loop.time()
+            for response in list(self._open):
+                response.check_stall(now, self.send_timeout)
+
+
 class SSEResponse(Response):
     """An ASGI response streaming ``frames`` as Server-Sent Events.
 
@@ -59,12 +92,14 @@ class SSEResponse(Response):
         render: a frame's bytes on the wire (:func:`render_frame`: the typed frames).
         prologue: bytes sent before the first frame (a format's opening event).
         queue_size: frames read ahead of the client.
+        watch: the stall watch of the app (default: a timer around each send).
     """
 
     def __init__(self, frames: AsyncGenerator[Frame, None], *, headers: Mapping[str, str],
                  heartbeat_interval: float, send_timeout: float,
                  on_end: Callable[[bool], None], render: Render = render_frame,
-                 prologue: bytes = b"", queue_size: int = 64) -> None:
+                 prologue: bytes = b"", queue_size: int = 64,
+                 watch: StallWatch | None = None) -> None:
         self.status_code = 200
         self.background = None
         self.frames = frames
@@ -76,13 +111,19 @@ class SSEResponse(Response):
         self.prologue = prologue
         self.queue_size = queue_size
         self.sent = 0
+        self.watch = watch
         self._client_gone = False
+        self._sending_since: float | None = None
+        self._writer: asyncio.Task[Any] | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         gone = True
         queue: asyncio.Queue[Any] = asyncio.Queue(self.queue_size)
         writer = asyncio.current_task()
         assert writer is not None
+        self._writer = writer
+        if self.watch is not None:
+            self.watch.add(self)
         reader = asyncio.ensure_future(self._read(queue))
         watcher = asyncio.ensure_future(self._watch(receive, writer))
         try:
@@ -103,6 +144,8 @@ class SSEResponse(Response):
             writer.uncancel()  # our own watcher stopped the writer: the client left
             gone = True
         finally:
+            if self.watch is not None:
+                self.watch.discard(self)
             watcher.cancel()
             reader.cancel()
             await asyncio.gather(reader, watcher, return_exceptions=True)
@@ -151,8 +194,23 @@ class SSEResponse(Response):
                 return
 
     async def _send(self, send: Send, message: Message) -> None:
-        async with asyncio.timeout(self.send_timeout):
+        if self.watch is None:
+            async with asyncio.timeout(self.send_timeout):
+                await send(message)
+            return
+        self._sending_since = asyncio.get_running_loop().time()
+        try:
             await send(message)
+        finally:
+            self._sending_since = None
+
+    def check_stall(self, now: float, limit: float) -> None:
+        """Called by the watch: a send waiting past ``limit`` means the client stopped reading."""
+        since = self._sending_since
+        if since is not None and now - since > limit and self._writer is not None:
+            self._client_gone = True  # handled as a disconnect
+            self._sending_since = None
+            self._writer.cancel()
 
 
 def _body(data: bytes) -> Message:

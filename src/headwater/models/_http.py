@@ -172,6 +172,74 @@ def is_retryable_status(status: int, headers: Mapping[str, str]) -> bool:
     return status in (408, 409, 429) or status >= 500
 
 
+class PooledTransport(httpx.AsyncBaseTransport):
+    """Several small httpx connection pools: a model's default transport.
+
+    httpx's pool walks all of its connections for every queued request on each
+    request and release, which at hundreds of concurrent streams costs more
+    than the streams themselves; several small pools keep each walk short. A
+    request goes to the first pool with room (fewer than ``FILL`` requests in
+    flight), else to the least busy one, so sequential calls reuse one
+    connection and concurrent ones spread. Together the pools hold at most
+    ``max_connections`` connections (each pool its share).
+
+    Args:
+        pools: how many pools.
+        max_connections: open connections in all (``None``: no bound).
+    """
+
+    FILL = 16
+
+    def __init__(self, pools: int, max_connections: int | None) -> None:
+        count = max(1, pools)
+        per_pool = None if max_connections is None else max(1, -(-max_connections // count))
+        limits = httpx.Limits(max_connections=per_pool,
+                              max_keepalive_connections=min(per_pool or self.FILL, self.FILL))
+        tls = httpx.create_ssl_context()  # one for all pools: each costs ~1 MiB to build
+        self._pools = [httpx.AsyncHTTPTransport(limits=limits, verify=tls)
+                       for _ in range(count)]
+        self._busy = [0] * count
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        """Send ``request`` through a pool with room; it counts until the body is closed."""
+        busy = self._busy
+        index = next((i for i, n in enumerate(busy) if n < self.FILL), None)
+        if index is None:
+            index = busy.index(min(busy))
+        busy[index] += 1
+        try:
+            response = await self._pools[index].handle_async_request(request)
+        except BaseException:
+            busy[index] -= 1
+            raise
+        response.stream = _Counted(response.stream, busy, index)
+        return response
+
+    async def aclose(self) -> None:
+        """Close every pool's connections."""
+        for pool in self._pools:
+            await pool.aclose()
+
+
+class _Counted(httpx.AsyncByteStream):
+    """A response body that gives its pool's slot back when it is closed."""
+
+    def __init__(self, stream: Any, busy: list[int], index: int) -> None:
+        self._stream = stream
+        self._busy = busy
+        self._index: int | None = index
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        async for chunk in self._stream:
+            yield chunk
+
+    async def aclose(self) -> None:
+        index, self._index = self._index, None
+        if index is not None:
+            self._busy[index] -= 1
+        await self._stream.aclose()
+
+
 class HttpStreamingModel(BaseLlm):
     """A model behind an HTTP endpoint that streams Server-Sent Events.
 
@@ -229,7 +297,9 @@ class HttpStreamingModel(BaseLlm):
 
     def _http(self) -> httpx.AsyncClient:
         if self._client is None:
-            self._client = httpx.AsyncClient()
+            settings = self.settings
+            self._client = httpx.AsyncClient(transport=PooledTransport(
+                settings.model_http_pools, settings.model_max_connections))
         return self._client
 
     async def aclose(self) -> None:

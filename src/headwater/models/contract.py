@@ -70,6 +70,10 @@ class StreamContract:
                 else:
                     self._texts.append(text)
 
+    def shown_text(self) -> str:
+        """The answer text the partials have carried so far (what a reader has seen)."""
+        return "".join(self._texts)
+
     def final_response(self, final: LlmResponse) -> None:
         """Check the non-partial response against the partials seen before it."""
         if self._final is not None:

@@ -1,0 +1,5 @@
+"""``python -m headwater``: the ``headwater`` command."""
+
+from .cli import main
+
+raise SystemExit(main())
