@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import shutil
 from collections.abc import AsyncIterator, Awaitable
+from pathlib import Path
 from typing import Any, Protocol
 
 import pytest
@@ -50,3 +53,27 @@ async def serve() -> AsyncIterator[Serve]:
             server.force_exit = True  # a connection that will not close
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+
+
+JS = Path(__file__).resolve().parents[1] / "js"
+"""The pinned npm clients (tests/js/package-lock.json), installed by the test command."""
+
+
+def _node_missing(package: str) -> str | None:
+    if shutil.which("node") is None:
+        return "node is not on PATH"
+    if not (JS / "node_modules" / package).is_dir():
+        return "tests/js/node_modules is missing: run `npm ci --prefix tests/js`"
+    return None
+
+
+def require_node(package: str) -> str:
+    """The ``node`` executable with ``package`` installed; skips without them, fails in CI."""
+    reason = _node_missing(package)
+    if reason is not None:
+        if os.environ.get("CI", "").lower() not in ("", "0", "false"):
+            pytest.fail(f"CI runs the Node client tests: {reason}")
+        pytest.skip(reason)
+    path = shutil.which("node")
+    assert path is not None
+    return path

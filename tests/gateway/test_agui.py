@@ -16,10 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import shutil
 from collections.abc import AsyncIterator, Awaitable, Callable
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -32,33 +29,19 @@ from headwater.sessions import InMemorySessionService
 from headwater.settings import Settings
 from headwater.testing import ScriptedModel, ScriptedTurn, aiter_sse, wait_until
 
+from .conftest import JS, require_node
+
 Serve = Callable[[Any], Awaitable[str]]
-JS = Path(__file__).resolve().parents[1] / "js"
 CLIENT = JS / "agui_client.mjs"
 AUTH = StaticTokenAuth({"token-a": "alice", "token-b": "bob"})
 HEADERS = {"Authorization": "Bearer token-a"}
 ran: list[str] = []
 
 
-def _missing() -> str | None:
-    if shutil.which("node") is None:
-        return "node is not on PATH"
-    if not (JS / "node_modules" / "@ag-ui" / "client").is_dir():
-        return "tests/js/node_modules is missing: run `cd tests/js && npm ci`"
-    return None
-
-
 @pytest.fixture
 def node() -> str:
     """The ``node`` executable; skips without it (or the npm packages), fails in CI."""
-    reason = _missing()
-    if reason is not None:
-        if os.environ.get("CI", "").lower() not in ("", "0", "false"):
-            pytest.fail(f"CI runs the AG-UI client tests: {reason}")
-        pytest.skip(reason)
-    path = shutil.which("node")
-    assert path is not None
-    return path
+    return require_node("@ag-ui/client")
 
 
 @pytest.fixture(autouse=True)

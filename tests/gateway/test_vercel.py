@@ -11,9 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import shutil
 from collections.abc import AsyncIterator, Awaitable, Callable
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -28,31 +26,19 @@ from headwater.sessions import InMemorySessionService
 from headwater.settings import Settings
 from headwater.testing import ScriptedModel, ScriptedTurn, wait_until
 
+from .conftest import JS, require_node
+
 Serve = Callable[[Any], Awaitable[str]]
-JS = Path(__file__).resolve().parents[1] / "js"
 CLIENT = JS / "vercel_client.mjs"
 AUTH = StaticTokenAuth({"token-a": "alice", "token-b": "bob"})
 A = {"Authorization": "Bearer token-a"}
 SECRET = "upstream said: sk-secret-123 is invalid"
 
 
-def _node_missing() -> str | None:
-    if shutil.which("node") is None:
-        return "node is not installed"
-    if not (JS / "node_modules" / "ai").is_dir():
-        return "tests/js/node_modules is missing: run `cd tests/js && npm ci`"
-    return None
-
-
 @pytest.fixture
 def node() -> None:
     """Skip without node or the pinned npm packages; in CI (``CI`` set), fail instead."""
-    reason = _node_missing()
-    if reason is None:
-        return
-    if os.environ.get("CI", "").lower() not in ("", "0", "false"):
-        pytest.fail(f"CI must run the Node client tests: {reason}")
-    pytest.skip(reason)
+    require_node("ai")
 
 
 async def run_client(base: str, mode: str, chat_id: str, text: str, *flags: str,
