@@ -100,6 +100,17 @@ class Settings(BaseSettings):
             scan only what runs allocate (shorter event-loop stalls).
         max_page_size: most items one page of ``GET /sessions`` or
             ``/sessions/{id}/events`` holds (the default page is 50 or fewer).
+        ws_max_message_bytes: largest message a live WebSocket (``WS /live``)
+            takes, in bytes; a larger one closes the socket with 1009.
+        ws_messages_per_second: messages a live WebSocket may send per second
+            (a bucket of as many, refilled continuously); past it a message is
+            dropped with an ``error`` ``rate_limited`` notice and the socket stays open.
+        ws_auth_timeout: seconds a live WebSocket without a token in its
+            ``Sec-WebSocket-Protocol`` header has to send its ``auth`` message
+            (closed with 1008 after that).
+        ws_queue_size: requests of a live WebSocket waiting for the run
+            (``LiveRequestQueue`` bound; past it realtime media drops the
+            oldest, other messages get ``rate_limited``).
     """
 
     model_config = SettingsConfigDict(env_prefix="HEADWATER_", extra="ignore",
@@ -152,6 +163,10 @@ class Settings(BaseSettings):
     shutdown_grace: float = Field(default=10.0, ge=0)
     max_page_size: int = Field(default=200, ge=1)
     gc_freeze: bool = True
+    ws_max_message_bytes: int = Field(default=1 << 20, ge=1024)
+    ws_messages_per_second: float = Field(default=50.0, gt=0)
+    ws_auth_timeout: float = Field(default=10.0, gt=0)
+    ws_queue_size: int = Field(default=256, ge=1)
 
 
 _settings: Settings | None = None

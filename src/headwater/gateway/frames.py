@@ -3,7 +3,10 @@
 A run's events become the frames of docs/frame-protocol.md (``delta``,
 ``message``, ``tool_call``, ``tool_progress``, ``tool_result``,
 ``approval_required``, then one terminal ``error`` or ``done``), and a stored
-event becomes one history item with the same summaries. Tool arguments and
+event becomes one history item with the same summaries. A live run's mapper
+(``live=True``) adds ``tool_emission`` (what a live streaming tool tells the
+model and the user) and ``turn_complete`` (the model ended its turn, maybe
+cut short). Tool arguments and
 results leave only as summaries (names, ids, status, size, a hash) unless the
 tool sets ``expose_result=True``; partial tool calls never leave at all.
 """
@@ -57,12 +60,16 @@ class FrameMapper:
     Args:
         exposes: whether a tool (by name) set ``expose_result=True``; its
             arguments and results go out raw.
+        live: map a live run's events: live tool emissions become
+            ``tool_emission`` frames and the end of each model turn a
+            ``turn_complete`` frame (other runs never give them).
     """
 
-    __slots__ = ("exposes",)
+    __slots__ = ("exposes", "live")
 
-    def __init__(self, exposes: Callable[[str], bool]) -> None:
+    def __init__(self, exposes: Callable[[str], bool], *, live: bool = False) -> None:
         self.exposes = exposes
+        self.live = live
 
     def frames(self, event: Event) -> Iterator[FramePayload]:
         """The frames an event gives, in order (none for a partial tool call or a thought).
@@ -109,12 +116,20 @@ class FrameMapper:
             if responses:
                 yield "tool_result", {"count": len(responses),
                                       "results": [self._result(r) for r in responses]}
+            elif self.live and event.branch and event.branch.startswith(f"{event.author}/"):
+                text = content.text
+                if text:  # a live stream told the model (and the user): "<agent>/<call id>"
+                    yield "tool_emission", {"author": event.author, "id": event.id,
+                                            "call_id": event.branch[len(event.author) + 1:],
+                                            "branch": event.branch, "text": text}
         for request in event.actions.requested_approvals:
             approval: dict[str, Any] = {"call_id": request.call_id, "name": request.tool_name,
                                         "args_sha256": request.args_sha256}
             if self.exposes(request.tool_name):
                 approval["args"] = request.args
             yield "approval_required", approval
+        if self.live and event.turn_complete and event.author != "user":
+            yield "turn_complete", {"author": event.author, "interrupted": event.interrupted}
 
     def history_item(self, event: Event) -> dict[str, Any]:
         """One stored event as the history endpoint shows it (summaries as in frames)."""

@@ -174,7 +174,8 @@ class RunManager:
         terminal: FramePayload | None = None
         try:
             async for event in run.stream:
-                if event.error_code is not None:
+                # A partial error (a live run refusing one input) is the caller's notice only.
+                if event.error_code is not None and not event.partial:
                     terminal = error_frame(event.error_code, run.request_id)
                     break
                 for payload in mapper.frames(event):

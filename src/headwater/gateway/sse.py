@@ -37,10 +37,13 @@ FRAME_TYPES: Final[frozenset[str]] = frozenset({
     "tool_progress",
     "tool_result",
     "approval_required",
+    "tool_emission",
+    "turn_complete",
     "error",
     "done",
 })
-"""The event types a run's stream may carry (DESIGN §6)."""
+"""The event types a run's stream may carry (DESIGN §6; ``tool_emission`` and
+``turn_complete`` come from live runs only)."""
 
 TERMINAL_TYPES: Final[frozenset[str]] = frozenset({"error", "done"})
 """The types that end a run's stream: exactly one of them, last."""

@@ -1,11 +1,501 @@
-"""``WS /live/{session_id}``: a live run over a WebSocket."""
+"""``WS /live/{session_id}``: a live run (``Runner.run_live``) over a WebSocket.
+
+One socket is one live run of the session's agent, fed through a
+:class:`~headwater.live_request_queue.LiveRequestQueue`. The run is adopted by
+the gateway's :class:`~.runs.RunManager` like any SSE run, so its frames go to
+the run log, its events are stored before their frames leave, and cancel and
+shutdown work the same. docs/frame-protocol.md describes the wire.
+
+Opening: the token comes from the ``Sec-WebSocket-Protocol`` header
+(subprotocols ``["bearer", "<token>"]``, accepted as ``bearer``), an
+``Authorization: Bearer`` header, or the first message ``{"type": "auth",
+"token": …}``. Before the run starts the socket answers only with a close
+code: 1008 for a missing or refused token, 4404 for a session that is missing
+or another user's (the same), 4409 ``session_busy``, 1013 for
+``too_many_streams`` or ``server_shutdown``, 1011 for ``store_unavailable``.
+
+Messages in (JSON text): ``content`` (``text`` or a Content JSON
+``content``), ``realtime`` (base64 ``data`` and ``mime_type``),
+``activity_start``, ``activity_end``, ``close``. Messages out: every frame of
+the run as ``{"id", "type", "data"}`` (``id`` from 1, contiguous), and notices
+about the socket itself with ``"id": null`` — ``ready`` once the run holds the
+session, and ``error`` for a message that was refused (``invalid_request``,
+``rate_limited``), after which the socket stays open. Only an ``error`` with an
+id ends the run.
+
+Lifetime: the run's terminal frame closes the socket (1000; 1001 for
+``server_shutdown``; 1011 for another error). The client leaving closes the
+queue and stops the run, which seals its open calls; the handler returns only
+once the run's task has ended (bounded by ``Settings.live_stop_timeout``).
+"""
 
 from __future__ import annotations
 
-from fastapi import FastAPI
+import asyncio
+import base64
+import binascii
+import contextlib
+import json
+import logging
+import time
+from collections.abc import AsyncGenerator
+from contextlib import aclosing
+from typing import Annotated, Any, Final, Literal
 
-from .core import Gateway
+from fastapi import FastAPI, WebSocket
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+
+from ..errors import QueueFull, SessionBusyError, SessionError, SessionNotFoundError, UserError
+from ..live_request_queue import LiveRequestQueue
+from ..types import Blob, Content
+from .auth import DEV_USER, bearer_token
+from .core import Gateway, exposes_of
+from .frames import RETRYABLE, FrameMapper
+from .problems import GatewayHTTPError, request_id_of, validation_message
+from .runs import Run
+from .sse import Frame
+
+logger = logging.getLogger("headwater.gateway")
+
+SUBPROTOCOL: Final = "bearer"
+"""The subprotocol a client offers, followed by its token, to authenticate in the handshake."""
+
+CLOSE_NORMAL: Final = 1000
+CLOSE_GOING_AWAY: Final = 1001
+CLOSE_POLICY: Final = 1008
+CLOSE_TOO_BIG: Final = 1009
+CLOSE_INTERNAL: Final = 1011
+CLOSE_TRY_LATER: Final = 1013
+CLOSE_NOT_FOUND: Final = 4404
+CLOSE_BUSY: Final = 4409
+
+_CLOSE_CODES: Final = {"not_found": CLOSE_NOT_FOUND, "session_busy": CLOSE_BUSY,
+                       "too_many_streams": CLOSE_TRY_LATER, "server_shutdown": CLOSE_TRY_LATER,
+                       "store_unavailable": CLOSE_INTERNAL, "unauthorized": CLOSE_POLICY}
+
+
+# -- messages in ---------------------------------------------------------------------------------
+
+
+class _Message(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class AuthMessage(_Message):
+    """``{"type": "auth", "token": …}``: the first message, when the handshake carried no token."""
+
+    type: Literal["auth"]
+    token: str = Field(min_length=1)
+
+
+class ContentMessage(_Message):
+    """A user turn: ``text``, or ``content`` as Content JSON (``{role: "user", parts}``)."""
+
+    type: Literal["content"]
+    text: str | None = None
+    content: dict[str, Any] | None = None  # raw Content JSON, validated below
+
+
+class RealtimeMessage(_Message):
+    """Realtime media: base64 ``data`` and its ``mime_type`` (``audio/pcm;rate=16000``)."""
+
+    type: Literal["realtime"]
+    data: str
+    mime_type: str = Field(min_length=3, max_length=255, pattern=r"^[\w.+-]+/[\w.+-]+")
+
+
+class ActivityStartMessage(_Message):
+    """The user started speaking."""
+
+    type: Literal["activity_start"]
+
+
+class ActivityEndMessage(_Message):
+    """The user stopped speaking."""
+
+    type: Literal["activity_end"]
+
+
+class CloseMessage(_Message):
+    """No more input: the run ends once it has answered what it was sent."""
+
+    type: Literal["close"]
+
+
+LiveMessage = Annotated[
+    AuthMessage | ContentMessage | RealtimeMessage | ActivityStartMessage | ActivityEndMessage
+    | CloseMessage, Field(discriminator="type")]
+"""One message a client sends on ``WS /live/{session_id}``."""
+
+_MESSAGE: Final[TypeAdapter[LiveMessage]] = TypeAdapter(LiveMessage)
+_CONTENT: Final = TypeAdapter(Content)
+
+
+class _Refused(Exception):
+    """A message the socket does not take; it gets an ``error`` notice and the socket stays."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class _Closed(Exception):
+    """End the socket with this close code (the client broke a bound)."""
+
+    def __init__(self, code: int, reason: str) -> None:
+        super().__init__(reason)
+        self.code = code
+        self.reason = reason
+
+
+def parse_message(text: str) -> LiveMessage:
+    """A client's message, checked.
+
+    Raises:
+        _Refused: bad JSON, an unknown type, missing or extra fields.
+    """
+    try:
+        return _MESSAGE.validate_json(text)
+    except ValidationError as exc:
+        raise _Refused("invalid_request", validation_message(exc.errors())) from None
+
+
+def content_of(message: ContentMessage) -> Content:
+    """The user turn a ``content`` message carries.
+
+    Raises:
+        _Refused: neither or both of ``text`` and ``content``, empty text, or
+            content that is not a user turn with parts.
+    """
+    if (message.text is None) == (message.content is None):
+        raise _Refused("invalid_request", "a content message has exactly one of text, content")
+    if message.text is not None:
+        if not message.text.strip():
+            raise _Refused("invalid_request", "the message is empty")
+        return Content.from_text(message.text)
+    try:
+        content = _CONTENT.validate_python(message.content)
+    except ValidationError:
+        raise _Refused("invalid_request", "content is not a Content object") from None
+    if content.role != "user" or not content.parts:
+        raise _Refused("invalid_request", "content has role 'user' and some parts")
+    return content
+
+
+def blob_of(message: RealtimeMessage) -> Blob:
+    """The media a ``realtime`` message carries.
+
+    Raises:
+        _Refused: ``data`` is not base64 or is empty.
+    """
+    try:
+        data = base64.b64decode(message.data, validate=True)
+    except (binascii.Error, ValueError):
+        raise _Refused("invalid_request", "data is not base64") from None
+    if not data:
+        raise _Refused("invalid_request", "data is empty")
+    return Blob(mime_type=message.mime_type, data=data)
+
+
+# -- messages out --------------------------------------------------------------------------------
+
+
+def frame_text(frame: Frame) -> str:
+    """A run frame as the WebSocket sends it: ``{"id", "type", "data"}``.
+
+    The data JSON is taken from the frame's SSE bytes, so it is encoded once
+    for the run log, every SSE follower and every socket.
+    """
+    raw = frame.raw
+    data = raw[raw.index(b"\ndata: ") + 7:-2].decode()
+    return f'{{"id":{frame.id},"type":"{frame.type}","data":{data}}}'
+
+
+def notice_text(type: str, data: dict[str, Any]) -> str:  # wire JSON
+    """A message about the socket, not the run: it has ``"id": null``."""
+    return json.dumps({"id": None, "type": type, "data": data}, separators=(",", ":"),
+                      ensure_ascii=False)
+
+
+# -- the route -----------------------------------------------------------------------------------
 
 
 def add_live_routes(app: FastAPI, gw: Gateway) -> None:
-    """Add the live WebSocket to ``app`` (nothing yet)."""
+    """Add ``WS /live/{session_id}`` to ``app`` (see the module docstring for the wire)."""
+    mappers = {name: FrameMapper(exposes_of(runner.agent), live=True)
+               for name, runner in gw.runners.items()}
+
+    @app.websocket("/live/{session_id}")
+    async def live(websocket: WebSocket, session_id: str) -> None:
+        await LiveSocket(gw, websocket, session_id, mappers).serve()
+
+
+class _Bucket:
+    """A token bucket: ``rate`` messages a second, at most ``rate`` at once."""
+
+    def __init__(self, rate: float) -> None:
+        self.rate = rate
+        self.capacity = max(rate, 1.0)
+        self.tokens = self.capacity
+        self.last = time.monotonic()
+
+    def take(self) -> bool:
+        now = time.monotonic()
+        self.tokens = min(self.capacity, self.tokens + (now - self.last) * self.rate)
+        self.last = now
+        if self.tokens < 1.0:
+            return False
+        self.tokens -= 1.0
+        return True
+
+
+class LiveSocket:
+    """One ``WS /live/{session_id}`` connection: auth, the run, then input and frames.
+
+    Args:
+        gw: the gateway (runners, runs, auth, settings).
+        websocket: the connection, not yet accepted.
+        session_id: the session from the path.
+        mappers: live frame mappers by agent name.
+    """
+
+    def __init__(self, gw: Gateway, websocket: WebSocket, session_id: str,
+                 mappers: dict[str, FrameMapper]) -> None:
+        self.gw = gw
+        self.ws = websocket
+        self.session_id = session_id
+        self.mappers = mappers
+        self.settings = gw.settings
+        self.request_id = request_id_of(websocket)
+        self.queue = LiveRequestQueue(maxsize=gw.settings.ws_queue_size)
+        self.bucket = _Bucket(gw.settings.ws_messages_per_second)
+        self.lock = asyncio.Lock()
+        self.closed = False
+
+    async def serve(self) -> None:
+        """The whole connection; returns once the socket is closed and the run has ended."""
+        try:
+            user = await self._authenticate()
+            if user is None:
+                return
+            run = await self._start(user)
+            if run is None:
+                return
+            await self._follow(run)
+        except _Closed as closing:
+            await self._close(closing.code, closing.reason)
+        finally:
+            self.queue.close()
+
+    # -- opening -------------------------------------------------------------------------------
+
+    async def _authenticate(self) -> str | None:
+        """Accept the socket and answer its user, or close it (1008) and answer ``None``."""
+        offered = list(self.ws.scope.get("subprotocols") or ())
+        token = _subprotocol_token(offered)
+        if token is None:
+            token = bearer_token(self.ws.headers.get("authorization"))
+        await self.ws.accept(subprotocol=SUBPROTOCOL if SUBPROTOCOL in offered else None)
+        auth = self.gw.auth
+        if auth is None:
+            user: str | None = DEV_USER
+        else:
+            if token is None:
+                token = await self._auth_message()
+            user = await _user_for(auth, token) if token is not None else None
+        if user is None:
+            await self._close(CLOSE_POLICY, "unauthorized")
+            return None
+        self.ws.scope.setdefault("state", {})["user"] = user
+        return user
+
+    async def _auth_message(self) -> str | None:
+        try:
+            async with asyncio.timeout(self.settings.ws_auth_timeout):
+                message = await self.ws.receive()
+        except TimeoutError:
+            return None
+        text = message.get("text")
+        if message["type"] != "websocket.receive" or not isinstance(text, str):
+            return None
+        if len(text) > self.settings.ws_max_message_bytes:
+            return None
+        try:
+            parsed = parse_message(text)
+        except _Refused:
+            return None
+        return parsed.token if isinstance(parsed, AuthMessage) else None
+
+    async def _start(self, user: str) -> Run | None:
+        """Start the live run holding the session, or close the socket and answer ``None``."""
+        gw = self.gw
+        try:
+            agent, _ = await gw.find_session(user, self.session_id)
+        except GatewayHTTPError as exc:
+            await self._close(_CLOSE_CODES.get(exc.code, CLOSE_INTERNAL), exc.code)
+            return None
+        if gw.runs.closing:
+            await self._close(CLOSE_TRY_LATER, "server_shutdown")
+            return None
+        if not gw.runs.has_room(user):
+            await self._close(CLOSE_TRY_LATER, "too_many_streams")
+            return None
+        stream = gw.runners[agent].run_live(user_id=user, session_id=self.session_id,
+                                           live_request_queue=self.queue)
+        try:
+            await stream.start()
+        except SessionNotFoundError:
+            await self._close(CLOSE_NOT_FOUND, "not_found")
+            return None
+        except SessionBusyError:
+            await self._close(CLOSE_BUSY, "session_busy")
+            return None
+        except SessionError as exc:
+            logger.warning("live run on %s: the session store failed: %s", self.session_id,
+                           type(exc).__name__)
+            await self._close(CLOSE_INTERNAL, "store_unavailable")
+            return None
+        run = await gw.runs.start(stream, user_id=user, session_id=self.session_id, agent=agent,
+                                  resumable=False, request_id=self.request_id,
+                                  mapper=self.mappers[agent])
+        return run
+
+    # -- the run -------------------------------------------------------------------------------
+
+    async def _follow(self, run: Run) -> None:
+        frames, on_end = self.gw.runs.follow(run, 0)
+        gone = True
+        sender = asyncio.ensure_future(self._send_frames(frames))
+        receiver = asyncio.ensure_future(self._receive())
+        try:
+            await self._send(notice_text("ready", {"run_id": run.id, "session_id": run.session_id,
+                                                   "agent": run.agent}))
+            await asyncio.wait([sender, receiver], return_when=asyncio.FIRST_COMPLETED)
+            if sender.done() and not sender.cancelled() and sender.exception() is None:
+                terminal = sender.result()
+                if terminal is not None:
+                    gone = False
+                    await self._close(_close_code(terminal), "run ended")
+        except (OSError, RuntimeError, TimeoutError):
+            pass  # the client went away while we spoke: gone
+        finally:
+            self.queue.close()
+            for task in (sender, receiver):
+                task.cancel()
+            await asyncio.gather(sender, receiver, return_exceptions=True)
+            on_end(gone)  # a client that left stops the run (it is never resumable)
+            await self._closed_run(run, receiver)
+
+    async def _closed_run(self, run: Run, receiver: asyncio.Future[None]) -> None:
+        if (not receiver.cancelled() and receiver.done()
+                and isinstance(receiver.exception(), _Closed)):
+            closing = receiver.exception()
+            assert isinstance(closing, _Closed)
+            await self._close(closing.code, closing.reason)
+        task = run.task
+        if task is not None and not task.done():
+            await asyncio.wait([task], timeout=self.settings.live_stop_timeout + 1.0)
+        await self._close(CLOSE_GOING_AWAY, "run ended")
+
+    async def _send_frames(self, frames: AsyncGenerator[Frame, None]) -> Frame | None:
+        async with aclosing(frames) as reading:
+            async for frame in reading:
+                await self._send(frame_text(frame))
+                if frame.terminal:
+                    return frame
+        return None
+
+    async def _receive(self) -> None:
+        """Client messages into the queue until the client leaves.
+
+        Raises:
+            _Closed: a message past ``ws_max_message_bytes`` (1009).
+        """
+        max_bytes = self.settings.ws_max_message_bytes
+        while True:
+            message = await self.ws.receive()
+            if message["type"] == "websocket.disconnect":
+                self.closed = True
+                return
+            text, data = message.get("text"), message.get("bytes")
+            size = len(data) if data is not None else _utf8_size(text or "", max_bytes)
+            if size > max_bytes:
+                raise _Closed(CLOSE_TOO_BIG, "message too big")
+            try:
+                if not self.bucket.take():
+                    raise _Refused("rate_limited", "too many messages; this one was dropped")
+                if text is None:
+                    raise _Refused("invalid_request", "send JSON text messages")
+                self._enqueue(parse_message(text))
+            except _Refused as refused:
+                await self._send(notice_text("error", {
+                    "code": refused.code, "message": refused.message,
+                    "retryable": refused.code in RETRYABLE, "request_id": self.request_id}))
+
+    def _enqueue(self, message: LiveMessage) -> None:
+        queue = self.queue
+        try:
+            if isinstance(message, ContentMessage):
+                queue.send_content(content_of(message))
+            elif isinstance(message, RealtimeMessage):
+                queue.send_realtime(blob_of(message))
+            elif isinstance(message, ActivityStartMessage):
+                queue.send_activity_start()
+            elif isinstance(message, ActivityEndMessage):
+                queue.send_activity_end()
+            elif isinstance(message, CloseMessage):
+                queue.close()
+            elif isinstance(message, AuthMessage):
+                pass  # already authenticated (a client that always sends one)
+            else:  # pragma: no cover - the union is exhaustive
+                raise AssertionError(message)
+        except QueueFull:
+            raise _Refused("rate_limited", "the run is behind; this message was dropped") from None
+        except UserError:
+            raise _Refused("invalid_request", "the input is closed") from None
+
+    # -- sending -------------------------------------------------------------------------------
+
+    async def _send(self, text: str) -> None:
+        async with self.lock, asyncio.timeout(self.settings.send_timeout):
+            await self.ws.send_text(text)
+
+    async def _close(self, code: int, reason: str) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        with contextlib.suppress(Exception):
+            async with asyncio.timeout(self.settings.send_timeout):
+                await self.ws.close(code, reason)
+
+
+def _subprotocol_token(offered: list[str]) -> str | None:
+    """The token following ``bearer`` among the offered subprotocols."""
+    for index, name in enumerate(offered[:-1]):
+        if name == SUBPROTOCOL:
+            return offered[index + 1]
+    return None
+
+
+async def _user_for(auth: Any, token: str) -> str | None:  # Any: the Authenticator callable
+    try:
+        user = await auth(token)
+    except Exception:
+        logger.error("authenticator %r failed; closing the socket", auth, exc_info=True)
+        return None
+    return user if isinstance(user, str) and user else None
+
+
+def _utf8_size(text: str, bound: int) -> int:
+    if len(text) * 4 <= bound:  # cannot be past the bound: skip the encoding
+        return len(text)
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
+def _close_code(terminal: Frame) -> int:
+    if terminal.type == "done":
+        return CLOSE_NORMAL
+    if terminal.data.get("code") == "server_shutdown":
+        return CLOSE_GOING_AWAY
+    return CLOSE_INTERNAL if terminal.data.get("code") != "cancelled" else CLOSE_NORMAL
