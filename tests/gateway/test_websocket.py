@@ -5,20 +5,25 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from pydantic import TypeAdapter
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
-from headwater import Agent, ToolContext, tool
+from headwater import Agent, Content, ToolContext, tool
 from headwater.gateway import StaticTokenAuth, create_app
+from headwater.gateway.sse import FRAME_TYPES
 from headwater.models import LlmRequest
 from headwater.sessions import InMemorySessionService
 from headwater.settings import Settings
 from headwater.testing import ScriptedCall, ScriptedModel, ScriptedTurn, wait_until
+from headwater.tools.approval import approval_response
 
 Serve = Callable[[Any], Awaitable[str]]
 A = {"Authorization": "Bearer token-a"}
@@ -415,3 +420,25 @@ async def test_closing_the_socket_ends_the_run_and_its_tasks_within_a_second(
     calls = {c["id"] for h in history for c in h.get("calls", [])}
     answered = {r["id"] for h in history for r in h.get("results", [])}
     assert calls == answered  # history is sealed: every call has its result
+
+
+def test_every_frame_type_has_a_row_in_the_protocol_doc() -> None:
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "frame-protocol.md").read_text()
+    section = doc.split("## SSE frames", 1)[1].split("\n## ", 1)[0]
+    assert set(re.findall(r"^\| `([a-z_]+)` \|", section, re.MULTILINE)) == FRAME_TYPES
+
+
+async def test_an_approval_for_no_pending_call_does_not_end_the_live_run(
+        server_for: Any) -> None:
+    server = await server_for()
+    sid = await server.session()
+    answer = TypeAdapter(Content).dump_python(approval_response("no-such-call", True),
+                                              mode="json")
+    async with connect(server.url(sid), subprotocols=["bearer", "token-a"]) as ws:  # type: ignore[list-item]
+        await ready(ws)
+        await send(ws, {"type": "content", "content": answer})
+        await send(ws, {"type": "content", "text": "hi"})
+        seen: list[Msg] = []
+        message = await until(ws, lambda m: m["type"] in ("message", "error"), seen)
+    assert message["type"] == "message", message  # the refused answer was no terminal error
+    assert message["data"]["text"] == "Hello from headwater."

@@ -42,7 +42,7 @@ from collections.abc import AsyncGenerator
 from contextlib import aclosing
 from typing import Annotated, Any, Final, Literal
 
-from fastapi import FastAPI, WebSocket
+from fastapi import FastAPI, WebSocket, WebSocketDisconnect
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from ..errors import QueueFull, SessionBusyError, SessionError, SessionNotFoundError, UserError
@@ -283,8 +283,6 @@ class LiveSocket:
             if run is None:
                 return
             await self._follow(run)
-        except _Closed as closing:
-            await self._close(closing.code, closing.reason)
         finally:
             self.queue.close()
 
@@ -377,7 +375,7 @@ class LiveSocket:
                 if terminal is not None:
                     gone = False
                     await self._close(_close_code(terminal), "run ended")
-        except (OSError, RuntimeError, TimeoutError):
+        except (WebSocketDisconnect, OSError, RuntimeError, TimeoutError):
             pass  # the client went away while we spoke: gone
         finally:
             self.queue.close()
