@@ -10,7 +10,7 @@ import pytest
 
 from headwater import ToolContext, ToolStreamEvent, tool
 from headwater.models import LlmRequest
-from headwater.testing import ScriptedCall, ScriptedTurn, VirtualClock
+from headwater.testing import ScriptedCall, ScriptedTurn, VirtualClock, wait_until
 from headwater.tools import approval_response
 
 from .test_live import Live
@@ -51,9 +51,9 @@ async def test_approval_gate_in_live_mode_answer_through_the_queue() -> None:
         refused = [e for e in live.events if e.error_code and e.partial]
         assert len(refused) == 1 and "other arguments" in (refused[0].error_message or "")
         live.queue.send_content(approval_response(gate[0].actions.requested_approvals[0], True))
-        await live.clock.settle()
+        # A sync tool runs on a worker thread, which settling the loop does not wait for.
+        await wait_until(lambda: live.texts()[-1:] == ["result {'result': 'deployed'}"])
         assert ran == ["prod"]
-        assert live.texts()[-1] == "result {'result': 'deployed'}"
 
 
 async def test_min_interval_paces_emissions_latest_wins() -> None:
