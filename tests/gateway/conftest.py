@@ -6,10 +6,11 @@ import asyncio
 import contextlib
 import os
 import shutil
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any, Protocol
 
+import httpx
 import pytest
 import uvicorn
 from starlette.types import ASGIApp
@@ -77,3 +78,21 @@ def require_node(package: str) -> str:
     path = shutil.which("node")
     assert path is not None
     return path
+
+
+ClientFor = Callable[[ASGIApp], Awaitable[httpx.AsyncClient]]
+
+
+@pytest.fixture
+async def client_for(serve: Serve) -> AsyncIterator[ClientFor]:
+    """``client = await client_for(app)``: the app under uvicorn and an httpx client on it."""
+    clients: list[httpx.AsyncClient] = []
+
+    async def make(app: ASGIApp) -> httpx.AsyncClient:
+        client = httpx.AsyncClient(base_url=await serve(app), timeout=10)
+        clients.append(client)
+        return client
+
+    yield make
+    for client in clients:
+        await client.aclose()

@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
-import pytest
 
 from headwater import Agent, tool
 from headwater.gateway import StaticTokenAuth, create_app
@@ -104,21 +103,6 @@ async def new_session(client: httpx.AsyncClient, headers: dict[str, str] = A) ->
     assert response.status_code == 201, response.text
     sid: str = response.json()["id"]
     return sid
-
-
-@pytest.fixture
-async def client_for(serve: Serve) -> AsyncIterator[Callable[..., Awaitable[httpx.AsyncClient]]]:
-    clients: list[httpx.AsyncClient] = []
-
-    async def make(app: Any) -> httpx.AsyncClient:
-        base = await serve(app)
-        client = httpx.AsyncClient(base_url=base, timeout=10)
-        clients.append(client)
-        return client
-
-    yield make
-    for client in clients:
-        await client.aclose()
 
 
 # -- the worked example --------------------------------------------------------------------------

@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
-import httpx
 import pytest
 
 from headwater import Agent, tool
@@ -49,20 +47,6 @@ def start_export(table: str) -> dict[str, str]:
 
 def quick(**overrides: Any) -> Settings:
     return Settings(**{"session_lock_timeout": 0, "heartbeat_interval": 5.0, **overrides})
-
-
-@pytest.fixture
-async def client_for(serve: Any) -> AsyncIterator[Callable[[Any], Awaitable[httpx.AsyncClient]]]:
-    clients: list[httpx.AsyncClient] = []
-
-    async def make(app: Any) -> httpx.AsyncClient:
-        client = httpx.AsyncClient(base_url=await serve(app), timeout=10)
-        clients.append(client)
-        return client
-
-    yield make
-    for client in clients:
-        await client.aclose()
 
 
 async def test_a_run_that_needs_approval_pauses_then_an_answer_continues_it(

@@ -14,7 +14,6 @@ import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
-import httpx
 import pytest
 
 from headwater import Agent, ToolStreamEvent, tool
@@ -202,20 +201,6 @@ async def test_model_error_surfaces_its_code_only(node: None, serve: Serve) -> N
 
 
 # -- the request side, over plain HTTP ---------------------------------------------------------
-
-
-@pytest.fixture
-async def client_for(serve: Serve) -> AsyncIterator[Callable[[Any], Awaitable[httpx.AsyncClient]]]:
-    clients: list[httpx.AsyncClient] = []
-
-    async def make(app: Any) -> httpx.AsyncClient:
-        client = httpx.AsyncClient(base_url=await serve(app), timeout=10)
-        clients.append(client)
-        return client
-
-    yield make
-    for client in clients:
-        await client.aclose()
 
 
 def chat_body(chat_id: str, *messages: dict[str, Any]) -> dict[str, Any]:

@@ -47,11 +47,11 @@ from typing import Any, Final, Literal
 from fastapi import FastAPI, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..errors import ERROR_MESSAGES, SessionError
+from ..errors import ERROR_MESSAGES
 from ..tools.approval import approval_response
 from ..types import Blob, Content, Part
-from .core import Gateway, store_error
-from .problems import ErrorBody, GatewayHTTPError, request_id_of
+from .core import STREAM_RESPONSES, Gateway
+from .problems import GatewayHTTPError, request_id_of
 from .sse import Frame
 
 APPROVAL_SCHEMA: Final[Mapping[str, Any]] = {  # wire JSON Schema
@@ -374,49 +374,17 @@ class AguiEncoder:
 # -- the route -----------------------------------------------------------------------------------
 
 
-async def ensure_thread(gw: Gateway, user: str, agent: str, thread_id: str) -> None:
-    """Make sure the user's session ``thread_id`` exists for ``agent``; create it when new.
-
-    Raises:
-        GatewayHTTPError: ``not_found`` (404) when the user's thread belongs to
-            another agent; ``store_unavailable`` (503) when the store fails.
-    """
-    try:
-        owner, _ = await gw.find_session(user, thread_id)
-    except GatewayHTTPError as exc:
-        if exc.code != "not_found":
-            raise
-    else:
-        if owner != agent:
-            raise GatewayHTTPError("not_found", "thread not found for this agent")
-        return
-    try:
-        await gw.service.create_session(app_name=agent, user_id=user, session_id=thread_id)
-    except SessionError as exc:  # taken meanwhile by a concurrent first run, or the store failed
-        try:
-            found = await gw.service.get_session(app_name=agent, user_id=user,
-                                                 session_id=thread_id)
-        except SessionError:
-            found = None
-        if found is None:
-            raise store_error(exc) from None
-
-
 def add_agui_routes(app: FastAPI, gw: Gateway) -> None:
     """Add ``POST /ag-ui/{agent}`` to ``app``."""
 
-    @app.post("/ag-ui/{agent}", tags=["ag-ui"], response_class=Response,
-              responses={200: {"content": {"text/event-stream": {}},
-                               "description": "the run as AG-UI events"},
-                         400: {"model": ErrorBody}, 404: {"model": ErrorBody},
-                         409: {"model": ErrorBody}, 429: {"model": ErrorBody},
-                         503: {"model": ErrorBody}})
+    @app.post("/ag-ui/{agent}", tags=["formats"], response_class=Response,
+              responses=STREAM_RESPONSES)
     async def run_agui(request: Request, agent: str, body: RunAgentInput) -> Any:
         user = await gw.user(request)
         if agent not in gw.runners:
             raise GatewayHTTPError("not_found", "agent not found")
         message = message_of(body)
-        await ensure_thread(gw, user, agent, body.thread_id)
+        await gw.open_session(user, agent, body.thread_id)
         run = await gw.start_run(user, agent, body.thread_id, message, request_id_of(request),
                                  streaming=_streaming(body.forwarded_props))
         encoder = AguiEncoder(body.thread_id, body.run_id, run.id)

@@ -29,7 +29,7 @@ from ..tools.approval import approval_response
 from ..types import Content, FunctionResponse, Part
 from .agui import add_agui_routes
 from .auth import Authenticator
-from .core import NOT_FOUND_RUN, NOT_FOUND_SESSION, Gateway, store_error
+from .core import NOT_FOUND_RUN, NOT_FOUND_SESSION, STREAM_RESPONSES, Gateway, store_error
 from .limits import RequestLimits
 from .problems import ErrorBody, GatewayHTTPError, install_error_handlers, request_id_of
 from .runlog import InMemoryRunLog, RunLog
@@ -270,12 +270,8 @@ def _routes(app: FastAPI, gw: Gateway) -> None:
         return EventList(items=[mapper.history_item(e) for e in page.events if not e.partial],
                          next_cursor=str(page.next_cursor) if page.next_cursor else None)
 
-    @app.post("/sessions/{session_id}/runs", tags=["runs"],
-              response_class=Response,
-              responses={200: {"content": {"text/event-stream": {}},
-                               "description": "the run's frames (docs/frame-protocol.md)"},
-                         404: {"model": ErrorBody}, 409: {"model": ErrorBody},
-                         429: {"model": ErrorBody}, 503: {"model": ErrorBody}})
+    @app.post("/sessions/{session_id}/runs", tags=["runs"], response_class=Response,
+              responses=STREAM_RESPONSES)
     async def start_run(request: Request, session_id: str, body: RunRequest) -> Any:
         user = await gw.user(request)
         message = _message_of(body)

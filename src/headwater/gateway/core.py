@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from fastapi import Request
 
@@ -27,7 +28,7 @@ from ..settings import Settings
 from ..types import Content
 from .auth import Authenticator, user_of
 from .frames import FrameMapper
-from .problems import GatewayHTTPError
+from .problems import ErrorBody, GatewayHTTPError
 from .responses import Render, SSEResponse, StallWatch, render_frame
 from .runlog import RunLog
 from .runs import Run, RunManager
@@ -36,6 +37,13 @@ logger = logging.getLogger("headwater.gateway")
 
 NOT_FOUND_SESSION = "session not found"
 NOT_FOUND_RUN = "run not found"
+
+STREAM_RESPONSES: dict[int | str, dict[str, Any]] = {
+    200: {"content": {"text/event-stream": {}}, "description": "the run's frames"},
+    400: {"model": ErrorBody}, 404: {"model": ErrorBody}, 409: {"model": ErrorBody},
+    429: {"model": ErrorBody}, 503: {"model": ErrorBody},
+}
+"""The OpenAPI responses of every route that answers with a run's stream."""
 
 
 class Gateway:
@@ -83,6 +91,32 @@ class Gateway:
             if session is not None:
                 return name, session
         raise GatewayHTTPError("not_found", NOT_FOUND_SESSION)
+
+    async def open_session(self, user_id: str, agent: str, session_id: str) -> Session:
+        """The user's session ``session_id`` of ``agent``, created when the user has none
+        (formats whose client names the conversation: AG-UI's thread, useChat's chat id).
+
+        Raises:
+            GatewayHTTPError: ``not_found`` (404) when the id is the user's session of
+                another agent; ``store_unavailable`` (503) when the store fails.
+        """
+        try:
+            found_agent, session = await self.find_session(user_id, session_id)
+        except GatewayHTTPError as exc:
+            if exc.code != "not_found":
+                raise
+        else:
+            if found_agent != agent:
+                raise GatewayHTTPError("not_found", NOT_FOUND_SESSION)
+            return session
+        try:
+            return await self.service.create_session(app_name=agent, user_id=user_id,
+                                                     session_id=session_id)
+        except SessionError as exc:  # taken by a concurrent first request: use that one
+            try:
+                return (await self.find_session(user_id, session_id))[1]
+            except GatewayHTTPError:
+                raise store_error(exc) from None
 
     async def start_run(self, user_id: str, agent: str, session_id: str, message: Content,
                         request_id: str, *, streaming: bool = True,

@@ -49,13 +49,12 @@ from typing import Any, Final, Literal
 from fastapi import FastAPI, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..errors import ERROR_MESSAGES, SessionError
-from ..sessions.base import Session
+from ..errors import ERROR_MESSAGES
 from ..sessions.ledger import CallLedger
 from ..tools.approval import approval_response
 from ..types import Content, FunctionResponse, Part
-from .core import Gateway, store_error
-from .problems import ErrorBody, GatewayHTTPError, request_id_of
+from .core import STREAM_RESPONSES, Gateway
+from .problems import GatewayHTTPError, request_id_of
 from .sse import Frame
 
 UI_MESSAGE_STREAM_HEADERS: Final[Mapping[str, str]] = {"x-vercel-ai-ui-message-stream": "v1"}
@@ -392,16 +391,12 @@ def add_vercel_routes(app: FastAPI, gw: Gateway) -> None:
     """Add ``POST /vercel/{agent}`` (the Vercel AI SDK UI message stream) to ``app``."""
 
     @app.post("/vercel/{agent}", tags=["formats"], response_class=Response,
-              responses={200: {"content": {"text/event-stream": {}},
-                               "description": "the run as a UI message stream (v1)"},
-                         400: {"model": ErrorBody}, 404: {"model": ErrorBody},
-                         409: {"model": ErrorBody}, 429: {"model": ErrorBody},
-                         503: {"model": ErrorBody}})
+              responses=STREAM_RESPONSES)
     async def vercel_chat(request: Request, agent: str, body: ChatRequest) -> Any:
         user = await gw.user(request)
         if agent not in gw.runners:
             raise GatewayHTTPError("not_found", f"no agent named {agent!r}")
-        session = await chat_session(gw, user, agent, body.id)
+        session = await gw.open_session(user, agent, body.id)
         turn = turn_of(body, CallLedger.of(session.events))
         run = await gw.start_run(user, agent, body.id, turn.content, request_id_of(request))
         encoder = UIMessageEncoder(turn.continues or run.id, turn.denied, turn.supplied)
@@ -409,27 +404,3 @@ def add_vercel_routes(app: FastAPI, gw: Gateway) -> None:
                          prologue=encoder.start())
 
 
-async def chat_session(gw: Gateway, user: str, agent: str, session_id: str) -> Session:
-    """The user's session ``session_id`` of ``agent``, created when the user has none.
-
-    Raises:
-        GatewayHTTPError: ``not_found`` (404) when the id is the user's session of
-            another agent; ``store_unavailable`` (503) when the store fails.
-    """
-    try:
-        found_agent, session = await gw.find_session(user, session_id)
-    except GatewayHTTPError as exc:
-        if exc.code != "not_found":
-            raise
-    else:
-        if found_agent != agent:
-            raise GatewayHTTPError("not_found", "session not found")
-        return session
-    try:
-        return await gw.service.create_session(app_name=agent, user_id=user,
-                                               session_id=session_id)
-    except SessionError as exc:  # taken by a concurrent request in between: use that one
-        try:
-            return (await gw.find_session(user, session_id))[1]
-        except GatewayHTTPError:
-            raise store_error(exc) from None
