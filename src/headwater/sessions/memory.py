@@ -44,7 +44,7 @@ class InMemorySessionService(BaseSessionService):
             raise SessionError(f"session {sid!r} already exists")
         now = time.time()
         stored = Session(id=sid, app_name=app_name, user_id=user_id,
-                         state=copy.deepcopy(state or {}), last_update_time=now, create_time=now)
+                         state=_copied(state or {}), last_update_time=now, create_time=now)
         self._sessions[key] = stored
         return _copy(stored)
 
@@ -57,7 +57,7 @@ class InMemorySessionService(BaseSessionService):
     async def list_sessions(self, *, app_name: str, user_id: str) -> list[Session]:
         found = [
             Session(id=s.id, app_name=s.app_name, user_id=s.user_id,
-                    state=copy.deepcopy(s.state), last_update_time=s.last_update_time,
+                    state=_copied(s.state), last_update_time=s.last_update_time,
                     create_time=s.create_time)
             for (app, user, _), s in self._sessions.items()
             if app == app_name and user == user_id
@@ -190,6 +190,11 @@ _DONE: Final = _Done()
 
 
 def _copy(s: Session) -> Session:
-    return Session(id=s.id, app_name=s.app_name, user_id=s.user_id, state=copy.deepcopy(s.state),
+    return Session(id=s.id, app_name=s.app_name, user_id=s.user_id, state=_copied(s.state),
                    events=list(s.events), last_update_time=s.last_update_time,
                    create_time=s.create_time)
+
+
+def _copied(state: dict[str, Any]) -> dict[str, Any]:
+    # deepcopy of an empty dict costs ~1.7 µs; most sessions have no state
+    return copy.deepcopy(state) if state else {}
