@@ -20,10 +20,10 @@ import subprocess
 import sys
 import textwrap
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
@@ -40,7 +40,7 @@ from headwater.sessions import (
 from headwater.settings import Settings
 from headwater.testing import ScriptedCall, ScriptedModel
 from headwater.testing import ScriptedTurn as Turn
-from headwater.types import FunctionCall
+from headwater.types import Content, FunctionCall, Part
 
 
 def _sessions_conftest() -> ModuleType:
@@ -286,8 +286,13 @@ def _line_after_events(stdout: Any) -> str:
 # -- 3. a cancel at every point around a commit --------------------------------------------
 
 
+T = TypeVar("T")
+
+
 class CancelAround:
     """A session service that cancels ``victim`` (the consuming task) around its ``at``-th append.
+
+    The run's first write, its lease with the user's message, counts as an append.
 
     ``before``: the cancel lands before the write starts (nothing stored);
     ``during``: while the write is under way (it still commits whole);
@@ -301,21 +306,28 @@ class CancelAround:
 
     async def append_event(self, session: Session, event: Event, *,
                            lease: Lease | None = None, release: bool = False) -> Event:
+        return await self._around(super().append_event(  # type: ignore[misc]
+            session, event, lease=lease, release=release))
+
+    async def acquire_lease_and_append(self, **kwargs: Any) -> tuple[Lease, bool]:
+        """The run's first write: its lease with the user's message."""
+        return await self._around(super().acquire_lease_and_append(**kwargs))  # type: ignore[misc]
+
+    async def _around(self, write: Coroutine[Any, Any, T]) -> T:
         self.appends += 1
         if self.appends != self.at:
-            return await super().append_event(  # type: ignore[misc]
-                session, event, lease=lease, release=release)
+            return await write
         assert self.victim is not None
         if self.where == "before":
+            write.close()
             self.victim.cancel()
             raise asyncio.CancelledError  # the write never starts
         if self.where == "during":
             self.victim.cancel()
-        stored_event: Event = await super().append_event(  # type: ignore[misc]
-            session, event, lease=lease, release=release)
+        result = await write
         if self.where == "after":
             self.victim.cancel()
-        return stored_event
+        return result
 
 
 class CancellingMemory(CancelAround, InMemorySessionService):
@@ -558,6 +570,8 @@ async def test_500_concurrent_streams_on_one_sqlite_file(tmp_path: Path) -> None
 class FailingStore:
     """A session service whose ``fail_at``-th ``append_event`` raises ``SessionError``.
 
+    The run's first write, its lease with the user's message, counts as an append.
+
     ``down``: every append from the ``fail_at``-th on fails (the store stays down).
     """
 
@@ -567,13 +581,23 @@ class FailingStore:
 
     async def append_event(self, session: Session, event: Event, *,
                            lease: Lease | None = None, release: bool = False) -> Event:
+        self._fail()
+        appended: Event = await super().append_event(  # type: ignore[misc]
+            session, event, lease=lease, release=release)
+        return appended
+
+    async def acquire_lease_and_append(self, **kwargs: Any) -> tuple[Lease, bool]:
+        """The run's first write (its lease with the user's message) counts as an append."""
+        self._fail()
+        taken: tuple[Lease, bool] = await super().acquire_lease_and_append(  # type: ignore[misc]
+            **kwargs)
+        return taken
+
+    def _fail(self) -> None:
         self.appends += 1
         if self.fail_at and (self.appends == self.fail_at
                              or (self.down and self.appends > self.fail_at)):
             raise SessionError("session store failed: disk I/O error")
-        appended: Event = await super().append_event(  # type: ignore[misc]
-            session, event, lease=lease, release=release)
-        return appended
 
 
 class FailingMemory(FailingStore, InMemorySessionService):
@@ -599,6 +623,12 @@ async def test_store_failure_mid_run_ends_in_one_error_event(
             executed.clear()
             events = await consume(runner, session_id)  # never raises
             errors = [e for e in events if e.error_code is not None]
+            if at == 1 and not down:
+                # The lease's write with the message failed once: the lease is taken alone
+                # and the message stored on its own, as before; the run goes on.
+                assert errors == [] and events[-1].text == "all done here"
+                assert len(executed) == 1
+                continue
             assert [e.error_code for e in errors] == ["store_unavailable"]
             assert events[-1] is errors[0]
             assert "disk" not in (errors[0].error_message or "")
@@ -694,3 +724,208 @@ async def test_lease_lost_mid_run_refuses_the_old_runs_writes(sql_store: Any) ->
     assert [r.response.get("code") for e in history for r in e.function_responses] == [
         "interrupted"]
     assert_valid_request(next_model.requests[0])
+
+
+# -- 7. the user's message goes in with the lease ------------------------------------------
+
+
+@pytest.fixture
+async def any_store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Any]:
+    """Each store (memory, SQLite file, PostgreSQL); ``reopen()`` for more services."""
+    async with open_store(request.param, request, tmp_path) as opened:
+        yield opened
+
+
+class Spying:
+    """Records whether each ``acquire_lease_and_append`` stored the event with the lease."""
+
+    took: list[bool]
+
+    async def acquire_lease_and_append(self, **kwargs: Any) -> tuple[Lease, bool]:
+        taken: tuple[Lease, bool] = await super().acquire_lease_and_append(  # type: ignore[misc]
+            **kwargs)
+        self.took.append(taken[1])
+        return taken
+
+
+class SpyingMemory(Spying, InMemorySessionService):
+    pass
+
+
+class SpyingSql(Spying, SqlSessionService):
+    pass
+
+
+def _spying_service(kind: str, tmp_path: Path, **kwargs: Any) -> Any:
+    service = SpyingMemory() if kind == "memory" else SpyingSql(
+        f"sqlite+aiosqlite:///{tmp_path / 'spy.db'}", **kwargs)
+    service.took = []
+    return service
+
+
+def _texts(history: Sequence[Event], author: str = "user") -> list[str]:
+    return [e.text for e in history if e.author == author]
+
+
+async def test_a_sqlite_tool_turn_is_four_writes(tmp_path: Path) -> None:
+    statements: list[str] = []
+    service = _spying_service("sqlite", tmp_path, trace=statements.append)
+    runner, _, executed = _tool_turn_runner(service)
+    try:
+        await service.create_session(app_name=APP, user_id=USER, session_id="s")
+        for turn in (1, 2):  # a new session, then one whose ledger the runner keeps
+            statements.clear()
+            events = await consume(runner, "s")
+            assert events[-1].text == "all done here" and len(executed) == turn
+            # The lease with the message, the call, its result, the answer with the release.
+            assert statements.count("BEGIN IMMEDIATE") == 4
+        assert service.took == [True, True]
+        history = await stored(service, "s")
+        assert _texts(history) == ["go", "go"]
+        assert_one_result_per_call(history)
+    finally:
+        await service.close()
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+async def test_a_call_left_dangling_elsewhere_is_repaired_before_the_message(
+        kind: str, tmp_path: Path) -> None:
+    service = _spying_service(kind, tmp_path)
+    runner, model, executed = _tool_turn_runner(service)
+    try:
+        await service.create_session(app_name=APP, user_id=USER, session_id="s")
+        await consume(runner, "s")
+        # Another process's run stored a call and died: the runner's ledger does not know it.
+        other = service if kind == "memory" else SqlSessionService(service._url)
+        session = await other.get_session(app_name=APP, user_id=USER, session_id="s")
+        lost = Event(invocation_id="crashed", author="bot", content=Content(
+            "model", [Part(function_call=FunctionCall(id="lost-1", name="work", args={}))]))
+        await other.append_event(session, lost)
+        if other is not service:
+            await other.close()
+
+        events = await consume(runner, "s", "again")
+        assert events[-1].text == "next turn"
+        assert service.took == [True, False]  # the store saw the history had moved on
+        history = await stored(service, "s")
+        ids = [e.id for e in history]
+        repair = ids.index(lost.id) + 1
+        assert [r.response.get("code") for r in history[repair].function_responses] == [
+            "interrupted"]
+        assert history[repair + 1].text == "again" and history[repair + 1].author == "user"
+        assert_one_result_per_call(history)
+        assert_valid_request(model.requests[-1])
+        assert len(executed) == 1  # never re-run (work is not idempotent)
+    finally:
+        await service.close()
+
+
+async def test_an_expired_ticket_is_closed_before_the_message() -> None:
+    @tool(long_running=True)
+    def start_export(table: str) -> dict[str, str]:
+        """Starts an export job."""
+        return {"ticket": f"job-{table}"}
+
+    service = _spying_service("memory", Path())
+    model = (ScriptedModel().call("start_export", {"table": "t"}, call_id="x1")
+             .reply("waiting").reply("expired, sorry"))
+    runner = Runner(agent=Agent(name="bot", model=model, tools=[start_export]), app_name=APP,
+                    session_service=service, settings=Settings(long_running_ttl=0.01))
+    await service.create_session(app_name=APP, user_id=USER, session_id="s")
+    await consume(runner, "s", "export")
+    await asyncio.sleep(0.02)
+    await consume(runner, "s", "news?")
+    assert service.took == [True]  # the second run's ledger had an expired ticket
+    history = await stored(service, "s")
+    codes = [(e.author, [r.response.get("code") for r in e.function_responses])
+             for e in history if e.function_responses]
+    assert codes == [("bot", [None]), ("bot", ["expired"])]
+    expired = next(i for i, e in enumerate(history) if e.function_responses
+                   and e.function_responses[0].response.get("code") == "expired")
+    assert history[expired + 1].text == "news?"
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+@pytest.mark.parametrize("where", ["before", "during", "after"])
+async def test_a_cancel_during_the_lease_with_the_message_leaves_the_session_free(
+        kind: str, where: str, tmp_path: Path) -> None:
+    service = _cancelling_service(kind, tmp_path)
+    runner, _, _ = _tool_turn_runner(service)
+    try:
+        await service.create_session(app_name=APP, user_id=USER, session_id="s")
+        service.at, service.where, service.appends = 1, where, 0
+        task = service.victim = asyncio.create_task(consume(runner, "s"))
+        await asyncio.gather(task, return_exceptions=True)
+        assert task.cancelled()
+        service.at = 0
+        # Free at once: another run takes the session without waiting.
+        probe = await service.acquire_lease(app_name=APP, user_id=USER, session_id="s",
+                                            owner="probe", run_id="probe", ttl=60)
+        await service.release_lease(probe)
+        history = await stored(service, "s")
+        messages = [e for e in history if e.author == "user"]
+        if where == "before":
+            assert history == []
+        else:  # stored whole, with the content sent
+            assert [m.content for m in messages] == [Content.from_text("go")]
+        if kind == "sqlite" and where == "during":
+            assert history == messages  # the cancel landed in the write: nothing after it
+        assert_one_result_per_call(history)
+        events = await consume(runner, "s", "again")
+        assert events[-1].text == "next turn"
+        assert _texts(await stored(service, "s"))[-1:] == ["again"]
+    finally:
+        await service.close()
+
+
+@pytest.mark.parametrize("any_store", ["memory", *SQL], indirect=True)
+async def test_two_runners_start_at_once_one_is_busy(any_store: Any) -> None:
+    await any_store.service.create_session(app_name=APP, user_id=USER, session_id="s")
+    runners = [Runner(agent=Agent(name="bot", model=ScriptedModel().reply("hi ", who)),
+                      app_name=APP, session_service=any_store.reopen(),
+                      settings=Settings(session_lock_timeout=0))
+               for who in ("a", "b")]
+    streams = [run(runner, "s", f"from {i}") for i, runner in enumerate(runners)]
+    outcomes = await asyncio.gather(*(s.start() for s in streams), return_exceptions=True)
+    busy = [o for o in outcomes if isinstance(o, BaseException)]
+    assert len(busy) == 1 and isinstance(busy[0], SessionBusyError)
+    [winner] = [s for s, o in zip(streams, outcomes, strict=True) if o is None]
+    events = await _collect(winner)
+    history = await stored(any_store.reopen(), "s")
+    assert len(_texts(history)) == 1  # the loser stored nothing
+    assert [e.id for e in history[1:]] == [e.id for e in events if not e.partial]
+    for stream in streams:
+        await stream.aclose()
+
+
+class CommitsThenFails:
+    """The lease's write with the message commits, but its caller is told it failed."""
+
+    async def acquire_lease_and_append(self, **kwargs: Any) -> tuple[Lease, bool]:
+        await super().acquire_lease_and_append(**kwargs)  # type: ignore[misc]
+        raise SessionError("session store failed: connection reset")
+
+
+class CommitsThenFailsMemory(CommitsThenFails, InMemorySessionService):
+    pass
+
+
+class CommitsThenFailsSql(CommitsThenFails, SqlSessionService):
+    pass
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+async def test_a_message_stored_by_a_write_that_seemed_to_fail_is_not_stored_twice(
+        kind: str, tmp_path: Path) -> None:
+    service = (CommitsThenFailsMemory() if kind == "memory"
+               else CommitsThenFailsSql(f"sqlite+aiosqlite:///{tmp_path / 'unsure.db'}"))
+    runner, _, executed = _tool_turn_runner(service)
+    try:
+        await service.create_session(app_name=APP, user_id=USER, session_id="s")
+        events = await consume(runner, "s")
+        assert events[-1].text == "all done here" and len(executed) == 1
+        history = await stored(service, "s")
+        assert _texts(history) == ["go"]
+        assert_one_result_per_call(history)
+    finally:
+        await service.close()

@@ -38,6 +38,7 @@ from .errors import (
     CallAlreadyAnsweredError,
     ErrorCode,
     LeaseLostError,
+    SessionBusyError,
     SessionError,
     SessionNotFoundError,
     UserError,
@@ -486,7 +487,8 @@ class Runner:
         """
         control.began = True
         service = self.session_service
-        lease = await self._take(user_id, session_id, invocation_id)
+        first = self._first_event(user_id, session_id, invocation_id, message)
+        lease, stored = await self._take(user_id, session_id, invocation_id, first)
         heartbeat: _Heartbeat | None = None
         recorder: _Recorder | None = None
         try:
@@ -523,7 +525,11 @@ class Runner:
                 expired = expired_event(ctx, self.agent.name, time.time())  # as event stamps
                 if expired is not None:  # tickets whose result never came
                     await recorder.commit(expired)
-                if message is not None:
+                if first is not None and stored is None:  # the write with it failed
+                    stored = any(e.id == first[0].id for e in reversed(session.events))
+                if stored:
+                    events = flow.run()  # the message went in with the lease
+                elif message is not None:
                     content, decisions = split_approvals(message)
                     ctx.resume = answered_calls(ctx.ledger, content, decisions)
                     await recorder.commit(Event(
@@ -559,20 +565,56 @@ class Runner:
                 if recorder is None or not recorder.released:
                     await self._release(lease)
 
-    async def _take(self, user_id: str, session_id: str, run_id: str) -> Lease:
+    def _first_event(self, user_id: str, session_id: str, invocation_id: str,
+                     message: Content | None) -> tuple[Event, str | None] | None:
+        """The user's message as an event the lease's write may store, and the event it follows.
+
+        Only a plain message (approval answers and function responses are
+        checked against the session first), and only while this runner's
+        ledger of the session shows nothing to repair: no dangling call, no
+        expired ticket. The store appends it only if the session's last event
+        is still the ledger's last (a session without a ledger here: only if it
+        has no events), so the ledger's verdict is about the stored history.
+        """
+        if message is None or message.function_responses:
+            return None
+        ledger = self._ledgers.get((user_id, session_id))
+        if ledger is None:
+            return Event(invocation_id=invocation_id, author="user", content=message), None
+        if ledger.dangling() or ledger.expired_tickets(time.time(),
+                                                       self.settings.long_running_ttl):
+            return None
+        return (Event(invocation_id=invocation_id, author="user", content=message),
+                ledger.last_event_id)
+
+    async def _take(self, user_id: str, session_id: str, run_id: str,
+                    first: tuple[Event, str | None] | None) -> tuple[Lease, bool | None]:
         """The session's lease for this run (creating the session when allowed).
+
+        With ``first``, the lease's write stores that event too when the
+        history is still the one it follows. Returns the lease and whether
+        ``first`` was stored (``None``: unknown, the write with it failed and
+        the lease was taken alone; the session read afterwards tells).
 
         Raises:
             SessionNotFoundError: no such session (and ``auto_create_session`` is off).
             SessionBusyError: another run holds it (after ``Settings.session_lock_timeout``).
+            SessionError: the store failed.
         """
         service, settings = self.session_service, self.settings
-        for _ in range(2):
+        created, unsure = False, False
+        while True:
             try:
-                return await service.acquire_lease(
+                if first is None:
+                    lease = await service.acquire_lease(
+                        app_name=self.app_name, user_id=user_id, session_id=session_id,
+                        owner=self._owner, run_id=run_id, ttl=settings.session_lease_ttl,
+                        wait=settings.session_lock_timeout)
+                    return lease, (None if unsure else False)
+                return await service.acquire_lease_and_append(
                     app_name=self.app_name, user_id=user_id, session_id=session_id,
                     owner=self._owner, run_id=run_id, ttl=settings.session_lease_ttl,
-                    wait=settings.session_lock_timeout)
+                    wait=settings.session_lock_timeout, event=first[0], after=first[1])
             except asyncio.CancelledError:
                 # The write may have taken the lease anyway: give it back, or the session
                 # stays busy for a whole TTL (release matches on owner and run id alone).
@@ -585,10 +627,23 @@ class Runner:
                         f"no session {session_id!r} for user {user_id!r} in app "
                         f"{self.app_name!r}; create it with runner.create_session() or pass "
                         "auto_create_session=True") from None
+                if created:
+                    raise SessionNotFoundError(
+                        f"session {session_id!r} vanished as it was created") from None
+                created = True
                 with contextlib.suppress(SessionError):  # another run may create it first
                     await service.create_session(app_name=self.app_name, user_id=user_id,
                                                  session_id=session_id)
-        raise SessionNotFoundError(f"session {session_id!r} vanished as it was created")
+            except SessionBusyError:
+                raise
+            except SessionError as exc:
+                if first is None:
+                    raise
+                # Take the lease alone (a store that is down fails again, and raises);
+                # the message then follows as its own write, as it would have.
+                logger.warning("run %s: storing the message with the lease failed (%s)",
+                               run_id, type(exc).__name__)
+                first, unsure = None, True
 
     async def _release(self, lease: Lease) -> None:
         try:

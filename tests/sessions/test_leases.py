@@ -11,10 +11,15 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from headwater.errors import LeaseLostError, SessionBusyError, SessionNotFoundError
+from headwater.errors import (
+    LeaseLostError,
+    PartialEventError,
+    SessionBusyError,
+    SessionNotFoundError,
+)
 from headwater.events import Event
 from headwater.sessions import BaseSessionService, Lease
-from headwater.types import Content
+from headwater.types import Content, FunctionResponse, Part
 
 if TYPE_CHECKING:
     from conftest import Store
@@ -198,3 +203,79 @@ async def test_two_processes_one_session_one_holder(store: Store) -> None:
     assert sorted(outcomes) == ["busy", "won"]
     with pytest.raises(SessionBusyError):
         await take(store.service, "run-parent")
+
+
+# -- the lease and the run's first event in one write ---------------------------------------
+
+
+async def take_with(service: BaseSessionService, run_id: str, event: Event, after: str | None,
+                    *, owner: str | None = None) -> tuple[Lease, bool]:
+    return await service.acquire_lease_and_append(
+        app_name=APP, user_id="u1", session_id="s", owner=owner or f"runner-{run_id}",
+        run_id=run_id, ttl=60, event=event, after=after)
+
+
+async def test_the_lease_takes_the_event_only_after_the_history_it_names(store: Store) -> None:
+    service = store.service
+    await service.create_session(app_name=APP, user_id="u1", session_id="s")
+    first = said("hi", n=1)
+    lease, stored = await take_with(service, "run-a", first, None)  # None: no event yet
+    assert stored and lease.run_id == "run-a"
+    session = await service.get_session(app_name=APP, user_id="u1", session_id="s")
+    assert session is not None and [e.text for e in session.events] == ["hi"]
+    assert session.state == {"n": 1}  # its state delta, as append_event applies it
+    assert await stored_texts(store) == ["hi"]
+    with pytest.raises(SessionBusyError):  # the lease is held
+        await take(store.reopen(), "run-b")
+
+    # The history no longer ends where the caller thinks: the lease alone.
+    lease, stored = await take_with(service, "run-a", said("stale"), None)
+    assert not stored and lease.run_id == "run-a"
+    lease, stored = await take_with(service, "run-a", said("again"), first.id)
+    assert stored
+    await service.release_lease(lease)
+    assert await stored_texts(store) == ["hi", "again"]
+
+    # Busy: refused whole, nothing stored.
+    other = await take(store.reopen(), "run-b")
+    with pytest.raises(SessionBusyError):
+        await take_with(service, "run-c", said("refused"), None)
+    with pytest.raises(SessionBusyError):
+        await take_with(service, "run-c", said("refused"), session.events[-1].id)
+    await store.reopen().release_lease(other)
+    assert await stored_texts(store) == ["hi", "again"]
+
+
+async def test_the_first_event_is_checked_like_any_append(store: Store) -> None:
+    await store.service.create_session(app_name=APP, user_id="u1", session_id="s")
+    answer = Event(invocation_id="inv", author="user", content=Content(
+        "user", [Part(function_response=FunctionResponse(id="c1", name="f", response={}))]))
+    with pytest.raises(ValueError, match="append_event"):
+        await take_with(store.service, "run-a", answer, None)
+    with pytest.raises(PartialEventError):
+        await take_with(store.service, "run-a", Event(author="bot", partial=True), None)
+    with pytest.raises(SessionNotFoundError):
+        await store.service.acquire_lease_and_append(
+            app_name=APP, user_id="u2", session_id="s", owner="o", run_id="r", ttl=60,
+            event=said("hi"), after=None)
+    await take(store.reopen(), "run-b")  # nothing above took the lease
+
+
+@pytest.mark.parametrize("store", SQL_STORES, indirect=True)
+async def test_the_lease_and_the_event_are_one_transaction(store: Store) -> None:
+    statements: list[str] = []
+    service = store.reopen(trace=statements.append)
+    await service.create_session(app_name=APP, user_id="u1", session_id="s")
+    statements.clear()
+    lease, stored = await take_with(service, "run-a", said("hi"), None)
+    assert stored
+    if store.kind == "sqlite":
+        assert [s for s in statements if s.startswith("BEGIN")] == ["BEGIN IMMEDIATE"]
+    inserts = [s for s in statements if s.startswith("INSERT INTO hw_events")]
+    assert len(inserts) == 1
+    statements.clear()
+    session = await service.get_session(app_name=APP, user_id="u1", session_id="s")
+    assert session is not None and [e.text for e in session.events] == ["hi"]
+    assert statements == []  # served from what the write returned: nothing read
+    await service.append_event(session, said("answer"), lease=lease, release=True)
+    assert await stored_texts(store) == ["hi", "answer"]

@@ -454,7 +454,7 @@ def _clip(value: Any, limit: int) -> Any:
 
 
 def _bounded(result: dict[str, Any], limit: int) -> dict[str, Any]:
-    encoded = json.dumps(result, ensure_ascii=False)
+    encoded = _ENCODER.encode(result)  # json.dumps(ensure_ascii=False) builds an encoder a call
     if len(encoded) <= limit:
         return result
     marker = f"… [truncated: {len(encoded)} characters, limit {limit}]"

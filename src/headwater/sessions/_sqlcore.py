@@ -83,6 +83,8 @@ EVENTS_AFTER: Final = (
     f"SELECT seq, data FROM hw_events WHERE {_OF_SESSION} AND seq > :after ORDER BY seq")
 EVENTS_PAGE: Final = EVENTS_AFTER + " LIMIT :limit"
 LAST_SEQ: Final = f"SELECT max(seq) FROM hw_events WHERE {_OF_SESSION}"
+LAST_EVENT_ID: Final = (
+    f"SELECT id FROM hw_events WHERE {_OF_SESSION} ORDER BY seq DESC LIMIT 1")
 SNAPSHOT: Final = (f"SELECT state, create_time, update_time, ({LAST_SEQ}) FROM hw_sessions "
                    f"WHERE {_SESSION}")
 INSERT_EVENT: Final = (
@@ -245,19 +247,38 @@ class Snapshot:
     last_seq: int
 
 
-def acquire_lease_with_snapshot(key: Key, owner: str, run_id: str, ttl: float, lock: str
-                                ) -> Steps[tuple[Lease | float, Snapshot | None]]:
+@dataclass(frozen=True, slots=True)
+class Acquired:
+    """What :func:`acquire_lease_with_snapshot` did."""
+
+    taken: Lease | float  # the lease, or the holder's expiry
+    snapshot: Snapshot | None  # with the lease: the session as it is now (the event included)
+    appended: tuple[int, int] | None  # the first event's seq and the seq before it, if stored
+
+
+def acquire_lease_with_snapshot(key: Key, owner: str, run_id: str, ttl: float, lock: str,
+                                first: AppendWrite | None = None, after: str | None = None
+                                ) -> Steps[Acquired]:
     """:func:`acquire_lease`, and once taken the session's row and last ``seq`` (one write).
 
     With the snapshot, a service that already holds the session's events up to
-    that ``seq`` serves the run's first read without reading again.
+    that ``seq`` serves the run's first read without reading again. With
+    ``first`` (written by the lease's holder), the event is appended in the same
+    transaction when the session's last event has the id ``after`` (``None``:
+    no event), and the snapshot includes it.
     """
     taken = yield from acquire_lease(key, owner, run_id, ttl, lock)
     if not isinstance(taken, Lease):
-        return taken, None
+        return Acquired(taken, None, None)
+    appended = None
+    if first is not None:
+        rows = yield LAST_EVENT_ID, params(key)
+        if (rows[0][0] if rows else None) == after:
+            appended = yield from append(first, lock)
     rows = yield SNAPSHOT, params(key)
     state, create_time, update_time, last_seq = rows[0]
-    return taken, Snapshot(state, float(create_time), float(update_time), int(last_seq or 0))
+    return Acquired(taken, Snapshot(state, float(create_time), float(update_time),
+                                    int(last_seq or 0)), appended)
 
 
 def renew_lease(lease: Lease, ttl: float, lock: str) -> Steps[Lease]:

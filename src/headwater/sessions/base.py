@@ -265,21 +265,97 @@ class BaseSessionService(ABC):
             SessionError: the store failed.
             ValueError: ``ttl`` is not positive.
         """
+        lease, _ = await self._acquire(app_name, user_id, session_id, owner, run_id, ttl, wait,
+                                       None)
+        return lease
+
+    async def acquire_lease_and_append(
+        self,
+        *,
+        app_name: str,
+        user_id: str,
+        session_id: str,
+        owner: str,
+        run_id: str,
+        ttl: float,
+        event: Event,
+        after: str | None,
+        wait: float = 0.0,
+    ) -> tuple[Lease, bool]:
+        """:meth:`acquire_lease`, and in the same write ``event`` if the history ends at ``after``.
+
+        For a run's first event when it needs no decision made after reading
+        the session (a plain user message, nothing to repair): one write
+        instead of two. ``event`` is stored, fenced by the new lease, only if
+        the session's last stored event has the id ``after`` (``None``: the
+        session has no events), i.e. only if the history is the one the caller
+        judged; otherwise the lease alone is taken and the caller appends as
+        usual. The event commits whole with the lease or not at all; no
+        ``Session`` object is updated (the run's ``get_session`` shows it).
+
+        A caller cancelled while the write is under way may have taken the
+        lease and stored the event (both whole, or neither): release as for
+        :meth:`acquire_lease`. A store that cannot do both in one write takes
+        the lease alone (the default).
+
+        Args:
+            event: a non-partial event carrying no function responses (a result
+                must be checked against the session first).
+            after: the id of the last event the caller knows of.
+
+        Returns:
+            The lease, and whether ``event`` was stored with it.
+
+        Raises:
+            SessionNotFoundError, SessionBusyError, SessionError, ValueError:
+                as :meth:`acquire_lease`; ``ValueError`` also for an event with
+                function responses.
+            PartialEventError: the event is partial.
+        """
+        if event.partial:
+            raise PartialEventError(f"partial events are never persisted (event {event.id})")
+        if event.function_responses:
+            raise ValueError("an event with function responses is checked against the session "
+                             "first: append it with append_event")
+        return await self._acquire(app_name, user_id, session_id, owner, run_id, ttl, wait,
+                                   (event, persistent_delta(event), after))
+
+    async def _acquire(
+        self, app_name: str, user_id: str, session_id: str, owner: str, run_id: str,
+        ttl: float, wait: float, first: tuple[Event, dict[str, Any], str | None] | None,
+    ) -> tuple[Lease, bool]:
+        """Attempt until the lease is taken or ``wait`` has passed (see :meth:`acquire_lease`)."""
         if ttl <= 0:
             raise ValueError(f"ttl must be positive, not {ttl}")
         deadline = time.monotonic() + max(wait, 0.0)
         interval = get_settings().lease_poll_interval
         while True:
-            taken = await self._try_acquire_lease(app_name, user_id, session_id, owner, run_id,
-                                                  ttl)
+            if first is None:
+                taken: Lease | float = await self._try_acquire_lease(
+                    app_name, user_id, session_id, owner, run_id, ttl)
+                stored = False
+            else:
+                taken, stored = await self._try_acquire_lease_and_append(
+                    app_name, user_id, session_id, owner, run_id, ttl, *first)
             if isinstance(taken, Lease):
-                return taken
+                return taken, stored
             left = deadline - time.monotonic()
             if left <= 0:
                 raise SessionBusyError(f"session {session_id!r} has a run in progress")
             until_expiry = max(taken - time.time(), 0.001)
             await asyncio.sleep(min(interval, left, until_expiry))
             interval = min(interval * 2, 0.5)
+
+    async def _try_acquire_lease_and_append(
+        self, app_name: str, user_id: str, session_id: str, owner: str, run_id: str, ttl: float,
+        event: Event, delta: dict[str, Any], after: str | None,
+    ) -> tuple[Lease | float, bool]:
+        """One atomic attempt of :meth:`acquire_lease_and_append`; whether ``event`` was stored.
+
+        The default takes the lease alone and stores nothing.
+        """
+        taken = await self._try_acquire_lease(app_name, user_id, session_id, owner, run_id, ttl)
+        return taken, False
 
     @abstractmethod
     async def _try_acquire_lease(

@@ -171,6 +171,11 @@ class CallLedger:
     # -- questions --------------------------------------------------------------------------
 
     @property
+    def last_event_id(self) -> str | None:
+        """The id of the last event observed (``None`` before the first)."""
+        return self._last_id
+
+    @property
     def contents(self) -> list[Content]:
         """The conversation for the next model request (a new list; do not mutate its items)."""
         return list(self._contents)

@@ -26,6 +26,7 @@ cost follows what is new, not the session's length.
 
 from __future__ import annotations
 
+import asyncio
 import bisect
 import importlib
 import json
@@ -265,13 +266,8 @@ class SqlSessionService(BaseSessionService):
                 :meth:`append_event`.
             SessionError: the event id is already stored, or the database failed.
         """
-        write = core.AppendWrite(
-            key=(session.app_name, session.user_id, session.id), event_id=event.id,
-            invocation_id=event.invocation_id, author=event.author, timestamp=event.timestamp,
-            data=event_to_json(event).decode(), delta=json.dumps(delta) if delta else None,
-            call_ids=tuple(final_call_ids(event)),
-            holder=(lease.owner, lease.run_id) if lease is not None else None,
-            release=release is not None)
+        write = _encode((session.app_name, session.user_id, session.id), event, delta, lease,
+                        release is not None)
 
         def committed(seqs: tuple[int, int]) -> None:
             on_commit()
@@ -299,14 +295,47 @@ class SqlSessionService(BaseSessionService):
     async def _try_acquire_lease(
         self, app_name: str, user_id: str, session_id: str, owner: str, run_id: str, ttl: float
     ) -> Lease | float:
+        taken, _ = await self._acquire_write((app_name, user_id, session_id), owner, run_id,
+                                             ttl, None, None, None)
+        return taken
+
+    async def _try_acquire_lease_and_append(
+        self, app_name: str, user_id: str, session_id: str, owner: str, run_id: str, ttl: float,
+        event: Event, delta: dict[str, Any], after: str | None,
+    ) -> tuple[Lease | float, bool]:
+        """The lease and, if the history ends at ``after``, the event: one transaction."""
         key = (app_name, user_id, session_id)
-        taken, snapshot = await self._store.write(core.acquire_lease_with_snapshot(
-            key, owner, run_id, ttl, self._store.lock))
-        if snapshot is not None:
-            self._snapshots[key] = snapshot
+        # The fence is the lease this very transaction takes.
+        write = _encode(key, event, delta, Lease(*key, owner, run_id, 0.0), False)
+        return await self._acquire_write(key, owner, run_id, ttl, write, after, event)
+
+    async def _acquire_write(self, key: core.Key, owner: str, run_id: str, ttl: float,
+                             first: core.AppendWrite | None, after: str | None,
+                             event: Event | None) -> tuple[Lease | float, bool]:
+        """One acquire (with ``first`` when given); a cancelled caller waits for its outcome.
+
+        Waiting keeps a release that follows a cancel behind the write (on
+        PostgreSQL it could otherwise run first and leave the lease held).
+        """
+
+        def committed(done: core.Acquired) -> None:
+            if done.appended is not None and event is not None:
+                self._cache_append(key, event, *done.appended)
+
+        steps = core.acquire_lease_with_snapshot(key, owner, run_id, ttl, self._store.lock,
+                                                 first, after)
+        pending = asyncio.ensure_future(
+            self._store.start_write(steps, order=key, on_commit=committed))
+        try:
+            done = await asyncio.shield(pending)
+        except asyncio.CancelledError:
+            await asyncio.wait([pending])
+            raise
+        if done.snapshot is not None:
+            self._snapshots[key] = done.snapshot
             while len(self._snapshots) > max(self._cache_size, 1):
                 self._snapshots.pop(next(iter(self._snapshots)))
-        return taken
+        return done.taken, done.appended is not None
 
     async def renew_lease(self, lease: Lease, ttl: float) -> Lease:
         """See the base class; one conditional write on the lease's row."""
@@ -336,6 +365,16 @@ class SqlSessionService(BaseSessionService):
         self._cache.clear()
         self._snapshots.clear()
         await self._store.close()
+
+
+def _encode(key: core.Key, event: Event, delta: dict[str, Any], lease: Lease | None,
+            release: bool) -> core.AppendWrite:
+    """One append, encoded on the caller's loop (the event cannot change under it)."""
+    return core.AppendWrite(
+        key=key, event_id=event.id, invocation_id=event.invocation_id, author=event.author,
+        timestamp=event.timestamp, data=event_to_json(event).decode(),
+        delta=json.dumps(delta) if delta else None, call_ids=tuple(final_call_ids(event)),
+        holder=(lease.owner, lease.run_id) if lease is not None else None, release=release)
 
 
 def _resolve_url(url: str) -> URL:
