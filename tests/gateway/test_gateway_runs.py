@@ -213,3 +213,16 @@ async def test_thoughts_stream_as_reasoning_frames_never_as_deltas(client_for: A
     assert kinds == ["reasoning", "reasoning", "delta", "message", "done"]
     assert "".join(d["text"] for _, t, d in got.frames if t == "reasoning") == "let me think"
     assert got.frames[3][2]["text"] == "Answer."
+
+
+async def test_the_app_tunes_the_collector_while_it_runs_and_puts_it_back() -> None:
+    import gc
+
+    before = gc.get_threshold()
+    app = create_app(Agent(name="bot", model=ScriptedModel()), auth=AUTH,
+                     session_service=InMemorySessionService(),
+                     settings=quick(gc_thresholds=(12_345, 11, 999)))
+    async with app.router.lifespan_context(app):
+        assert gc.get_threshold() == (12_345, 11, 999)
+        assert gc.get_freeze_count() > 0  # startup objects are out of the full passes
+    assert gc.get_threshold() == before and gc.get_freeze_count() == 0

@@ -161,9 +161,15 @@ def create_app(
             # stream's frames once many streams are open.
             gc.collect()
             gc.freeze()
+        thresholds = gc.get_threshold()
+        if settings.gc_thresholds is not None:
+            gc.set_threshold(*settings.gc_thresholds)
         try:
             yield
         finally:
+            gc.set_threshold(*thresholds)  # the process may outlive the app (tests, embedding)
+            if settings.gc_freeze:
+                gc.unfreeze()
             restore()
             await gateway.runs.aclose()
             if gateway.owns_service:
