@@ -31,6 +31,7 @@ from .agui import add_agui_routes
 from .auth import Authenticator
 from .core import NOT_FOUND_RUN, NOT_FOUND_SESSION, STREAM_RESPONSES, Gateway, store_error
 from .limits import RequestLimits
+from .page import add_page_routes
 from .problems import ErrorBody, GatewayHTTPError, install_error_handlers, request_id_of
 from .runlog import InMemoryRunLog, RunLog
 from .vercel import add_vercel_routes
@@ -183,6 +184,7 @@ def create_app(
                        body_read_timeout=settings.body_read_timeout)
     _routes(app, gateway)
     add_agui_routes(app, gateway)
+    add_page_routes(app, gateway)
     add_vercel_routes(app, gateway)
     add_live_routes(app, gateway)
     return app

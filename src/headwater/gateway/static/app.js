@@ -1,0 +1,375 @@
+// The page: sessions, the chat (reducer.js), runs over fetch + a streaming SSE reader.
+// Runs start resumable; the run id and the last frame id live in sessionStorage so
+// a reload picks a running run up again with Last-Event-ID.
+import { errorWords, fromHistory, initialState, reduce } from "./reducer.js";
+import { SSEDecoder } from "./sse.js";
+
+const AUTH = document.querySelector('meta[name="headwater-auth"]')?.content ?? "none";
+const RUN_KEY = "headwater.run";
+const SESSION_KEY = "headwater.session";
+const TOKEN_KEY = "headwater.token";
+const TERMINAL = new Set(["done", "error"]);
+
+const $ = (id) => document.getElementById(id);
+let sessionId = null;
+let state = initialState;
+let active = null;  // {runId, controller, sessionId}
+
+class ApiError extends Error {
+  constructor(code, message) { super(message); this.code = code; }
+}
+
+function authHeaders(extra = {}) {
+  const token = localStorage.getItem(TOKEN_KEY);
+  return token && AUTH !== "none" ? { ...extra, Authorization: `Bearer ${token}` } : extra;
+}
+
+async function api(method, path, body) {
+  const init = { method, headers: authHeaders(body ? { "Content-Type": "application/json" } : {}) };
+  if (body) init.body = JSON.stringify(body);
+  let response;
+  try {
+    response = await fetch(path, init);
+  } catch {
+    throw new ApiError("network", "network");
+  }
+  if (!response.ok) throw await apiError(response);
+  return response.status === 204 ? null : response.json();
+}
+
+async function apiError(response) {
+  try {
+    const body = await response.json();
+    return new ApiError(body.error?.code ?? "internal", body.error?.message ?? "");
+  } catch {
+    return new ApiError("internal", `HTTP ${response.status}`);
+  }
+}
+
+function showProblem(error) {
+  const code = error instanceof ApiError ? error.code : "internal";
+  $("status").textContent = `${errorWords(code)} (${code})`;
+  $("status").classList.add("error");
+}
+
+// -- the run, in sessionStorage --------------------------------------------------------------
+
+function savedRun() {
+  try { return JSON.parse(sessionStorage.getItem(RUN_KEY) ?? "null"); } catch { return null; }
+}
+function saveRun(run) { sessionStorage.setItem(RUN_KEY, JSON.stringify(run)); }
+function forgetRun() { sessionStorage.removeItem(RUN_KEY); }
+
+// -- rendering -------------------------------------------------------------------------------
+
+function el(tag, attrs = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(attrs)) {
+    if (value === null || value === undefined || value === false) continue;
+    if (key === "class") node.className = value;
+    else if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
+    else node.setAttribute(key, value === true ? "" : String(value));
+  }
+  for (const child of children) if (child !== null) node.append(child);
+  return node;
+}
+
+function messageView(item, draft = false) {
+  return el("article", { class: draft ? "message draft" : "message", "data-author": item.author,
+                         "data-draft": draft ? "true" : null, "data-id": item.id ?? null,
+                         "aria-busy": draft ? "true" : null },
+            el("span", { class: "who" }, item.author + (item.interrupted ? " (stopped)" : "")),
+            el("div", { class: "text" }, item.text));
+}
+
+function progressView(card) {
+  const label = `${card.name} progress`;
+  if (!card.progress || card.progress.max === null) {
+    return card.status === "ok" ? el("progress", { value: 1, max: 1, "aria-label": label })
+      : el("progress", { "aria-label": label });
+  }
+  return el("progress", { value: card.progress.value, max: card.progress.max, "aria-label": label });
+}
+
+const TOOL_WORDS = { running: "running", ok: "done", error: "failed", denied: "denied",
+                     awaiting_approval: "waiting for approval" };
+
+function toolView(card) {
+  const box = el("section", { class: "tool", "data-call-id": card.call_id,
+                              "data-status": card.status, "aria-label": `Tool ${card.name}` },
+                 el("strong", {}, card.name), " ",
+                 el("span", { class: "state" }, TOOL_WORDS[card.status] ?? card.status));
+  if (card.progress || card.status === "running" || card.status === "ok") box.append(progressView(card));
+  if (card.lines.length) box.append(el("div", { class: "lines" }, card.lines.at(-1)));
+  if (card.status === "awaiting_approval" && card.approval && !card.approval.decided) {
+    box.append(el("button", { type: "button", onclick: () => answer(card, true) }, "Approve"), " ",
+               el("button", { type: "button", onclick: () => answer(card, false) }, "Deny"));
+  }
+  return box;
+}
+
+function itemView(item) {
+  switch (item.kind) {
+    case "message": return messageView(item);
+    case "tool": return toolView(item);
+    case "error":
+      return el("p", { class: "error", role: "alert", "data-code": item.code },
+                `${errorWords(item.code)} (${item.code})`);
+    case "usage":
+      return el("p", { class: "usage" },
+                `Tokens this run: ${item.usage.input_tokens} in, ${item.usage.output_tokens} out`);
+    default: return null;
+  }
+}
+
+function render() {
+  const log = $("log");
+  const stick = log.scrollTop + log.clientHeight >= log.scrollHeight - 20;
+  log.replaceChildren(...state.items.map(itemView).filter(Boolean),
+                      ...Object.entries(state.drafts).map(([author, text]) =>
+                        messageView({ author, text }, true)));
+  if (stick) log.scrollTop = log.scrollHeight;
+  $("stop").disabled = active === null;
+  const status = $("status");
+  status.classList.remove("error");
+  status.textContent = active ? (state.status.startsWith("Calling") ? state.status + "…" : "Answering…")
+    : "";
+}
+
+function dispatch(frame) {
+  state = reduce(state, frame);
+  render();
+}
+
+// -- runs ------------------------------------------------------------------------------------
+
+async function readFrames(response, run) {
+  const decoder = new SSEDecoder();
+  const text = new TextDecoder();
+  const reader = response.body.getReader();
+  let ended = false;
+  try {
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      for (const frame of decoder.feed(text.decode(value, { stream: true }))) {
+        if (run.sessionId !== sessionId) return true;
+        dispatch(frame);
+        if (frame.id) saveRun({ session_id: run.sessionId, run_id: run.runId,
+                                last_id: Number(frame.id) });
+        if (TERMINAL.has(frame.type)) ended = true;
+      }
+    }
+  } catch (error) {
+    if (run.controller.signal.aborted) return true;
+  }
+  return ended;
+}
+
+async function follow(run) {
+  // Resume after the last frame seen; a dropped connection is followed again a few times.
+  for (let attempt = 0; attempt < 3; attempt++) {
+    const last = savedRun()?.last_id ?? 0;
+    let response;
+    try {
+      response = await fetch(`/runs/${run.runId}/stream`, {
+        headers: authHeaders({ "Last-Event-ID": String(last) }), signal: run.controller.signal });
+    } catch {
+      if (run.controller.signal.aborted) return;
+      continue;
+    }
+    if (response.status === 204 || response.status === 404) { forgetRun(); return; }
+    if (!response.ok) throw await apiError(response);
+    if (await readFrames(response, run)) return;
+    await new Promise((resolve) => setTimeout(resolve, 300 * (attempt + 1)));
+  }
+  throw new ApiError("network", "network");
+}
+
+async function drive(run, start) {
+  active = run;
+  render();
+  try {
+    const ended = await start();
+    if (!ended && !run.controller.signal.aborted) await follow(run);
+    if (run.sessionId === sessionId && !run.controller.signal.aborted) forgetRun();
+  } catch (error) {
+    if (!run.controller.signal.aborted) {
+      dispatch({ type: "error", data: { code: error.code ?? "network", retryable: true } });
+    }
+  } finally {
+    if (active === run) active = null;
+    render();
+  }
+}
+
+function startRun(body) {
+  const run = { runId: null, controller: new AbortController(), sessionId };
+  return drive(run, async () => {
+    const response = await fetch(`/sessions/${run.sessionId}/runs`, {
+      method: "POST", signal: run.controller.signal,
+      headers: authHeaders({ "Content-Type": "application/json" }),
+      body: JSON.stringify({ ...body, resumable: true }),
+    });
+    if (!response.ok) throw await apiError(response);
+    run.runId = response.headers.get("X-Run-Id");
+    saveRun({ session_id: run.sessionId, run_id: run.runId, last_id: 0 });
+    return readFrames(response, run);
+  });
+}
+
+function resumeRun(saved) {
+  const run = { runId: saved.run_id, controller: new AbortController(), sessionId };
+  return drive(run, async () => { await follow(run); return true; });
+}
+
+function detach() {
+  // Leave the run going (it is resumable); the page just stops reading it.
+  if (active) active.controller.abort();
+  active = null;
+}
+
+// -- actions ---------------------------------------------------------------------------------
+
+async function send(text) {
+  if (!sessionId) await newSession();
+  if (!sessionId) return;
+  dispatch({ type: "user", data: { text } });
+  await startRun({ message: text });
+  await loadSessions();
+}
+
+function answer(card, approved) {
+  if (active) return;
+  dispatch({ type: "decision", data: { call_id: card.call_id, name: card.name, approved } });
+  startRun({ approvals: [{ call_id: card.call_id, approved,
+                           args_sha256: card.approval?.args_sha256 ?? null }] });
+}
+
+async function stop() {
+  if (!active?.runId) return;
+  try {
+    await api("POST", `/runs/${active.runId}/cancel`);
+  } catch (error) {
+    showProblem(error);
+  }
+}
+
+async function history(id) {
+  const events = [];
+  let cursor = null;
+  do {
+    const query = cursor ? `?limit=200&cursor=${cursor}` : "?limit=200";
+    const page = await api("GET", `/sessions/${id}/events${query}`);
+    events.push(...page.items);
+    cursor = page.next_cursor;
+  } while (cursor);
+  return events;
+}
+
+async function openSession(id) {
+  detach();
+  sessionId = id;
+  if (id) sessionStorage.setItem(SESSION_KEY, id); else sessionStorage.removeItem(SESSION_KEY);
+  state = initialState;  // no stale draft: the record comes from the server
+  render();
+  markCurrent();
+  if (!id) return;
+  try {
+    state = fromHistory(await history(id));
+  } catch (error) {
+    showProblem(error);
+    return;
+  }
+  render();
+  const saved = savedRun();
+  if (saved && saved.session_id === id && saved.run_id) resumeRun(saved);
+}
+
+async function newSession() {
+  try {
+    const session = await api("POST", "/sessions", {});
+    await loadSessions();
+    await openSession(session.id);
+  } catch (error) {
+    showProblem(error);
+  }
+}
+
+async function deleteSession(id) {
+  try {
+    await api("DELETE", `/sessions/${id}`);
+  } catch (error) {
+    showProblem(error);
+    return;
+  }
+  if (savedRun()?.session_id === id) forgetRun();
+  const sessions = await loadSessions();
+  if (id === sessionId) await openSession(sessions[0]?.id ?? null);
+}
+
+function sessionLabel(session) {
+  const when = new Date(session.created_at * 1000).toLocaleTimeString();
+  return `${session.agent} · ${when} · ${session.id.slice(0, 6)}`;
+}
+
+async function loadSessions() {
+  let sessions = [];
+  try {
+    sessions = (await api("GET", "/sessions")).items;
+  } catch (error) {
+    showProblem(error);
+  }
+  $("sessions").replaceChildren(...sessions.map((session) => {
+    const label = sessionLabel(session);
+    return el("li", { "data-session-id": session.id },
+              el("button", { type: "button", class: "open", onclick: () => openSession(session.id) },
+                 label),
+              el("button", { type: "button", "aria-label": `Delete session ${label}`,
+                             onclick: () => deleteSession(session.id) }, "✕"));
+  }));
+  markCurrent();
+  return sessions;
+}
+
+function markCurrent() {
+  for (const li of $("sessions").children) {
+    li.setAttribute("aria-current", String(li.dataset.sessionId === sessionId));
+  }
+}
+
+// -- wiring ----------------------------------------------------------------------------------
+
+async function start() {
+  if (AUTH !== "none") {
+    const form = $("token-form");
+    form.hidden = false;
+    $("token").value = localStorage.getItem(TOKEN_KEY) ?? "";
+    form.onsubmit = (event) => {
+      event.preventDefault();
+      localStorage.setItem(TOKEN_KEY, $("token").value.trim());
+      start();
+    };
+  }
+  $("new-session").onclick = () => newSession();
+  $("stop").onclick = () => stop();
+  $("composer").onsubmit = (event) => {
+    event.preventDefault();
+    const text = $("message").value.trim();
+    if (!text || active) return;
+    $("message").value = "";
+    send(text);
+  };
+  $("message").onkeydown = (event) => {
+    if (event.key === "Enter" && !event.shiftKey) {
+      event.preventDefault();
+      $("composer").requestSubmit();
+    }
+  };
+  const sessions = await loadSessions();
+  const remembered = sessionStorage.getItem(SESSION_KEY);
+  const chosen = sessions.find((s) => s.id === remembered) ?? sessions[0];
+  await openSession(chosen?.id ?? null);
+}
+
+start();

@@ -1,0 +1,220 @@
+// The chat reducer (seed 004): pure, no DOM, no I/O.
+//
+//   state = { items, drafts, status, error }
+//   items:  the record, in order: {kind: "message", author, id, text, final}
+//           | {kind: "tool", call_id, name, status, progress, approval}
+//           | {kind: "usage", usage} | {kind: "error", code, retryable}
+//   drafts: {author: text}: what deltas built so far, one draft per author.
+//
+// The rule: a `delta` appends to its author's draft; a `message` (the aggregate,
+// the record) replaces that draft; `tool_call`, `error` and `done` clear every
+// draft. Text is never appended twice. History from the server has no drafts.
+
+export const initialState = Object.freeze({
+  items: [], drafts: {}, status: "idle", error: null,
+});
+
+const ERROR_WORDS = {
+  cancelled: "The run was stopped.",
+  provider_unavailable: "The model provider could not be reached.",
+  provider_rejected: "The model provider refused the request.",
+  provider_truncated: "The model's answer broke off; none of it was kept.",
+  provider_timeout: "The model provider did not answer in time.",
+  provider_error: "The model provider reported an error.",
+  provider_bad_response: "The model provider sent something that is not an answer.",
+  model_protocol_violation: "The model's answer was malformed; none of it was kept.",
+  tool_call_incomplete: "The model sent an incomplete tool call.",
+  budget_exceeded: "The run used up one of its budgets.",
+  too_many_streams: "Too many conversations are streaming at once; try again shortly.",
+  rate_limited: "Too many requests; try again shortly.",
+  session_busy: "Another answer is still running in this session.",
+  server_shutdown: "The server is restarting; try again shortly.",
+  store_unavailable: "The conversation could not be saved.",
+  unauthorized: "The server refused the token.",
+  not_found: "That session or run no longer exists.",
+  invalid_request: "The server could not accept that request.",
+  network: "The connection to the server was lost.",
+  internal: "Something went wrong on the server.",
+};
+
+/** Words a person understands for an error code (the code is shown next to them). */
+export function errorWords(code) {
+  return ERROR_WORDS[code] ?? "Something went wrong.";
+}
+
+function dataOf(frame) {
+  return typeof frame.data === "string" ? JSON.parse(frame.data) : (frame.data ?? {});
+}
+
+function withoutKey(object, key) {
+  const copy = { ...object };
+  delete copy[key];
+  return copy;
+}
+
+function upsert(items, match, make, change) {
+  const at = items.findIndex(match);
+  if (at === -1) return [...items, change(make())];
+  const copy = items.slice();
+  copy[at] = change(copy[at]);
+  return copy;
+}
+
+function toolCard(callId, name) {
+  return { kind: "tool", call_id: callId, name, status: "running", progress: null,
+           approval: null, lines: [] };
+}
+
+function updateTool(items, callId, name, change) {
+  return upsert(items, (i) => i.kind === "tool" && i.call_id === callId,
+                () => toolCard(callId, name), change);
+}
+
+/** Progress from a tool_progress delta: "40%" or "2/5" is determinate; else a count. */
+export function progressOf(previous, delta) {
+  const text = delta ?? "";
+  const percent = /(\d+(?:\.\d+)?)\s*%/.exec(text);
+  if (percent) return { value: Math.min(Number(percent[1]), 100), max: 100 };
+  const ratio = /(\d+)\s*\/\s*(\d+)/.exec(text);
+  if (ratio && Number(ratio[2]) > 0) {
+    return { value: Math.min(Number(ratio[1]), Number(ratio[2])), max: Number(ratio[2]) };
+  }
+  if (previous && previous.max !== null) return previous;
+  return { value: (previous?.value ?? 0) + 1, max: null };
+}
+
+function addMessage(state, d) {
+  const message = { kind: "message", author: d.author, id: d.id ?? null, text: d.text ?? "",
+                    final: Boolean(d.final) };
+  if (d.interrupted) message.interrupted = true;
+  const items = message.id === null
+    ? [...state.items, message]
+    : upsert(state.items, (i) => i.kind === "message" && i.id === message.id,
+             () => message, () => message);
+  return { ...state, items, drafts: withoutKey(state.drafts, d.author) };
+}
+
+function onToolCall(state, d) {
+  let items = state.items;
+  const calls = d.calls ?? (d.names ?? []).map((name, n) => ({ id: `${name}#${n}`, name }));
+  for (const call of calls) items = updateTool(items, call.id, call.name, (card) => card);
+  return { ...state, items, drafts: {}, status: "Calling " + (d.names ?? []).join(", ") };
+}
+
+function onToolProgress(state, d) {
+  const items = updateTool(state.items, d.call_id, d.name, (card) => ({
+    ...card,
+    status: card.status === "ok" || card.status === "error" ? card.status : "running",
+    progress: d.type === "part_delta" || d.delta ? progressOf(card.progress, d.delta) : card.progress,
+    lines: d.delta ? [...card.lines, d.delta] : card.lines,
+  }));
+  return { ...state, items };
+}
+
+function onToolResult(state, d) {
+  let items = state.items;
+  for (const r of d.results ?? []) {
+    items = updateTool(items, r.id, r.name, (card) => ({
+      ...card, status: r.status === "error" ? "error" : "ok",
+      progress: card.progress && r.status !== "error"
+        ? { value: card.progress.max ?? card.progress.value, max: card.progress.max }
+        : card.progress,
+    }));
+  }
+  return { ...state, items };
+}
+
+function onApprovalRequired(state, d) {
+  const items = updateTool(state.items, d.call_id, d.name, (card) => ({
+    ...card, status: "awaiting_approval",
+    approval: { args_sha256: d.args_sha256 ?? null, decided: null },
+  }));
+  return { ...state, items };
+}
+
+/** The state after one frame `{type, data}` (`data`: JSON text or an object). */
+export function reduce(state, frame) {
+  const d = dataOf(frame);
+  switch (frame.type) {
+    case "user":  // sent from this page; the server records it too
+      return { ...state, items: [...state.items, { kind: "message", author: "user", id: null,
+                                                   text: d.text, final: true }],
+               error: null, status: "running" };
+    case "delta": {
+      const text = (state.drafts[d.author] ?? "") + d.text;
+      return { ...state, drafts: { ...state.drafts, [d.author]: text } };
+    }
+    case "message":  // the aggregate replaces the draft; it is the record
+      return addMessage(state, d);
+    case "tool_call":
+      return onToolCall(state, d);
+    case "tool_progress":
+      return onToolProgress(state, d);
+    case "tool_result":
+      return onToolResult(state, d);
+    case "approval_required":
+      return onApprovalRequired(state, d);
+    case "decision":  // the page answered an approval
+      return { ...state, items: updateTool(state.items, d.call_id, d.name ?? "", (card) => ({
+        ...card, status: d.approved ? "running" : "denied",
+        approval: { ...(card.approval ?? {}), decided: d.approved ? "approved" : "denied" },
+      })) };
+    case "error":
+      return { ...state, drafts: {}, status: "error",
+               items: [...state.items, { kind: "error", code: d.code,
+                                         retryable: Boolean(d.retryable) }],
+               error: { code: d.code, retryable: Boolean(d.retryable) } };
+    case "done":
+      return { ...state, drafts: {}, status: "done",
+               items: d.usage ? [...state.items, { kind: "usage", usage: d.usage }] : state.items };
+    default:
+      return state;
+  }
+}
+
+function historyTool(items, item) {
+  for (const call of item.calls ?? []) items = updateTool(items, call.id, call.name, (c) => c);
+  for (const r of item.results ?? []) {
+    items = updateTool(items, r.id, r.name, (card) => ({
+      ...card, status: r.status === "error" ? "error" : "ok",
+      progress: card.progress, approval: card.approval && { ...card.approval },
+    }));
+  }
+  for (const a of item.approvals_requested ?? []) {
+    items = updateTool(items, a.call_id, a.name, (card) => ({
+      ...card, status: "awaiting_approval",
+      approval: { args_sha256: a.args_sha256 ?? null, decided: null },
+    }));
+  }
+  for (const a of item.approval_decisions ?? []) {
+    items = updateTool(items, a.call_id, "", (card) => ({
+      ...card, status: a.approved ? card.status : "denied",
+      approval: { ...(card.approval ?? {}), decided: a.approved ? "approved" : "denied" },
+    }));
+  }
+  return items;
+}
+
+function historyItem(items, item) {
+  items = historyTool(items, item);
+  if (item.text && !(item.approval_decisions && item.author === "user")) {
+    const message = { kind: "message", author: item.author, id: item.id, text: item.text,
+                      final: Boolean(item.final) };
+    if (item.interrupted) message.interrupted = true;
+    items = [...items, message];
+  }
+  if (item.error) items = [...items, { kind: "error", code: item.error.code, retryable: false }];
+  return items;
+}
+
+/** The state a page shows from the server's history (stored events, oldest first). */
+export function fromHistory(events) {
+  let items = [];
+  for (const item of events) items = historyItem(items, item);
+  return { ...initialState, items, status: "idle" };
+}
+
+/** Clear every draft: what a page does when it loses its stream. */
+export function dropDrafts(state) {
+  return { ...state, drafts: {} };
+}

@@ -1,0 +1,79 @@
+"""The page at ``GET /``: served from the package, and its JavaScript's own tests."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from headwater import Agent
+from headwater.gateway import StaticTokenAuth, create_app
+from headwater.sessions import InMemorySessionService
+from headwater.testing import ScriptedModel
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def node_or_skip() -> str:
+    """The ``node`` executable; skips without it, fails in CI."""
+    path = shutil.which("node")
+    if path is None:
+        if os.environ.get("CI", "").lower() not in ("", "0", "false"):
+            pytest.fail("CI runs the page's JavaScript tests: node is not on PATH")
+        pytest.skip("node is not on PATH")
+    return path
+
+
+def app(**options: Any) -> Any:
+    agent = Agent(name="support", model=ScriptedModel().reply("hi"))
+    return create_app(agent, session_service=InMemorySessionService(), **options)
+
+
+async def test_the_reducer_and_sse_decoder_pass_their_node_tests() -> None:
+    process = await asyncio.create_subprocess_exec(
+        node_or_skip(), "--test", "tests/js/reducer.test.mjs", cwd=ROOT,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+    out, _ = await asyncio.wait_for(process.communicate(), 30)
+    assert process.returncode == 0, out.decode()
+    assert "# fail 0" in out.decode()
+
+
+async def test_the_page_and_its_modules_come_from_this_origin(client_for: Any) -> None:
+    client = await client_for(app())
+    page = await client.get("/")
+    assert page.status_code == 200
+    assert page.headers["content-type"].startswith("text/html")
+    assert "default-src 'self'" in page.headers["content-security-policy"]
+    assert '<meta name="headwater-auth" content="none">' in page.text
+    assert 'src="/static/app.js"' in page.text and "http" not in page.text.split("<body>")[0]
+    for name, kind in (("app.js", "text/javascript"), ("reducer.js", "text/javascript"),
+                       ("sse.js", "text/javascript"), ("style.css", "text/css")):
+        asset = await client.get(f"/static/{name}")
+        assert asset.status_code == 200, name
+        assert asset.headers["content-type"].startswith(kind)
+
+
+async def test_with_auth_the_page_asks_for_a_token_and_the_api_still_needs_one(
+        client_for: Any) -> None:
+    client = await client_for(app(auth=StaticTokenAuth({"t": "alice"})))
+    page = await client.get("/")
+    assert page.status_code == 200
+    assert '<meta name="headwater-auth" content="bearer">' in page.text
+    assert (await client.get("/sessions")).status_code == 401
+
+
+@pytest.mark.parametrize("name", ["nope.js", "..%2Fpage.py", ".hidden.js", "page.py"])
+async def test_only_the_static_files_are_served(client_for: Any, name: str) -> None:
+    client = await client_for(app())
+    response = await client.get(f"/static/{name}")
+    assert response.status_code == 404
+    assert response.json()["error"]["code"] == "not_found"
+
+
+def test_the_page_is_not_in_the_api_schema() -> None:
+    paths = app().openapi()["paths"]
+    assert "/" not in paths and not any(p.startswith("/static") for p in paths)

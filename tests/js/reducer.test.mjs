@@ -1,0 +1,160 @@
+// The page's reducer (seed 004) and SSE decoder: `node --test tests/js/reducer.test.mjs`.
+import assert from "node:assert/strict";
+import { test } from "node:test";
+
+import {
+  dropDrafts, errorWords, fromHistory, initialState, progressOf, reduce,
+} from "../../src/headwater/gateway/static/reducer.js";
+import { SSEDecoder } from "../../src/headwater/gateway/static/sse.js";
+
+const frame = (type, data) => ({ type, data: JSON.stringify(data) });
+const play = (frames, state = initialState) => frames.reduce(reduce, state);
+const messages = (state) => state.items.filter((i) => i.kind === "message");
+
+const WORKED_EXAMPLE = [
+  frame("tool_call", { names: ["lookupOrder"], calls: [{ id: "c1", name: "lookupOrder" }] }),
+  frame("tool_result", { count: 1, results: [{ id: "c1", name: "lookupOrder", status: "ok",
+                                               size: 10 }] }),
+  frame("delta", { author: "support", text: "Order 1042 shipped " }),
+  frame("delta", { author: "support", text: "on 30 September and " }),
+  frame("delta", { author: "support", text: "is due Monday." }),
+  frame("message", { author: "support", id: "e1", final: true,
+                     text: "Order 1042 shipped on 30 September and is due Monday." }),
+  frame("done", { usage: { input_tokens: 12, output_tokens: 9 } }),
+];
+
+test("deltas build a draft; the message replaces it: the answer is shown once", () => {
+  const streaming = play(WORKED_EXAMPLE.slice(0, 5));
+  assert.deepEqual(streaming.drafts,
+                   { support: "Order 1042 shipped on 30 September and is due Monday." });
+  assert.equal(messages(streaming).length, 0);
+  const ended = play(WORKED_EXAMPLE);
+  assert.deepEqual(ended.drafts, {});
+  assert.deepEqual(messages(ended).map((m) => m.text),
+                   ["Order 1042 shipped on 30 September and is due Monday."]);
+  assert.equal(ended.status, "done");
+  assert.deepEqual(ended.items.at(-1), { kind: "usage",
+                                         usage: { input_tokens: 12, output_tokens: 9 } });
+});
+
+test("a message frame seen twice (replayed after a resume) is shown once", () => {
+  const message = WORKED_EXAMPLE[5];
+  const state = play([message, message]);
+  assert.equal(messages(state).length, 1);
+});
+
+test("drafts are keyed by author: a sub-agent's partials do not join another's", () => {
+  const state = play([
+    frame("delta", { author: "coordinator", text: "Let me ask " }),
+    frame("delta", { author: "billing", text: "Your invoice " }),
+    frame("delta", { author: "coordinator", text: "billing." }),
+    frame("message", { author: "coordinator", id: "m1", text: "Let me ask billing.",
+                       final: false }),
+  ]);
+  assert.deepEqual(state.drafts, { billing: "Your invoice " });
+  assert.deepEqual(messages(state).map((m) => [m.author, m.text]),
+                   [["coordinator", "Let me ask billing."]]);
+});
+
+for (const [type, data] of [
+  ["tool_call", { names: ["lookupOrder"], calls: [{ id: "c9", name: "lookupOrder" }] }],
+  ["error", { code: "cancelled", retryable: false, request_id: "r" }],
+  ["done", { usage: { input_tokens: 1, output_tokens: 1 } }],
+]) {
+  test(`${type} clears every draft and keeps no half sentence`, () => {
+    const state = play([frame("delta", { author: "a", text: "half a " }),
+                        frame("delta", { author: "b", text: "sentence" }),
+                        frame(type, data)]);
+    assert.deepEqual(state.drafts, {});
+    assert.equal(messages(state).length, 0);
+  });
+}
+
+test("an error is kept as an item with its code and words", () => {
+  const state = play([frame("error", { code: "cancelled", retryable: false })]);
+  assert.deepEqual(state.items, [{ kind: "error", code: "cancelled", retryable: false }]);
+  assert.equal(state.error.code, "cancelled");
+  assert.match(errorWords("cancelled"), /stopped/);
+  assert.match(errorWords("no_such_code"), /went wrong/);
+});
+
+test("tool progress fills the card's bar; the result completes it", () => {
+  const call = frame("tool_call", { names: ["deploy"], calls: [{ id: "d1", name: "deploy" }] });
+  const progress = (delta) => frame("tool_progress", { call_id: "d1", name: "deploy",
+                                                       type: "part_delta", index: 0, delta });
+  const half = play([call, progress("building 25%"), progress("pushing 50%")]);
+  const [card] = half.items;
+  assert.equal(card.kind, "tool");
+  assert.deepEqual(card.progress, { value: 50, max: 100 });
+  assert.deepEqual(card.lines, ["building 25%", "pushing 50%"]);
+  const ended = play([frame("tool_result", { count: 1, results: [
+    { id: "d1", name: "deploy", status: "ok", size: 2 }] })], half);
+  assert.equal(ended.items[0].status, "ok");
+  assert.deepEqual(ended.items[0].progress, { value: 100, max: 100 });
+});
+
+test("progress is read from percentages and ratios, else counted", () => {
+  assert.deepEqual(progressOf(null, "step 2/5"), { value: 2, max: 5 });
+  assert.deepEqual(progressOf(null, "120 %"), { value: 100, max: 100 });
+  assert.deepEqual(progressOf({ value: 2, max: null }, "more"), { value: 3, max: null });
+});
+
+test("approval_required asks on the call's card; a decision answers it", () => {
+  const asked = play([
+    frame("tool_call", { names: ["deploy"], calls: [{ id: "d1", name: "deploy" }] }),
+    frame("approval_required", { call_id: "d1", name: "deploy", args_sha256: "ab" }),
+    frame("done", { usage: { input_tokens: 1, output_tokens: 1 } }),
+  ]);
+  const card = asked.items[0];
+  assert.equal(card.status, "awaiting_approval");
+  assert.deepEqual(card.approval, { args_sha256: "ab", decided: null });
+  const denied = reduce(asked, { type: "decision",
+                                 data: { call_id: "d1", name: "deploy", approved: false } });
+  assert.equal(denied.items[0].status, "denied");
+  assert.equal(denied.items[0].approval.decided, "denied");
+});
+
+test("history has the record and no draft", () => {
+  const state = fromHistory([
+    { id: "u1", author: "user", role: "user", text: "Where is order 1042?", final: false },
+    { id: "e1", author: "support", role: "model", text: "", final: false,
+      calls: [{ id: "c1", name: "lookupOrder" }] },
+    { id: "e2", author: "user", role: "user", text: "", final: false,
+      results: [{ id: "c1", name: "lookupOrder", status: "ok", size: 3 }] },
+    { id: "e3", author: "support", role: "model", text: "It shipped.", final: true },
+    { id: "e4", author: "support", role: "model", text: "", final: true,
+      error: { code: "cancelled", message: "The run was cancelled." } },
+  ]);
+  assert.deepEqual(state.drafts, {});
+  assert.deepEqual(state.items.map((i) => i.kind), ["message", "tool", "message", "error"]);
+  assert.equal(state.items[1].status, "ok");
+  // a message frame replayed after the history loaded does not show twice
+  const replayed = reduce(state, frame("message", { author: "support", id: "e3",
+                                                    text: "It shipped.", final: true }));
+  assert.equal(messages(replayed).length, 2);
+  assert.deepEqual(dropDrafts(reduce(state, frame("delta", { author: "x", text: "y" }))).drafts,
+                   {});
+});
+
+test("the reducer is pure: it never changes the state it is given", () => {
+  const before = play(WORKED_EXAMPLE.slice(0, 4));
+  const snapshot = JSON.stringify(before);
+  for (const f of WORKED_EXAMPLE) reduce(before, f);
+  assert.equal(JSON.stringify(before), snapshot);
+});
+
+test("the SSE decoder is chunk-boundary invariant, with ids, comments and CR/LF/CRLF", () => {
+  const wire = ": hello\r\nid: 1\r\nevent: delta\r\ndata: {\"author\":\"a\",\"text\":\"x\"}\r\n\r\n"
+    + "id: 2\revent: done\rdata: {}\r\r"
+    + "id: 3\nevent: message\ndata: {\"a\":\ndata: 1}\n\n";
+  const whole = new SSEDecoder().feed(wire);
+  assert.deepEqual(whole.map((f) => [f.id, f.type]), [["1", "delta"], ["2", "done"],
+                                                      ["3", "message"]]);
+  assert.equal(whole[2].data, "{\"a\":\n1}");
+  for (let cut = 0; cut <= wire.length; cut++) {
+    const decoder = new SSEDecoder();
+    const frames = [...decoder.feed(wire.slice(0, cut)), ...decoder.feed(wire.slice(cut))];
+    assert.deepEqual(frames, whole, `cut at ${cut}`);
+  }
+  assert.equal(new SSEDecoder().feed("id: 1\ndata: x").length, 0);
+});
