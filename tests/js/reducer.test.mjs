@@ -112,6 +112,9 @@ test("approval_required asks on the call's card; a decision answers it", () => {
                                  data: { call_id: "d1", name: "deploy", approved: false } });
   assert.equal(denied.items[0].status, "denied");
   assert.equal(denied.items[0].approval.decided, "denied");
+  const answered = reduce(denied, frame("tool_result", { count: 1, results: [
+    { id: "d1", name: "deploy", status: "error", size: 20 }] }));
+  assert.equal(answered.items[0].status, "denied");
 });
 
 test("history has the record and no draft", () => {

@@ -78,8 +78,9 @@ function messageView(item, draft = false) {
   return el("article", { class: draft ? "message draft" : "message", "data-author": item.author,
                          "data-draft": draft ? "true" : null, "data-id": item.id ?? null,
                          "aria-busy": draft ? "true" : null },
-            el("span", { class: "who" }, item.author + (item.interrupted ? " (stopped)" : "")),
-            el("div", { class: "text" }, item.text));
+            el("span", { class: "who" }, item.author),
+            el("div", { class: "text" }, item.text),
+            item.interrupted ? el("span", { class: "note" }, "(stopped here)") : null);
 }
 
 function progressView(card) {
@@ -192,7 +193,10 @@ async function drive(run, start) {
   try {
     const ended = await start();
     if (!ended && !run.controller.signal.aborted) await follow(run);
-    if (run.sessionId === sessionId && !run.controller.signal.aborted) forgetRun();
+    if (run.sessionId === sessionId && !run.controller.signal.aborted) {
+      forgetRun();
+      if (state.status === "error") await settle(run.sessionId);
+    }
   } catch (error) {
     if (!run.controller.signal.aborted) {
       dispatch({ type: "error", data: { code: error.code ?? "network", retryable: true } });
@@ -201,6 +205,22 @@ async function drive(run, start) {
     if (active === run) active = null;
     render();
   }
+}
+
+async function settle(id) {
+  // A run that ended in an error (a stop, say) kept what was shown, marked interrupted:
+  // the record is the server's, so the page shows the history, and the error it just saw.
+  const seen = state.error;
+  try {
+    state = fromHistory(await history(id));
+  } catch {
+    return;
+  }
+  const last = state.items.at(-1);
+  if (seen && !(last?.kind === "error" && last.code === seen.code)) {
+    state = reduce(state, { type: "error", data: seen });
+  }
+  render();
 }
 
 function startRun(body) {

@@ -111,11 +111,17 @@ function onToolProgress(state, d) {
   return { ...state, items };
 }
 
+// A denied call's result is the denial (status "error"): the card keeps saying "denied".
+function resultStatus(card, result) {
+  if (card.status === "denied") return "denied";
+  return result.status === "error" ? "error" : "ok";
+}
+
 function onToolResult(state, d) {
   let items = state.items;
   for (const r of d.results ?? []) {
     items = updateTool(items, r.id, r.name, (card) => ({
-      ...card, status: r.status === "error" ? "error" : "ok",
+      ...card, status: resultStatus(card, r),
       progress: card.progress && r.status !== "error"
         ? { value: card.progress.max ?? card.progress.value, max: card.progress.max }
         : card.progress,
@@ -175,10 +181,7 @@ export function reduce(state, frame) {
 function historyTool(items, item) {
   for (const call of item.calls ?? []) items = updateTool(items, call.id, call.name, (c) => c);
   for (const r of item.results ?? []) {
-    items = updateTool(items, r.id, r.name, (card) => ({
-      ...card, status: r.status === "error" ? "error" : "ok",
-      progress: card.progress, approval: card.approval && { ...card.approval },
-    }));
+    items = updateTool(items, r.id, r.name, (card) => ({ ...card, status: resultStatus(card, r) }));
   }
   for (const a of item.approvals_requested ?? []) {
     items = updateTool(items, a.call_id, a.name, (card) => ({

@@ -1,0 +1,243 @@
+"""The page in a real browser: Debian's chromium, driven by Playwright, on a real server.
+
+Skipped off CI when chromium or Playwright is missing (``.ci/run`` installs
+chromium; Playwright comes with the dev extras); each test leaves a screenshot
+in ``test-artifacts/``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from headwater import Agent, tool
+from headwater.events import ToolStreamEvent
+from headwater.gateway import create_app
+from headwater.sessions import InMemorySessionService
+from headwater.settings import Settings
+from headwater.testing import ScriptedModel
+
+from .test_gateway import lookup_order
+
+CHROMIUM = "/usr/bin/chromium"
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
+ANSWER = ("Order 1042 shipped ", "on 30 September and ", "is due Monday.")
+STORY = tuple(f"word{n} " for n in range(60))
+
+Serve = Callable[[Any], Awaitable[str]]
+
+
+def _missing() -> str | None:
+    if not Path(CHROMIUM).exists():
+        return f"{CHROMIUM} is missing: apt-get install chromium"
+    try:
+        import playwright.async_api  # noqa: F401
+    except ImportError:
+        return 'playwright is missing: pip install -e ".[dev]"'
+    return None
+
+
+@pytest.fixture
+async def browser() -> AsyncIterator[Any]:
+    """A headless chromium (Playwright's async API: the server runs in this loop)."""
+    reason = _missing()
+    if reason is not None:
+        if os.environ.get("CI", "").lower() not in ("", "0", "false"):
+            pytest.fail(f"CI runs the browser tests: {reason}")
+        pytest.skip(reason)
+    from playwright.async_api import async_playwright
+
+    async with async_playwright() as playwright:
+        launched = await playwright.chromium.launch(executable_path=CHROMIUM, headless=True)
+        try:
+            yield launched
+        finally:
+            await launched.close()
+
+
+@pytest.fixture
+async def open_page(browser: Any, request: pytest.FixtureRequest) -> AsyncIterator[
+        Callable[[str], Awaitable[Any]]]:
+    """``page = await open_page(base_url)``: a fresh page; its screenshot is saved after."""
+    pages: list[Any] = []
+    problems: list[str] = []
+
+    async def make(base: str) -> Any:
+        page = await browser.new_page(viewport={"width": 1000, "height": 700})
+        page.set_default_timeout(10_000)
+        page.on("pageerror", lambda error: problems.append(str(error)))
+        await page.goto(base)
+        pages.append(page)
+        return page
+
+    yield make
+    ARTIFACTS.mkdir(exist_ok=True)
+    for n, page in enumerate(pages):
+        suffix = f"-{n}" if n else ""
+        await page.screenshot(path=str(ARTIFACTS / f"{request.node.name}{suffix}.png"))
+        await page.close()
+    assert problems == [], problems
+
+
+def settings() -> Settings:
+    return Settings(session_lock_timeout=0, heartbeat_interval=5.0, send_timeout=2.0,
+                    shutdown_grace=1.0)
+
+
+def served(agent: Agent) -> tuple[Any, InMemorySessionService]:
+    service = InMemorySessionService()
+    return create_app(agent, session_service=service, settings=settings()), service
+
+
+async def ask(page: Any, text: str) -> None:
+    await page.get_by_role("button", name="New session", exact=True).click()
+    await page.wait_for_selector("#sessions li[aria-current=true]")
+    await page.get_by_label("Message", exact=True).fill(text)
+    await page.get_by_role("button", name="Send", exact=True).click()
+
+
+async def run_ended(page: Any) -> None:
+    """The page has no run in progress (Stop is disabled again)."""
+    await page.wait_for_function("() => document.getElementById('stop').disabled")
+
+
+async def shown(page: Any, author: str) -> list[str]:
+    texts: list[str] = await page.locator(
+        f'[data-author="{author}"]:not([data-draft]) .text').all_inner_texts()
+    return [t.strip() for t in texts]
+
+
+async def drafts(page: Any) -> list[str]:
+    texts: list[str] = await page.locator("[data-draft]").all_inner_texts()
+    return texts
+
+
+async def history(base: str) -> list[dict[str, Any]]:
+    async with httpx.AsyncClient(base_url=base) as client:
+        [session] = (await client.get("/sessions")).json()["items"]
+        items: list[dict[str, Any]] = (
+            await client.get(f"/sessions/{session['id']}/events")).json()["items"]
+        return items
+
+
+async def test_the_support_answer_appears_once_after_the_final_message(
+        serve: Serve, open_page: Any) -> None:
+    model = ScriptedModel().call("lookupOrder", {"order_id": "1042"}).reply(*ANSWER, delay=0.05)
+    app, _ = served(Agent(name="support", model=model, tools=[tool(name="lookupOrder")(
+        lookup_order)]))
+    page = await open_page(await serve(app))
+    await ask(page, "Where is order 1042?")
+    await page.wait_for_selector("[data-draft]")  # the answer streams in first
+    await page.wait_for_selector('[data-author="support"]:not([data-draft])')
+    await run_ended(page)
+    assert await shown(page, "support") == ["".join(ANSWER)]
+    assert await shown(page, "user") == ["Where is order 1042?"]
+    assert await drafts(page) == []
+    card = page.get_by_role("region", name="Tool lookupOrder")
+    assert await card.get_attribute("data-status") == "ok"
+    assert "Tokens this run" in await page.locator(".usage").inner_text()
+
+
+async def test_stop_ends_a_long_answer_and_the_server_records_cancelled(
+        serve: Serve, open_page: Any) -> None:
+    model = ScriptedModel().reply(*STORY, delay=0.1)
+    app, _ = served(Agent(name="storyteller", model=model))
+    base = await serve(app)
+    page = await open_page(base)
+    await ask(page, "Tell me a long story")
+    await page.wait_for_function(
+        "() => (document.querySelector('[data-draft]')?.textContent ?? '').includes('word2 ')")
+    await page.get_by_role("button", name="Stop", exact=True).click()
+    alert = page.get_by_role("alert")
+    await alert.wait_for()
+    assert "(cancelled)" in await alert.inner_text()
+    await run_ended(page)
+    assert await drafts(page) == []
+    [kept] = await shown(page, "storyteller")  # what was shown is kept, as the server kept it
+    assert kept.startswith("word0 word1 word2")
+    assert await page.locator(".note").inner_text() == "(stopped here)"
+    items = await history(base)
+    assert [i["error"]["code"] for i in items if "error" in i] == ["cancelled"]
+    assert model.streams[0].closed_early
+
+
+async def test_a_reload_mid_answer_shows_the_history_no_stale_draft_and_the_rest(
+        serve: Serve, open_page: Any) -> None:
+    model = ScriptedModel().reply(*STORY[:30], delay=0.08)
+    app, _ = served(Agent(name="storyteller", model=model))
+    page = await open_page(await serve(app))
+    await ask(page, "Tell me a long story")
+    await page.wait_for_function(
+        "() => (document.querySelector('[data-draft]')?.textContent ?? '').includes('word3 ')")
+    await page.reload()
+    await page.wait_for_selector('[data-author="user"]')  # the history, from the server
+    assert await shown(page, "user") == ["Tell me a long story"]
+    await page.wait_for_selector("[data-draft]")  # the rest streams in again…
+    assert all("word0 " not in d for d in await drafts(page))  # …but not what was shown before
+    await page.wait_for_selector('[data-author="storyteller"]:not([data-draft])')
+    await run_ended(page)
+    assert await shown(page, "storyteller") == ["".join(STORY[:30]).strip()]
+    assert await drafts(page) == []
+    assert len(model.requests) == 1  # followed again, not run again
+
+
+ran: list[str] = []
+
+
+@tool(streaming=True, requires_approval=True)
+async def deploy(version: int, env: str) -> AsyncIterator[ToolStreamEvent]:
+    """Deploy a version, with progress.
+
+    Args:
+        version: which version.
+        env: where to.
+    """
+    ran.append(env)
+    for percent in (25, 50, 75, 100):
+        await asyncio.sleep(0.05)
+        yield ToolStreamEvent(type="part_delta", index=0, delta=f"deploying {percent}%")
+    yield ToolStreamEvent(type="done", response={"deployed": version, "env": env})
+
+
+async def test_approve_runs_the_deploy_to_a_full_progress_bar(
+        serve: Serve, open_page: Any) -> None:
+    ran.clear()
+    model = (ScriptedModel().call("deploy", {"version": 2, "env": "staging"})
+             .reply("Version 2 is live ", "on staging."))
+    app, _ = served(Agent(name="ops", model=model, tools=[deploy]))
+    page = await open_page(await serve(app))
+    await ask(page, "Deploy version 2 to staging")
+    approve = page.get_by_role("button", name="Approve", exact=True)
+    await approve.wait_for()
+    assert ran == []
+    await approve.click()
+    bar = page.get_by_role("progressbar", name="deploy progress")
+    await page.wait_for_selector('[data-author="ops"]:not([data-draft])')
+    await run_ended(page)
+    assert await bar.evaluate("bar => [bar.value, bar.max]") == [100, 100]
+    assert ran == ["staging"]
+    assert await shown(page, "ops") == ["Version 2 is live on staging."]
+    assert await page.get_by_role("button", name="Approve").count() == 0
+
+
+async def test_deny_shows_the_models_reply_and_the_tool_never_runs(
+        serve: Serve, open_page: Any) -> None:
+    ran.clear()
+    model = (ScriptedModel().call("deploy", {"version": 2, "env": "staging"})
+             .reply("Understood, ", "nothing was deployed."))
+    app, _ = served(Agent(name="ops", model=model, tools=[deploy]))
+    page = await open_page(await serve(app))
+    await ask(page, "Deploy version 2 to staging")
+    await page.get_by_role("button", name="Deny", exact=True).click()
+    await page.wait_for_selector('[data-author="ops"]:not([data-draft])')
+    await run_ended(page)
+    assert await shown(page, "ops") == ["Understood, nothing was deployed."]
+    card = page.get_by_role("region", name="Tool deploy")
+    assert await card.get_attribute("data-status") == "denied"
+    assert ran == []
