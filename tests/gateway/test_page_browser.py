@@ -18,7 +18,7 @@ import pytest
 
 from headwater import Agent, tool
 from headwater.events import ToolStreamEvent
-from headwater.gateway import create_app
+from headwater.gateway import StaticTokenAuth, create_app
 from headwater.sessions import InMemorySessionService
 from headwater.settings import Settings
 from headwater.testing import ScriptedModel
@@ -111,6 +111,14 @@ async def shown(page: Any, author: str) -> list[str]:
     texts: list[str] = await page.locator(
         f'[data-author="{author}"]:not([data-draft]) .text').all_inner_texts()
     return [t.strip() for t in texts]
+
+
+async def says(page: Any, author: str, text: str) -> None:
+    """Wait until the one message of ``author`` on the page is ``text``."""
+    await page.wait_for_function(
+        "([author, text]) => [...document.querySelectorAll("
+        "`[data-author='${author}']:not([data-draft]) .text`)].map(e => e.textContent)"
+        ".join('|') === text", arg=[author, text])
 
 
 async def drafts(page: Any) -> list[str]:
@@ -241,3 +249,29 @@ async def test_deny_shows_the_models_reply_and_the_tool_never_runs(
     card = page.get_by_role("region", name="Tool deploy")
     assert await card.get_attribute("data-status") == "denied"
     assert ran == []
+
+
+async def test_sessions_are_made_switched_and_deleted_with_a_token_when_the_app_has_auth(
+        serve: Serve, open_page: Any) -> None:
+    model = ScriptedModel().reply("First answer.").reply("Second answer.")
+    service = InMemorySessionService()
+    app = create_app(Agent(name="helper", model=model), session_service=service,
+                     auth=StaticTokenAuth({"secret-token": "alice"}), settings=settings())
+    page = await open_page(await serve(app))
+    await page.get_by_label("Token", exact=True).fill("secret-token")
+    await page.get_by_role("button", name="Save token", exact=True).click()
+    for question in ("one?", "two?"):
+        await ask(page, question)
+        await page.wait_for_selector('[data-author="helper"]:not([data-draft])')
+        await run_ended(page)
+    sessions = page.locator("#sessions li")
+    assert await sessions.count() == 2
+    assert await shown(page, "helper") == ["Second answer."]
+    await sessions.nth(1).locator("button.open").click()  # the older one
+    await says(page, "helper", "First answer.")
+    assert await shown(page, "user") == ["one?"]
+    await sessions.nth(1).get_by_role("button", name="Delete session", exact=False).click()
+    await page.wait_for_function("() => document.querySelectorAll('#sessions li').length === 1")
+    await says(page, "helper", "Second answer.")  # the session left is opened
+    assert await page.evaluate("localStorage.getItem('headwater.token')") == "secret-token"
+    assert len(await service.list_sessions(app_name="helper", user_id="alice")) == 1
