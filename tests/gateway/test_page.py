@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 from pathlib import Path
@@ -28,6 +29,12 @@ def node_or_skip() -> str:
     return path
 
 
+def config_of(html: str) -> Any:
+    start = html.index('<script type="application/json" id="headwater-config">')
+    body = html[html.index(">", start) + 1:html.index("</script>", start)]
+    return json.loads(body)
+
+
 def app(**options: Any) -> Any:
     agent = Agent(name="support", model=ScriptedModel().reply("hi"))
     return create_app(agent, session_service=InMemorySessionService(), **options)
@@ -48,7 +55,9 @@ async def test_the_page_and_its_modules_come_from_this_origin(client_for: Any) -
     assert page.status_code == 200
     assert page.headers["content-type"].startswith("text/html")
     assert "default-src 'self'" in page.headers["content-security-policy"]
-    assert '<meta name="headwater-auth" content="none">' in page.text
+    assert config_of(page.text) == {
+        "auth": "none", "agents": [{"name": "support", "model": "scripted"}],
+        "suggestions": [], "note": ""}
     assert 'src="/static/app.js"' in page.text and "http" not in page.text.split("<body>")[0]
     for name, kind in (("app.js", "text/javascript"), ("reducer.js", "text/javascript"),
                        ("sse.js", "text/javascript"), ("style.css", "text/css")):
@@ -62,7 +71,7 @@ async def test_with_auth_the_page_asks_for_a_token_and_the_api_still_needs_one(
     client = await client_for(app(auth=StaticTokenAuth({"t": "alice"})))
     page = await client.get("/")
     assert page.status_code == 200
-    assert '<meta name="headwater-auth" content="bearer">' in page.text
+    assert config_of(page.text)["auth"] == "bearer"
     assert (await client.get("/sessions")).status_code == 401
 
 
@@ -72,6 +81,21 @@ async def test_only_the_static_files_are_served(client_for: Any, name: str) -> N
     response = await client.get(f"/static/{name}")
     assert response.status_code == 404
     assert response.json()["error"]["code"] == "not_found"
+
+
+async def test_an_app_may_give_the_page_suggestions_and_a_note(client_for: Any) -> None:
+    served = create_app([Agent(name="support", model=ScriptedModel()),
+                         Agent(name="ops", model=ScriptedModel(model="demo"))],
+                        session_service=InMemorySessionService())
+    served.state.page_suggestions = ["Where is order 1042?", "</script><b>"]
+    served.state.page_note = "scripted model"
+    client = await client_for(served)
+    html = (await client.get("/")).text
+    assert "</script><b>" not in html  # cannot close the JSON block
+    assert config_of(html) == {
+        "auth": "none", "agents": [{"name": "support", "model": "scripted"},
+                                   {"name": "ops", "model": "demo"}],
+        "suggestions": ["Where is order 1042?", "</script><b>"], "note": "scripted model"}
 
 
 def test_the_page_is_not_in_the_api_schema() -> None:

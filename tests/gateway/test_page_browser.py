@@ -275,3 +275,22 @@ async def test_sessions_are_made_switched_and_deleted_with_a_token_when_the_app_
     await says(page, "helper", "Second answer.")  # the session left is opened
     assert await page.evaluate("localStorage.getItem('headwater.token')") == "secret-token"
     assert len(await service.list_sessions(app_name="helper", user_id="alice")) == 1
+
+
+async def test_an_agent_is_chosen_and_a_suggestion_asks_it(serve: Serve, open_page: Any) -> None:
+    support = Agent(name="support", model=ScriptedModel().reply("Support here."))
+    ops = Agent(name="ops", model=ScriptedModel(model="demo").reply("Ops ", "here."))
+    app = create_app([support, ops], session_service=InMemorySessionService(),
+                     settings=settings())
+    app.state.page_suggestions = ["Deploy version 2 to staging"]
+    app.state.page_note = "scripted model"
+    page = await open_page(await serve(app))
+    await page.get_by_label("Agent", exact=True).select_option("ops")
+    await page.get_by_role("button", name="New session", exact=True).click()
+    await page.wait_for_selector("#sessions li[aria-current=true]")
+    await page.get_by_role("button", name="Deploy version 2 to staging").click()
+    await says(page, "ops", "Ops here.")
+    await run_ended(page)
+    assert await shown(page, "user") == ["Deploy version 2 to staging"]
+    assert await page.locator("#agent-info").inner_text() == (
+        "agent ops · model demo · scripted model")

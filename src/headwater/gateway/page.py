@@ -6,14 +6,22 @@ reader; its chat state is the seed-004 reducer in ``static/reducer.js``.
 Everything the page loads comes from this origin (a ``Content-Security-Policy``
 says so). The page itself needs no token; in an app with auth it asks for one
 and sends it as ``Authorization: Bearer`` on every API call.
+
+What the page knows about the app comes in the HTML, as JSON (:class:`PageConfig`):
+the agents with their model names, and two optional hooks an app may set on
+``app.state`` — ``page_suggestions`` (prompts shown as buttons) and
+``page_note`` (a short label in the header, such as "scripted model").
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
 from functools import cache
 from importlib import resources
+from typing import TypedDict
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, Response
 
 from .core import Gateway
@@ -28,6 +36,45 @@ _HEADERS = {
     "X-Content-Type-Options": "nosniff",
     "Cache-Control": "no-cache",
 }
+
+
+class AgentInfo(TypedDict):
+    """An agent as the page lists it."""
+
+    name: str
+    model: str
+
+
+class PageConfig(TypedDict):
+    """What the page is told about the app (JSON in ``index.html``)."""
+
+    auth: str
+    agents: list[AgentInfo]
+    suggestions: list[str]
+    note: str
+
+
+def _model_name(gw: Gateway, name: str) -> str:
+    try:
+        return gw.runners[name].agent.model.model
+    except Exception:  # a model string that cannot be resolved yet: the page still loads
+        return "unresolved model"
+
+
+def page_config(app: FastAPI, gw: Gateway) -> PageConfig:
+    """The page's view of ``app``: auth mode, agents (default first) and the hooks."""
+    suggestions: Sequence[str] = getattr(app.state, "page_suggestions", ())
+    return PageConfig(
+        auth="none" if gw.dev_mode else "bearer",
+        agents=[AgentInfo(name=n, model=_model_name(gw, n)) for n in gw.runners],
+        suggestions=[str(s) for s in suggestions],
+        note=str(getattr(app.state, "page_note", "")),
+    )
+
+
+def _script_json(config: PageConfig) -> str:
+    # Inside <script type="application/json">: no "</script>" or "<!--" can close it.
+    return json.dumps(config).replace("<", "\\u003c").replace(">", "\\u003e")
 
 
 @cache
@@ -47,13 +94,13 @@ def add_page_routes(app: FastAPI, gw: Gateway) -> None:
     The routes are public (the files hold no data) and left out of the OpenAPI
     schema. A missing file answers 404 ``not_found``.
     """
-    auth = "none" if gw.dev_mode else "bearer"
 
     @app.get("/", include_in_schema=False)
-    async def page() -> HTMLResponse:
+    async def page(request: Request) -> HTMLResponse:
         html = _asset("index.html")
         assert html is not None, "the package ships static/index.html"
-        return HTMLResponse(html.replace("{{auth}}", auth), headers=_HEADERS)
+        config = _script_json(page_config(request.app, gw))
+        return HTMLResponse(html.replace("{{config}}", config), headers=_HEADERS)
 
     @app.get("/static/{name}", include_in_schema=False)
     async def asset(name: str) -> Response:

@@ -4,7 +4,9 @@
 import { errorWords, fromHistory, initialState, reduce } from "./reducer.js";
 import { SSEDecoder } from "./sse.js";
 
-const AUTH = document.querySelector('meta[name="headwater-auth"]')?.content ?? "none";
+const CONFIG = JSON.parse(document.getElementById("headwater-config")?.textContent || "{}");
+const AUTH = CONFIG.auth ?? "none";
+const AGENTS = CONFIG.agents ?? [];
 const RUN_KEY = "headwater.run";
 const SESSION_KEY = "headwater.session";
 const TOKEN_KEY = "headwater.token";
@@ -14,6 +16,7 @@ const $ = (id) => document.getElementById(id);
 let sessionId = null;
 let state = initialState;
 let active = null;  // {runId, controller, sessionId}
+let known = new Map();  // session id -> session
 
 class ApiError extends Error {
   constructor(code, message) { super(message); this.code = code; }
@@ -308,7 +311,8 @@ async function openSession(id) {
 
 async function newSession() {
   try {
-    const session = await api("POST", "/sessions", {});
+    const agent = AGENTS.length > 1 ? $("agent").value : undefined;
+    const session = await api("POST", "/sessions", agent ? { agent } : {});
     await loadSessions();
     await openSession(session.id);
   } catch (error) {
@@ -340,6 +344,7 @@ async function loadSessions() {
   } catch (error) {
     showProblem(error);
   }
+  known = new Map(sessions.map((session) => [session.id, session]));
   $("sessions").replaceChildren(...sessions.map((session) => {
     const label = sessionLabel(session);
     return el("li", { "data-session-id": session.id },
@@ -356,6 +361,23 @@ function markCurrent() {
   for (const li of $("sessions").children) {
     li.setAttribute("aria-current", String(li.dataset.sessionId === sessionId));
   }
+  const name = known.get(sessionId)?.agent ?? AGENTS[0]?.name;
+  const agent = AGENTS.find((a) => a.name === name);
+  const parts = agent ? [`agent ${agent.name}`, `model ${agent.model}`] : [];
+  if (CONFIG.note) parts.push(CONFIG.note);
+  $("agent-info").textContent = parts.join(" · ");
+}
+
+function setUpChoices() {
+  if (AGENTS.length > 1) {
+    $("agent").replaceChildren(...AGENTS.map((a) => el("option", { value: a.name }, a.name)));
+    $("agent").hidden = false;
+    $("agent-label").hidden = false;
+  }
+  $("suggestions").replaceChildren(...(CONFIG.suggestions ?? []).map((prompt) =>
+    el("button", { type: "button", class: "suggestion", onclick: () => {
+      if (!active) send(prompt);
+    } }, prompt)));
 }
 
 // -- wiring ----------------------------------------------------------------------------------
@@ -371,6 +393,7 @@ async function start() {
       start();
     };
   }
+  setUpChoices();
   $("new-session").onclick = () => newSession();
   $("stop").onclick = () => stop();
   $("composer").onsubmit = (event) => {
