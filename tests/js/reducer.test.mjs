@@ -139,6 +139,30 @@ test("history has the record and no draft", () => {
                    {});
 });
 
+test("a history that waits for an approval asks again; a denial in it is kept", () => {
+  const waiting = fromHistory([
+    { id: "u1", author: "user", role: "user", text: "Deploy version 2", final: false },
+    { id: "e1", author: "ops", role: "model", text: "", final: false,
+      calls: [{ id: "d1", name: "deploy" }] },
+    { id: "e2", author: "ops", role: null, text: "", final: true,
+      approvals_requested: [{ call_id: "d1", name: "deploy", args_sha256: "ab" }] },
+  ]);
+  assert.equal(waiting.items[1].status, "awaiting_approval");
+  assert.deepEqual(waiting.items[1].approval, { args_sha256: "ab", decided: null });
+  const denied = fromHistory([
+    { id: "e1", author: "ops", role: "model", text: "", final: false,
+      calls: [{ id: "d1", name: "deploy" }] },
+    { id: "e2", author: "ops", role: null, text: "", final: true,
+      approvals_requested: [{ call_id: "d1", name: "deploy", args_sha256: "ab" }] },
+    { id: "e3", author: "user", role: "user", text: "", final: false,
+      approval_decisions: [{ call_id: "d1", approved: false, reason: null }] },
+    { id: "e4", author: "ops", role: "user", text: "", final: false,
+      results: [{ id: "d1", name: "deploy", status: "error", size: 30 }] },
+  ]);
+  assert.equal(denied.items[0].status, "denied");
+  assert.equal(denied.items[0].approval.decided, "denied");
+});
+
 test("the reducer is pure: it never changes the state it is given", () => {
   const before = play(WORKED_EXAMPLE.slice(0, 4));
   const snapshot = JSON.stringify(before);
