@@ -24,6 +24,8 @@ from headwater.settings import Settings
 from headwater.testing import ScriptedModel
 
 from .test_gateway import lookup_order
+from .test_websocket import responder as live_responder
+from .test_websocket import ticker
 
 CHROMIUM = "/usr/bin/chromium"
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
@@ -294,3 +296,32 @@ async def test_an_agent_is_chosen_and_a_suggestion_asks_it(serve: Serve, open_pa
     assert await shown(page, "user") == ["Deploy version 2 to staging"]
     assert await page.locator("#agent-info").inner_text() == (
         "agent ops · model demo · scripted model")
+
+
+async def test_live_a_watcher_shows_its_emissions_and_stops_when_asked(
+        serve: Serve, open_page: Any) -> None:
+    model = ScriptedModel(responder=live_responder)
+    app, _ = served(Agent(name="voice", model=model, tools=[ticker]))
+    page = await open_page(await serve(app))
+    await page.get_by_role("button", name="New session", exact=True).click()
+    await page.wait_for_selector("#sessions li[aria-current=true]")
+    await page.get_by_role("button", name="Go live", exact=True).click()
+    await page.wait_for_function("() => !document.getElementById('stop').disabled")  # ready
+    message = page.get_by_label("Message", exact=True)
+    await message.fill("watch")
+    await page.get_by_role("button", name="Send", exact=True).click()
+    emissions = page.get_by_role("list", name="ticker emissions").get_by_role("listitem")
+    await page.wait_for_function(
+        "() => document.querySelectorAll('.emissions li').length >= 3")
+    await message.fill("stop")
+    await page.get_by_role("button", name="Send", exact=True).click()
+    await page.wait_for_function(
+        "() => [...document.querySelectorAll('[data-author=voice]:not([data-draft]) .text')]"
+        ".at(-1)?.textContent === 'Stopped.'")
+    settled = await emissions.count()
+    await asyncio.sleep(0.3)
+    assert await emissions.count() == settled  # the watcher stopped
+    await page.get_by_role("button", name="Stop", exact=True).click()  # ends the live run
+    await page.get_by_role("button", name="Go live", exact=True).wait_for()
+    assert await page.get_by_role("alert").count() == 0
+    assert await emissions.count() >= 3  # kept: the history has them too

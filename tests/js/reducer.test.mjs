@@ -163,6 +163,22 @@ test("a history that waits for an approval asks again; a denial in it is kept", 
   assert.equal(denied.items[0].approval.decided, "denied");
 });
 
+test("a live tool's emissions join its card, once each, live and from history", () => {
+  const call = frame("tool_call", { names: ["ticker"], calls: [{ id: "t1", name: "ticker" }] });
+  const emission = (id, text) => frame("tool_emission", { author: "voice", id, call_id: "t1",
+                                                          branch: "voice/t1", text });
+  const state = play([call, emission("x1", "1"), emission("x2", "2"), emission("x2", "2")]);
+  assert.deepEqual(state.items[0].emissions, [{ id: "x1", text: "1" }, { id: "x2", text: "2" }]);
+  const stored = fromHistory([
+    { id: "e1", author: "voice", role: "model", text: "", final: false,
+      calls: [{ id: "t1", name: "ticker" }] },
+    { id: "x1", author: "voice", role: "model", text: "1", final: false, branch: "voice/t1" },
+    { id: "m1", author: "voice", role: "model", text: "Watching.", final: true },
+  ]);
+  assert.deepEqual(stored.items.map((i) => i.kind), ["tool", "message"]);
+  assert.deepEqual(stored.items[0].emissions, [{ id: "x1", text: "1" }]);
+});
+
 test("the reducer is pure: it never changes the state it is given", () => {
   const before = play(WORKED_EXAMPLE.slice(0, 4));
   const snapshot = JSON.stringify(before);

@@ -17,6 +17,7 @@ let sessionId = null;
 let state = initialState;
 let active = null;  // {runId, controller, sessionId}
 let known = new Map();  // session id -> session
+let live = null;  // {socket, sessionId, ready}: a live run over WS /live/{sid}
 
 class ApiError extends Error {
   constructor(code, message) { super(message); this.code = code; }
@@ -105,6 +106,10 @@ function toolView(card) {
                  el("span", { class: "state" }, TOOL_WORDS[card.status] ?? card.status));
   if (card.progress || card.status === "running" || card.status === "ok") box.append(progressView(card));
   if (card.lines.length) box.append(el("div", { class: "lines" }, card.lines.at(-1)));
+  if (card.emissions?.length) {
+    box.append(el("ol", { class: "emissions", "aria-label": `${card.name} emissions` },
+                  ...card.emissions.map((e) => el("li", {}, e.text))));
+  }
   if (card.status === "awaiting_approval" && card.approval && !card.approval.decided) {
     box.append(el("button", { type: "button", onclick: () => answer(card, true) }, "Approve"), " ",
                el("button", { type: "button", onclick: () => answer(card, false) }, "Deny"));
@@ -133,11 +138,15 @@ function render() {
                       ...Object.entries(state.drafts).map(([author, text]) =>
                         messageView({ author, text }, true)));
   if (stick) log.scrollTop = log.scrollHeight;
-  $("stop").disabled = active === null;
+  $("stop").disabled = active === null && !live?.ready;
+  const liveButton = $("live");
+  liveButton.textContent = live ? "End live" : "Go live";
+  liveButton.setAttribute("aria-pressed", String(Boolean(live)));
+  liveButton.disabled = active !== null || !sessionId;
   const status = $("status");
   status.classList.remove("error");
   status.textContent = active ? (state.status.startsWith("Calling") ? state.status + "…" : "Answering…")
-    : "";
+    : live ? (live.ready ? "Live: messages go to the live run." : "Connecting…") : "";
 }
 
 function dispatch(frame) {
@@ -213,7 +222,7 @@ async function drive(run, start) {
 async function settle(id) {
   // A run that ended in an error (a stop, say) kept what was shown, marked interrupted:
   // the record is the server's, so the page shows the history, and the error it just saw.
-  const seen = state.error;
+  const seen = state.status === "error" ? state.error : null;
   try {
     state = fromHistory(await history(id));
   } catch {
@@ -255,6 +264,12 @@ function detach() {
 // -- actions ---------------------------------------------------------------------------------
 
 async function send(text) {
+  if (live) {
+    if (!live.ready) return;
+    dispatch({ type: "user", data: { text } });
+    live.socket.send(JSON.stringify({ type: "content", text }));
+    return;
+  }
   if (!sessionId) await newSession();
   if (!sessionId) return;
   dispatch({ type: "user", data: { text } });
@@ -270,12 +285,63 @@ function answer(card, approved) {
 }
 
 async function stop() {
+  if (live?.ready) {
+    live.socket.send(JSON.stringify({ type: "close" }));
+    return;
+  }
   if (!active?.runId) return;
   try {
     await api("POST", `/runs/${active.runId}/cancel`);
   } catch (error) {
     showProblem(error);
   }
+}
+
+// -- live --------------------------------------------------------------------------------------
+
+const CLOSE_WORDS = { 1008: "unauthorized", 4404: "not_found", 4409: "session_busy",
+                      1013: "too_many_streams", 1011: "internal" };
+
+function goLive() {
+  if (live || active || !sessionId) return;
+  const url = `${location.protocol === "https:" ? "wss" : "ws"}://${location.host}/live/${sessionId}`;
+  const token = localStorage.getItem(TOKEN_KEY);
+  const socket = AUTH !== "none" && token ? new WebSocket(url, ["bearer", token])
+    : new WebSocket(url);
+  const mine = { socket, sessionId, ready: false, ended: false };
+  live = mine;
+  socket.onmessage = (event) => onLiveMessage(mine, JSON.parse(event.data));
+  socket.onclose = (event) => onLiveClose(mine, event);
+  render();
+}
+
+function onLiveMessage(mine, message) {
+  if (live !== mine) return;
+  if (message.id === null) {  // a notice about the socket, not a run frame
+    if (message.type === "ready") mine.ready = true;
+    else if (message.type === "error") showProblem(new ApiError(message.data?.code ?? "internal"));
+    render();
+    return;
+  }
+  dispatch({ type: message.type, data: message.data });
+  if (TERMINAL.has(message.type)) mine.ended = true;
+}
+
+async function onLiveClose(mine, event) {
+  if (live !== mine) return;
+  live = null;
+  if (!mine.ended && event.code !== 1000) {
+    dispatch({ type: "error", data: { code: CLOSE_WORDS[event.code] ?? "network",
+                                      retryable: true } });
+  }
+  render();
+  if (mine.sessionId === sessionId) await settle(mine.sessionId);
+}
+
+function endLive() {
+  if (!live) return;
+  if (live.ready) live.socket.send(JSON.stringify({ type: "close" }));
+  else live.socket.close();
 }
 
 async function history(id) {
@@ -292,6 +358,7 @@ async function history(id) {
 
 async function openSession(id) {
   detach();
+  if (live) { const leaving = live; live = null; leaving.socket.close(); }
   sessionId = id;
   if (id) sessionStorage.setItem(SESSION_KEY, id); else sessionStorage.removeItem(SESSION_KEY);
   state = initialState;  // no stale draft: the record comes from the server
@@ -396,10 +463,11 @@ async function start() {
   setUpChoices();
   $("new-session").onclick = () => newSession();
   $("stop").onclick = () => stop();
+  $("live").onclick = () => (live ? endLive() : goLive());
   $("composer").onsubmit = (event) => {
     event.preventDefault();
     const text = $("message").value.trim();
-    if (!text || active) return;
+    if (!text || active || (live && !live.ready)) return;
     $("message").value = "";
     send(text);
   };

@@ -2,7 +2,7 @@
 //
 //   state = { items, drafts, status, error }
 //   items:  the record, in order: {kind: "message", author, id, text, final}
-//           | {kind: "tool", call_id, name, status, progress, approval}
+//           | {kind: "tool", call_id, name, status, progress, approval, lines, emissions?}
 //           | {kind: "usage", usage} | {kind: "error", code, retryable}
 //   drafts: {author: text}: what deltas built so far, one draft per author.
 //
@@ -130,6 +130,14 @@ function onToolResult(state, d) {
   return { ...state, items };
 }
 
+function addEmission(items, callId, id, text) {
+  return updateTool(items, callId, "", (card) => {
+    const emissions = card.emissions ?? [];
+    if (id && emissions.some((e) => e.id === id)) return card;
+    return { ...card, emissions: [...emissions, { id: id ?? null, text }] };
+  });
+}
+
 function onApprovalRequired(state, d) {
   const items = updateTool(state.items, d.call_id, d.name, (card) => ({
     ...card, status: "awaiting_approval",
@@ -160,6 +168,8 @@ export function reduce(state, frame) {
       return onToolResult(state, d);
     case "approval_required":
       return onApprovalRequired(state, d);
+    case "tool_emission":  // live runs: what a streaming tool just said, as it arrives
+      return { ...state, items: addEmission(state.items, d.call_id, d.id, d.text) };
     case "decision":  // the page answered an approval
       return { ...state, items: updateTool(state.items, d.call_id, d.name ?? "", (card) => ({
         ...card, status: d.approved ? "running" : "denied",
@@ -198,7 +208,16 @@ function historyTool(items, item) {
   return items;
 }
 
+function emissionCall(items, item) {
+  // A live tool's emission is stored under the branch "<agent>/<call id>".
+  const slash = (item.branch ?? "").lastIndexOf("/");
+  const callId = slash === -1 ? null : item.branch.slice(slash + 1);
+  return items.some((i) => i.kind === "tool" && i.call_id === callId) ? callId : null;
+}
+
 function historyItem(items, item) {
+  const emittedBy = item.text ? emissionCall(items, item) : null;
+  if (emittedBy) return addEmission(items, emittedBy, item.id, item.text);
   items = historyTool(items, item);
   if (item.text && !(item.approval_decisions && item.author === "user")) {
     const message = { kind: "message", author: item.author, id: item.id, text: item.text,
