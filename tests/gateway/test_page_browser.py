@@ -27,6 +27,8 @@ from .test_gateway import lookup_order
 from .test_websocket import responder as live_responder
 from .test_websocket import ticker
 
+pytestmark = pytest.mark.slow  # each test drives a chromium process
+
 CHROMIUM = "/usr/bin/chromium"
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 ANSWER = ("Order 1042 shipped ", "on 30 September and ", "is due Monday.")
