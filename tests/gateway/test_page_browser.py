@@ -21,7 +21,7 @@ from headwater.events import ToolStreamEvent
 from headwater.gateway import StaticTokenAuth, create_app
 from headwater.sessions import InMemorySessionService
 from headwater.settings import Settings
-from headwater.testing import ScriptedModel
+from headwater.testing import ScriptedModel, ScriptedTurn
 
 from .test_gateway import lookup_order
 from .test_websocket import responder as live_responder
@@ -327,3 +327,17 @@ async def test_live_a_watcher_shows_its_emissions_and_stops_when_asked(
     await page.get_by_role("button", name="Go live", exact=True).wait_for()
     assert await page.get_by_role("alert").count() == 0
     assert await emissions.count() >= 3  # kept: the history has them too
+
+
+async def test_an_error_is_shown_in_words_with_its_code(serve: Serve, open_page: Any) -> None:
+    model = ScriptedModel().add(ScriptedTurn(text=["Half an "], error=(
+        "provider_error", "upstream said: secret internals")))
+    app, _ = served(Agent(name="support", model=model))
+    page = await open_page(await serve(app))
+    await ask(page, "hello?")
+    alert = page.get_by_role("alert")
+    await alert.wait_for()
+    await run_ended(page)
+    assert await alert.inner_text() == "The model provider reported an error. (provider_error)"
+    assert "secret" not in await page.locator("main").inner_text()
+    assert await drafts(page) == []

@@ -160,23 +160,24 @@ async function readFrames(response, run) {
   const decoder = new SSEDecoder();
   const text = new TextDecoder();
   const reader = response.body.getReader();
-  let ended = false;
   try {
     for (;;) {
       const { value, done } = await reader.read();
-      if (done) break;
+      if (done) return false;  // cut off before its terminal frame: follow it again
       for (const frame of decoder.feed(text.decode(value, { stream: true }))) {
         if (run.sessionId !== sessionId) return true;
         dispatch(frame);
         if (frame.id) saveRun({ session_id: run.sessionId, run_id: run.runId,
                                 last_id: Number(frame.id) });
-        if (TERMINAL.has(frame.type)) ended = true;
+        if (TERMINAL.has(frame.type)) {  // exactly one per run: nothing else will come
+          reader.cancel().catch(() => {});
+          return true;
+        }
       }
     }
-  } catch (error) {
-    if (run.controller.signal.aborted) return true;
+  } catch {
+    return run.controller.signal.aborted;
   }
-  return ended;
 }
 
 async function follow(run) {
