@@ -251,3 +251,52 @@ def test_run_bad_files(tmp_path: Path, env: dict[str, str]) -> None:
     (tmp_path / "bad.py").write_text("def (\n")
     line = one_line_error(hw("run", "bad.py", "hi", cwd=tmp_path, env=env))
     assert "bad.py:1: syntax error" in line
+
+
+# -- demo: the gateway on 127.0.0.1 ----------------------------------------------------------------
+
+def test_demo_serves_the_example_agents_and_stops_on_sigterm(tmp_path: Path,
+                                                             env: dict[str, str]) -> None:
+    import signal
+    import socket
+
+    import httpx
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    log = (tmp_path / "demo.log").open("wb")
+    child = subprocess.Popen([sys.executable, "-m", "headwater.cli", "demo", "--no-browser",
+                              "--port", str(port)], cwd=tmp_path, env=env, stdout=log,
+                             stderr=subprocess.STDOUT)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, (tmp_path / "demo.log").read_text()
+            time.sleep(0.05)
+        sid = httpx.post(f"{base}/sessions", json={"agent": "support"}).json()["id"]
+        body = httpx.post(f"{base}/sessions/{sid}/runs",
+                          json={"message": "Where is order 1042?"}, timeout=10).text
+        kinds = [line[len("event: "):] for line in body.splitlines()
+                 if line.startswith("event: ")]
+        assert kinds[:2] == ["tool_call", "tool_result"] and kinds[-2:] == ["message", "done"]
+        assert set(kinds[2:-2]) == {"delta"}
+        assert ('"text":"Order 1042 shipped on 30 September and is due Monday.","final":true'
+                in body)
+        child.send_signal(signal.SIGTERM)
+        # uvicorn shuts down gracefully, then re-raises the signal it caught
+        assert child.wait(timeout=15) in (0, -signal.SIGTERM)
+        out = (tmp_path / "demo.log").read_text()
+        assert f"serving the example agents at http://127.0.0.1:{port}/" in out
+        assert "Traceback" not in out
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+        log.close()

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-DEMO_APP = "demo"
-"""The app name of the demo's sessions (``headwater sessions --app``'s default)."""
+DEMO_APP = "support"
+"""The app of the demo's support agent: the gateway names an agent's sessions' app after
+the agent (``headwater sessions --app``'s default)."""
 
-DEMO_USER = "demo-user"
-"""The one local user of the demo (``headwater sessions --user``'s default)."""
+DEMO_USER = "local"
+"""The gateway's one user in dev mode (``headwater sessions --user``'s default)."""
 
 
 class CommandError(Exception):

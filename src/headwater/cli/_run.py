@@ -13,7 +13,7 @@ from ..agents.agent import Agent
 from ..events import Event
 from ..run_config import RunConfig, StreamingMode
 from ..runner import Runner
-from ._common import DEMO_APP, DEMO_USER, CommandError
+from ._common import DEMO_USER, CommandError
 from ._store import open_store, probe
 from ._terminal import narrate
 
@@ -56,10 +56,10 @@ async def run_once(agent: Agent, message: str, db: str | None, as_json: bool,
                    out: TextIO) -> int:
     """Stream one run of ``message`` to ``out``; returns the exit code."""
     service, shown = open_store(db)
-    runner = Runner(agent=agent, app_name=DEMO_APP, session_service=service)
+    runner = Runner(agent=agent, app_name=agent.name, session_service=service)
     try:
         await probe(service, shown)
-        session = await service.create_session(app_name=DEMO_APP, user_id=DEMO_USER)
+        session = await service.create_session(app_name=agent.name, user_id=DEMO_USER)
         failed = False
         async with runner.run_async(user_id=DEMO_USER, session_id=session.id,
                                     new_message=message,

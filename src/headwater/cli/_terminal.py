@@ -16,6 +16,7 @@ from ..models.scripted import ScriptedCall, ScriptedModel, ScriptedTurn
 from ..run_config import RunConfig, StreamingMode
 from ..runner import Runner, RunStream
 from ..types import Usage
+from ._common import DEMO_APP, DEMO_USER
 from ._store import open_store, probe
 
 ORDERS = {
@@ -76,16 +77,16 @@ async def demo(prompt: str, db: str | None, mode: StreamingMode, out: TextIO) ->
     model = ScriptedModel(model="scripted-support", responder=support_responder)
     agent = Agent(name="support", model=model, tools=[lookup_order],
                   instruction="You are a shop's support agent.")
-    runner = Runner(agent=agent, app_name="demo", session_service=service)
+    runner = Runner(agent=agent, app_name=DEMO_APP, session_service=service)
     try:
-        session = await service.create_session(app_name="demo", user_id="demo-user")
+        session = await service.create_session(app_name=DEMO_APP, user_id=DEMO_USER)
         out.write(f"headwater demo: model 'scripted-support' (SCRIPTED, offline), "
                   f"sessions in {database_url}\n\nyou> {prompt}\n")
-        async with runner.run_async(user_id="demo-user", session_id=session.id,
+        async with runner.run_async(user_id=DEMO_USER, session_id=session.id,
                                     new_message=prompt,
                                     run_config=RunConfig(streaming_mode=mode)) as stream:
             await narrate(stream, out)
-        stored = await service.get_session(app_name="demo", user_id="demo-user",
+        stored = await service.get_session(app_name=DEMO_APP, user_id=DEMO_USER,
                                            session_id=session.id)
         count = len(stored.events) if stored else 0
         u = stream.usage
