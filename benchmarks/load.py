@@ -34,7 +34,6 @@ import dataclasses
 import datetime
 import gc
 import io
-import itertools
 import json
 import os
 import platform
@@ -76,7 +75,7 @@ class Options:
     hold: float = 0.0  # 0: chosen from ``streams`` (see ``hold_for``)
     store: str = "memory"
     loop: str = "auto"
-    pool: str = "sharded"
+    pool: str = "default"
     profile: str = ""
 
 
@@ -239,45 +238,19 @@ class LagMonitor:
                 "gc_max_ms": max(pauses, default=0.0) * 1000, "gc_long": float(len(pauses))}
 
 
-def sharded_transport(shards: int, keepalive: int) -> Any:
-    """``shards`` connection pools taken in turn (an ``httpx.AsyncBaseTransport``).
+def http_client(options: Options) -> Any:
+    """The model's HTTP client for ``--pool``: ``None`` is the model's own.
 
-    httpcore 1.0's pool walks all its connections for each queued request, and
-    all of them again for each idle one, on every request and release
-    (encode/httpcore#1035): at 1,000 connections in one pool that bookkeeping
-    takes most of the server's CPU. Small pools keep the walks short.
+    The model's own client spreads connections over several small pools
+    (``PooledTransport``: httpcore's pool bookkeeping grows with its size,
+    encode/httpcore#1035); ``shared`` is one unbounded httpx pool, to compare.
     """
     import httpx
 
-    class Sharded(httpx.AsyncBaseTransport):
-        def __init__(self) -> None:
-            limits = httpx.Limits(max_connections=None, max_keepalive_connections=keepalive)
-            tls = httpx.create_ssl_context()  # one for all: each costs ~1 MiB and ~20 ms
-            self.pools = [httpx.AsyncHTTPTransport(limits=limits, verify=tls)
-                          for _ in range(shards)]
-            self.turn = itertools.cycle(self.pools)
-
-        async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-            return await next(self.turn).handle_async_request(request)
-
-        async def aclose(self) -> None:
-            for pool in self.pools:
-                await pool.aclose()
-
-    return Sharded()
-
-
-def http_client(options: Options) -> Any:
-    """The model's HTTP client for ``--pool``: ``None`` is the model's own (httpx defaults)."""
-    import httpx
-
-    if options.pool == "default":  # one pool of at most 100 connections: the rest queue
+    if options.pool == "default":
         return None
-    if options.pool == "shared":  # one unbounded pool
-        return httpx.AsyncClient(limits=httpx.Limits(max_connections=None,
-                                                     max_keepalive_connections=options.streams))
-    shards = max(1, options.streams // 16)
-    return httpx.AsyncClient(transport=sharded_transport(shards, 16))
+    return httpx.AsyncClient(limits=httpx.Limits(max_connections=None,
+                                                 max_keepalive_connections=options.streams))
 
 
 def build_app(provider_url: str, options: Options, db_dir: str) -> Any:
@@ -714,9 +687,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         help="s each answer waits before its first byte (default: from N)")
     parser.add_argument("--store", choices=["memory", "sqlite"], default="memory")
     parser.add_argument("--loop", choices=["auto", "uvloop", "asyncio"], default="auto")
-    parser.add_argument("--pool", choices=["sharded", "shared", "default"], default="sharded",
-                        help="the model's HTTP pools: 16 connections each; one unbounded "
-                             "pool; the model's own client (httpx's 100 connections)")
+    parser.add_argument("--pool", choices=["default", "shared"], default="default",
+                        help="the model's own client (several small pools) or one "
+                             "unbounded httpx pool")
     parser.add_argument("--quick", action="store_true", help="20 short streams: a smoke test")
     parser.add_argument("--profile", default="", help="cProfile the server; stats to FILE")
     parser.add_argument("--child", choices=["provider", "server"], help=argparse.SUPPRESS)

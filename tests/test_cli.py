@@ -1,18 +1,39 @@
-"""``headwater demo``: the main job on the embedded defaults."""
+"""The ``headwater`` command as a new user meets it: help, bad input, sessions, run, demo."""
 
 from __future__ import annotations
 
+import argparse
+import json
+import os
 import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import pytest
 
-def test_demo_runs_on_sqlite_and_the_scripted_model(tmp_path: Path,
-                                                    child_env: dict[str, str]) -> None:
-    env = {k: v for k, v in child_env.items() if not k.startswith("HEADWATER_")}
-    result = subprocess.run([sys.executable, "-m", "headwater.cli", "demo"], cwd=tmp_path,
-                            env=env, capture_output=True, text=True, timeout=60, check=False)
+from headwater.cli import _parser
+
+pytestmark = pytest.mark.slow
+
+
+def hw(*args: str, cwd: Path, env: dict[str, str],
+       timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "headwater.cli", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=timeout, check=False)
+
+
+@pytest.fixture
+def env(child_env: dict[str, str]) -> dict[str, str]:
+    """No HEADWATER_* from outside; the demo model at full speed."""
+    clean = {k: v for k, v in child_env.items() if not k.startswith("HEADWATER_")}
+    return {**clean, "HEADWATER_DEMO_WORD_DELAY": "0"}
+
+
+def test_demo_terminal_runs_on_sqlite_and_the_scripted_model(tmp_path: Path,
+                                                             env: dict[str, str]) -> None:
+    result = hw("demo", "--terminal", cwd=tmp_path, env=env)
     assert result.returncode == 0, result.stderr
     out = result.stdout
     assert "SCRIPTED" in out
@@ -24,3 +45,258 @@ def test_demo_runs_on_sqlite_and_the_scripted_model(tmp_path: Path,
         authors = [row[0] for row in raw.execute("SELECT author FROM hw_events ORDER BY seq")]
     raw.close()
     assert authors == ["user", "support", "support", "support"]
+
+
+# -- help -----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("command", [[], ["demo"], ["run"], ["sessions"], ["serve"]])
+def test_help_is_quick_and_documents_every_option(command: list[str], tmp_path: Path,
+                                                  env: dict[str, str]) -> None:
+    hw(*command, "--help", cwd=tmp_path, env=env)  # warm the file cache
+    started = time.perf_counter()
+    result = hw(*command, "--help", cwd=tmp_path, env=env)
+    elapsed = time.perf_counter() - started
+    assert result.returncode == 0, result.stderr
+    assert elapsed < 1.0  # measured about 0.15 s; the bound only catches eager imports
+    assert "--help" in result.stdout
+    if command in ([], ["demo"], ["run"]):
+        assert "OPENAI_API_KEY" in result.stdout and "ANTHROPIC_API_KEY" in result.stdout
+
+
+def test_every_command_and_option_has_help() -> None:
+    parser = _parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    documented = {c.dest: c.help for c in commands._choices_actions}
+    assert set(documented) == set(commands.choices) == {"demo", "run", "sessions", "serve"}
+    assert all(documented.values())
+    for name, sub in [("headwater", parser), *commands.choices.items()]:
+        missing = [a.dest for a in sub._actions if not a.help and a.dest != "command"]
+        assert not missing, f"{name}: options without help: {missing}"
+
+
+def test_help_does_not_import_the_kit(tmp_path: Path, env: dict[str, str]) -> None:
+    result = subprocess.run(
+        [sys.executable, "-c", "import sys; from headwater.cli import main\n"
+         "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+         "print(sorted(m for m in sys.modules if m.startswith(('sqlalchemy', 'pydantic', "
+         "'headwater.runner', 'fastapi'))))"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=30, check=False)
+    assert result.stdout.strip().splitlines()[-1] == "[]", result.stderr
+
+
+# -- bad input: one line on stderr, exit code 2 ---------------------------------------------------
+
+def one_line_error(result: subprocess.CompletedProcess[str]) -> str:
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    return lines[0]
+
+
+def test_a_malformed_db_url(tmp_path: Path, env: dict[str, str]) -> None:
+    line = one_line_error(hw("sessions", "--db", "not a url", cwd=tmp_path, env=env))
+    assert line.startswith("headwater sessions: --db is not a database URL")
+
+
+def test_an_unsupported_database(tmp_path: Path, env: dict[str, str]) -> None:
+    line = one_line_error(hw("demo", "--db", "mysql://u@h/db", "--no-browser",
+                             cwd=tmp_path, env=env))
+    assert "unsupported database 'mysql'" in line
+
+
+def test_an_unreachable_database_without_its_password(tmp_path: Path,
+                                                      env: dict[str, str]) -> None:
+    url = "postgresql://user:hunter2@127.0.0.1:1/db"
+    result = hw("sessions", "--db", url, cwd=tmp_path, env=env)
+    line = one_line_error(result)
+    assert "cannot use the session store postgresql://user:***@127.0.0.1:1/db" in line
+    assert "hunter2" not in result.stderr + result.stdout
+
+
+def test_an_unwritable_path(tmp_path: Path, env: dict[str, str]) -> None:
+    (tmp_path / "file").write_text("x")
+    line = one_line_error(hw("sessions", "--db", "sqlite+aiosqlite:///file/sub/s.db",
+                             cwd=tmp_path, env=env))
+    assert "file is not a directory" in line
+
+
+def test_a_file_that_is_not_a_database(tmp_path: Path, env: dict[str, str]) -> None:
+    (tmp_path / "notes.db").write_text("these are my notes\n")
+    for command in (["sessions"], ["demo", "--terminal"], ["demo", "--no-browser"]):
+        line = one_line_error(hw(*command, "--db", "sqlite+aiosqlite:///notes.db",
+                                 cwd=tmp_path, env=env))
+        assert line.endswith("notes.db is not a SQLite database")
+    assert (tmp_path / "notes.db").read_text() == "these are my notes\n"
+
+
+def test_a_bad_setting(tmp_path: Path, env: dict[str, str]) -> None:
+    result = hw("sessions", cwd=tmp_path, env={**env, "HEADWATER_SQLITE_READERS": "many"})
+    line = one_line_error(result)
+    assert line.startswith("headwater sessions: bad setting HEADWATER_SQLITE_READERS: ")
+    assert "'many'" in line
+
+
+def test_a_missing_optional_driver(tmp_path: Path, env: dict[str, str]) -> None:
+    blocker = tmp_path / "no_asyncpg"
+    blocker.mkdir()
+    (blocker / "asyncpg.py").write_text("raise ImportError('No module named asyncpg')\n")
+    env = {**env, "PYTHONPATH": os.pathsep.join([str(blocker), env["PYTHONPATH"]])}
+    line = one_line_error(hw("sessions", "--db", "postgresql://u@127.0.0.1/db",
+                             cwd=tmp_path, env=env))
+    assert 'pip install "headwater[postgres]"' in line
+
+
+def test_an_unknown_model_and_a_missing_key(tmp_path: Path, env: dict[str, str]) -> None:
+    env = {k: v for k, v in env.items() if k != "OPENAI_API_KEY"}
+    line = one_line_error(hw("demo", "--no-browser", "--model", "nope:x", cwd=tmp_path, env=env))
+    assert "unknown model provider 'nope'" in line
+    line = one_line_error(hw("demo", "--no-browser", cwd=tmp_path,
+                             env={**env, "HEADWATER_MODEL": "openai:gpt-4o-mini"}))
+    assert "set OPENAI_API_KEY" in line
+
+
+# -- sessions -------------------------------------------------------------------------------------
+
+def test_sessions_list_show_delete(tmp_path: Path, env: dict[str, str]) -> None:
+    assert hw("sessions", cwd=tmp_path, env=env).stdout == "no sessions\n"
+    assert hw("demo", "--terminal", cwd=tmp_path, env=env).returncode == 0
+    listed = hw("sessions", "list", cwd=tmp_path, env=env)
+    assert listed.returncode == 0, listed.stderr
+    header, row = listed.stdout.splitlines()
+    assert header.split() == ["ID", "CREATED", "UPDATED"]
+    session_id = row.split()[0]
+    shown = hw("sessions", "show", session_id, cwd=tmp_path, env=env)
+    assert shown.returncode == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    assert lines[0] == f"session {session_id} (4 events)"
+    assert lines[1].endswith("user: Where is order 1042?")
+    assert lines[2].endswith('support: calls lookup_order({"order_id": "1042"})')
+    assert lines[3].endswith("support: result of lookup_order: ok")
+    assert lines[4].endswith("support: Order 1042 shipped on 30 September and is due Monday.")
+    other = hw("sessions", "--user", "someone-else", cwd=tmp_path, env=env)
+    assert other.stdout == "no sessions\n"
+    deleted = hw("sessions", "delete", session_id, cwd=tmp_path, env=env)
+    assert deleted.stdout == f"deleted session {session_id}\n"
+    assert hw("sessions", cwd=tmp_path, env=env).stdout == "no sessions\n"
+    line = one_line_error(hw("sessions", "show", session_id, cwd=tmp_path, env=env))
+    assert f"no session {session_id}" in line
+    line = one_line_error(hw("sessions", "delete", cwd=tmp_path, env=env))
+    assert "needs a session ID" in line
+
+
+# -- run ------------------------------------------------------------------------------------------
+
+AGENT_FILE = '''
+from headwater import Agent
+from headwater.models import DemoModel
+
+def lookup_order(order_id: str) -> dict[str, str]:
+    """Look up an order.
+
+    Args:
+        order_id: the order number.
+    """
+    return {"order_id": order_id, "status": "shipped", "shipped_on": "1 May", "due": "Friday"}
+
+root_agent = Agent(name="shop", model=DemoModel(), tools=[lookup_order])
+'''
+
+FAILING_FILE = '''
+from headwater import Agent
+from headwater.testing import ScriptedModel
+
+agent = Agent(name="broken", model=ScriptedModel().reply("Hal", "f", error=(
+    "provider_error", "boom")))
+'''
+
+
+def test_run_streams_one_run(tmp_path: Path, env: dict[str, str]) -> None:
+    (tmp_path / "shop.py").write_text(AGENT_FILE)
+    result = hw("run", "shop.py", "Where is order 7001?", cwd=tmp_path, env=env)
+    assert result.returncode == 0, result.stderr
+    assert '[tool call] lookup_order({"order_id": "7001"})' in result.stdout
+    assert "shop> Order 7001 shipped on 1 May and is due Friday.\n" in result.stdout
+
+
+def test_run_json_lines(tmp_path: Path, env: dict[str, str]) -> None:
+    (tmp_path / "shop.py").write_text(AGENT_FILE)
+    result = hw("run", "shop.py", "Where is order 7001?", "--json", cwd=tmp_path, env=env)
+    assert result.returncode == 0, result.stderr
+    lines = [json.loads(line) for line in result.stdout.splitlines()]
+    types = [line["type"] for line in lines]
+    assert "tool_call" in types and "tool_result" in types
+    deltas = [line["text"] for line in lines if line["type"] == "delta"]
+    assert all(line["partial"] for line in lines if line["type"] == "delta")
+    assert "".join(deltas) == lines[-1]["text"] == "Order 7001 shipped on 1 May and is due Friday."
+    assert lines[-1]["type"] == "message" and not lines[-1]["partial"]
+    call = next(line for line in lines if line["type"] == "tool_call")
+    assert call["function_calls"][0]["args"] == {"order_id": "7001"}
+
+
+def test_run_exits_1_on_an_error_event(tmp_path: Path, env: dict[str, str]) -> None:
+    (tmp_path / "broken.py").write_text(FAILING_FILE)
+    result = hw("run", "broken.py", "hi", "--json", cwd=tmp_path, env=env)
+    assert result.returncode == 1, result.stderr
+    last = json.loads(result.stdout.splitlines()[-1])
+    assert last["type"] == "error" and last["error_code"]
+
+
+def test_run_bad_files(tmp_path: Path, env: dict[str, str]) -> None:
+    line = one_line_error(hw("run", "missing.py", "hi", cwd=tmp_path, env=env))
+    assert "no such file: missing.py" in line
+    (tmp_path / "empty.py").write_text("x = 1\n")
+    line = one_line_error(hw("run", "empty.py", "hi", cwd=tmp_path, env=env))
+    assert "defines no Agent named `agent` or `root_agent`" in line
+    (tmp_path / "bad.py").write_text("def (\n")
+    line = one_line_error(hw("run", "bad.py", "hi", cwd=tmp_path, env=env))
+    assert "bad.py:1: syntax error" in line
+
+
+# -- demo: the gateway on 127.0.0.1 ----------------------------------------------------------------
+
+def test_demo_serves_the_example_agents_and_stops_on_sigterm(tmp_path: Path,
+                                                             env: dict[str, str]) -> None:
+    import signal
+    import socket
+
+    import httpx
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    log = (tmp_path / "demo.log").open("wb")
+    child = subprocess.Popen([sys.executable, "-m", "headwater.cli", "demo", "--no-browser",
+                              "--port", str(port)], cwd=tmp_path, env=env, stdout=log,
+                             stderr=subprocess.STDOUT)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, (tmp_path / "demo.log").read_text()
+            time.sleep(0.05)
+        sid = httpx.post(f"{base}/sessions", json={"agent": "support"}).json()["id"]
+        body = httpx.post(f"{base}/sessions/{sid}/runs",
+                          json={"message": "Where is order 1042?"}, timeout=10).text
+        kinds = [line[len("event: "):] for line in body.splitlines()
+                 if line.startswith("event: ")]
+        assert kinds[:2] == ["tool_call", "tool_result"] and kinds[-2:] == ["message", "done"]
+        assert set(kinds[2:-2]) == {"delta"}
+        assert ('"text":"Order 1042 shipped on 30 September and is due Monday.","final":true'
+                in body)
+        child.send_signal(signal.SIGTERM)
+        # uvicorn shuts down gracefully, then re-raises the signal it caught
+        assert child.wait(timeout=15) in (0, -signal.SIGTERM)
+        out = (tmp_path / "demo.log").read_text()
+        assert f"serving the example agents at http://127.0.0.1:{port}/" in out
+        assert "Traceback" not in out
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+        log.close()

@@ -8,24 +8,28 @@ the logger has a ``NullHandler``, so nothing reaches stderr (not even through
 Python's last-resort handler) until the application configures logging.
 """
 
+import importlib as _importlib
 import logging as _logging
+from typing import TYPE_CHECKING as _TYPE_CHECKING
+from typing import Any as _Any
 
-from .agents.agent import Agent as Agent
-from .events import Event as Event
-from .events import EventActions as EventActions
-from .events import ToolStreamEvent as ToolStreamEvent
-from .live_request_queue import LiveRequestQueue as LiveRequestQueue
-from .run_config import RunConfig as RunConfig
-from .run_config import StreamingMode as StreamingMode
-from .runner import Runner as Runner
-from .tools.context import ToolContext as ToolContext
-from .tools.function_tool import FunctionTool as FunctionTool
-from .tools.function_tool import tool as tool
-from .types import Content as Content
-from .types import FunctionCall as FunctionCall
-from .types import FunctionResponse as FunctionResponse
-from .types import Part as Part
-from .types import Usage as Usage
+if _TYPE_CHECKING:
+    from .agents.agent import Agent as Agent
+    from .events import Event as Event
+    from .events import EventActions as EventActions
+    from .events import ToolStreamEvent as ToolStreamEvent
+    from .live_request_queue import LiveRequestQueue as LiveRequestQueue
+    from .run_config import RunConfig as RunConfig
+    from .run_config import StreamingMode as StreamingMode
+    from .runner import Runner as Runner
+    from .tools.context import ToolContext as ToolContext
+    from .tools.function_tool import FunctionTool as FunctionTool
+    from .tools.function_tool import tool as tool
+    from .types import Content as Content
+    from .types import FunctionCall as FunctionCall
+    from .types import FunctionResponse as FunctionResponse
+    from .types import Part as Part
+    from .types import Usage as Usage
 
 __all__ = (
     "Agent",
@@ -47,5 +51,36 @@ __all__ = (
 )
 
 __version__ = "0.1.0"
+
+_LAZY: dict[str, str] = {
+    "Agent": ".agents.agent",
+    "Event": ".events",
+    "EventActions": ".events",
+    "ToolStreamEvent": ".events",
+    "LiveRequestQueue": ".live_request_queue",
+    "RunConfig": ".run_config",
+    "StreamingMode": ".run_config",
+    "Runner": ".runner",
+    "ToolContext": ".tools.context",
+    "FunctionTool": ".tools.function_tool",
+    "tool": ".tools.function_tool",
+    "Content": ".types",
+    "FunctionCall": ".types",
+    "FunctionResponse": ".types",
+    "Part": ".types",
+    "Usage": ".types",
+}
+
+
+def __getattr__(name: str) -> _Any:
+    # The public names load on first use, so `headwater --help` and
+    # `import headwater.settings` do not pay for the whole kit.
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(_importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
 
 _logging.getLogger(__name__).addHandler(_logging.NullHandler())

@@ -555,7 +555,7 @@ class Runner:
                     await events.aclose()
                 await recorder.seal(flow, control.reason, lambda: service.get_session(
                     app_name=self.app_name, user_id=user_id, session_id=session_id))
-                if stopped:
+                if stopped and not recorder.released:  # stopped before its last event
                     await recorder.record_stop(control.reason, self.agent.name)
         finally:
             try:

@@ -113,6 +113,11 @@ class Settings(BaseSettings):
         ws_auth_timeout: seconds a live WebSocket without a token in its
             ``Sec-WebSocket-Protocol`` header has to send its ``auth`` message
             (closed with 1008 after that).
+        model: the model string the command-line agents run on
+            (``headwater demo``, ``headwater run --model``'s default), e.g.
+            ``openai:gpt-4o-mini``; ``None``: the offline demo model.
+        demo_word_delay: seconds the offline ``DemoModel`` waits before each
+            word it streams (a human reading pace; tests set 0).
         ws_queue_size: requests of a live WebSocket waiting for the run
             (``LiveRequestQueue`` bound; past it realtime media drops the
             oldest, other messages get ``rate_limited``).
@@ -173,6 +178,8 @@ class Settings(BaseSettings):
     ws_messages_per_second: float = Field(default=50.0, gt=0)
     ws_auth_timeout: float = Field(default=10.0, gt=0)
     ws_queue_size: int = Field(default=256, ge=1)
+    model: str | None = None
+    demo_word_delay: float = Field(default=0.03, ge=0)
 
 
 _settings: Settings | None = None

@@ -103,12 +103,21 @@ async def test_a_provider_failure_ends_with_one_error_frame_and_no_provider_text
     app = create_app(Agent(name="bot", model=model), auth=AUTH,
                      session_service=InMemorySessionService(), settings=quick())
     client = await client_for(app)
-    got = await post_run(client, await new_session(client), {"message": "hi"})
+    sid = await new_session(client)
+    got = await post_run(client, sid, {"message": "hi"})
     assert [t for _, t, _ in got.frames] == ["error"]
+    items = (await client.get(f"/sessions/{sid}/events", headers=A)).json()["items"]
+    assert [i.get("error", {}).get("code") for i in items] == [None, error_code(got)]
     error = got.frames[0][2]
     assert set(error) == {"code", "retryable", "request_id"}
     assert error["code"].startswith("provider_") and error["retryable"] is False
     assert b"secret-key-123" not in got.raw and b"upstream" not in got.raw
+
+
+def error_code(got: Any) -> str:
+    """The code of a stream's terminal error frame."""
+    code: str = got.frames[-1][2]["code"]
+    return code
 
 
 async def test_a_content_message_and_a_second_agent(client_for: Any) -> None:

@@ -174,13 +174,15 @@ class RunManager:
         terminal: FramePayload | None = None
         try:
             async for event in run.stream:
+                if terminal is not None:
+                    continue  # the run ends right after its error event: let it finish
                 # A partial error (a live run refusing one input) is the caller's notice only.
                 if event.error_code is not None and not event.partial:
                     terminal = error_frame(event.error_code, run.request_id)
-                    break
+                    continue
                 for payload in mapper.frames(event):
                     await self._append(run, payload)
-            else:
+            if terminal is None:
                 terminal = done_frame(run.stream.usage)
         except asyncio.CancelledError:
             reason = run.stop_reason or "cancelled"

@@ -17,6 +17,7 @@ from ..settings import get_settings
 from .app import create_app
 from .auth import is_loopback
 from .core import Gateway
+from .logs import log_config
 
 TARGET_ENV = "HEADWATER_SERVE_TARGET"
 """Where ``--reload`` passes the target to the worker it restarts."""
@@ -89,6 +90,8 @@ def serve(spec: str, *, host: str = "127.0.0.1", port: int = 8000, reload: bool 
     if reload:
         os.environ[TARGET_ENV] = spec
         uvicorn.run("headwater.gateway.serve:app_from_env", factory=True, host=host, port=port,
-                    reload=True, log_level=log_level, timeout_graceful_shutdown=grace)
+                    reload=True, log_level=log_level, timeout_graceful_shutdown=grace,
+                    log_config=log_config(log_level), access_log=False)
         return
-    uvicorn.run(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=grace)
+    uvicorn.run(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=grace,
+                log_config=log_config(log_level), access_log=False)

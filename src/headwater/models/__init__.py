@@ -3,6 +3,7 @@
 from .aggregator import StreamAggregator as StreamAggregator
 from .anthropic import AnthropicModel as AnthropicModel
 from .base import BaseLlm as BaseLlm
+from .demo import DemoModel as DemoModel
 from .llm_request import LlmRequest as LlmRequest
 from .llm_response import LlmResponse as LlmResponse
 from .openai import OpenAIChatModel as OpenAIChatModel
@@ -13,6 +14,7 @@ from .registry import registered_model as registered_model
 __all__ = (
     "AnthropicModel",
     "BaseLlm",
+    "DemoModel",
     "LlmRequest",
     "LlmResponse",
     "OpenAIChatModel",

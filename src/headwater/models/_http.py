@@ -229,9 +229,8 @@ class _Counted(httpx.AsyncByteStream):
         self._busy = busy
         self._index: int | None = index
 
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        async for chunk in self._stream:
-            yield chunk
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        return self._stream.__aiter__()  # type: ignore[no-any-return]  # no layer per chunk
 
     async def aclose(self) -> None:
         index, self._index = self._index, None

@@ -6,6 +6,8 @@ import asyncio
 import heapq
 import itertools
 
+from ..tools.threads import sync_calls_in_flight
+
 
 class VirtualClock:
     """A clock that moves only when a test says so.
@@ -17,12 +19,17 @@ class VirtualClock:
 
     Args:
         start: the initial reading (seconds since the epoch for ``time()``).
-        settle: event-loop turns given to woken tasks after each wake-up.
+        settle: event-loop turns given to woken tasks after each wake-up (and
+            by :meth:`settle`), counted once no sync tool is running.
+        settle_timeout: the longest :meth:`settle` waits for sync tools, in
+            real seconds (a tool stuck in its thread does not hang a test).
     """
 
-    def __init__(self, start: float = 1_700_000_000.0, settle: int = 50) -> None:
+    def __init__(self, start: float = 1_700_000_000.0, settle: int = 50,
+                 settle_timeout: float = 2.0) -> None:
         self._now = start
         self._settle = settle
+        self._settle_timeout = settle_timeout
         self._timers: list[tuple[float, int, asyncio.Future[None]]] = []
         self._order = itertools.count()
 
@@ -46,9 +53,21 @@ class VirtualClock:
         await future
 
     async def settle(self) -> None:
-        """Let ready tasks run (no time passes)."""
-        for _ in range(self._settle):
+        """Let ready tasks run (no virtual time passes).
+
+        Gives the loop ``settle`` turns in a row during which no sync tool is
+        running on its thread; while one is (up to ``settle_timeout`` real
+        seconds), it waits for it, since its result reaches the loop only then.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._settle_timeout
+        quiet = 0
+        while quiet < self._settle:
             await asyncio.sleep(0)
+            quiet += 1
+            if sync_calls_in_flight() and loop.time() < deadline:
+                await asyncio.sleep(0.001)  # real time: a thread is working
+                quiet = 0
 
     async def advance(self, seconds: float) -> None:
         """Move time forward by ``seconds``, waking every sleeper due on the way."""

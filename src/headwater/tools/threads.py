@@ -32,6 +32,22 @@ _workers: contextvars.ContextVar[int | None] = contextvars.ContextVar(
     "headwater_sync_tool_workers", default=None)
 _pools: dict[int, _Pool] = {}
 _pools_lock = threading.Lock()
+_in_flight = 0  # sync-tool calls submitted and not yet finished, in every pool
+
+
+def sync_calls_in_flight() -> int:
+    """Sync-tool calls queued or running on their threads now (any pool).
+
+    ``VirtualClock.settle`` waits for them: their results reach the event loop
+    only once the thread is done.
+    """
+    return _in_flight
+
+
+def _finished(_: Future[Any]) -> None:
+    global _in_flight
+    with _pools_lock:
+        _in_flight -= 1
 
 
 class _Pool:
@@ -80,8 +96,12 @@ async def run_sync(name: str, func: Callable[..., Any], /, **kwargs: Any) -> Any
     """
     pool = _pool(_workers.get() or get_settings().sync_tool_workers)
     context = contextvars.copy_context()
+    global _in_flight
+    with _pools_lock:
+        _in_flight += 1
     future: Future[Any] = pool.executor.submit(
         pool.call, functools.partial(context.run, func, **kwargs))
+    future.add_done_callback(_finished)
     try:
         return await asyncio.wrap_future(future)
     except asyncio.CancelledError:

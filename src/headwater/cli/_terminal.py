@@ -1,30 +1,23 @@
-"""The ``headwater`` command.
+"""``headwater demo --terminal``: one streamed support turn, narrated in the terminal.
 
-``headwater demo`` runs one streamed agent turn with a tool call in the
-terminal, on the embedded defaults: the offline scripted model (no network, no
+It runs on the embedded defaults: the offline scripted model (no network, no
 key) and the SQLite session store.
 """
 
 from __future__ import annotations
 
-import argparse
-import asyncio
-import importlib.metadata
 import json
 import re
-import sys
-from collections.abc import Sequence
-from typing import Any, TextIO
+from typing import TextIO
 
-from .agents.agent import Agent
-from .errors import UserError
-from .models.base import LlmRequest
-from .models.scripted import ScriptedCall, ScriptedModel, ScriptedTurn
-from .run_config import RunConfig, StreamingMode
-from .runner import Runner, RunStream
-from .sessions.sql import SqlSessionService
-from .settings import get_settings
-from .types import Usage
+from ..agents.agent import Agent
+from ..models.base import LlmRequest
+from ..models.scripted import ScriptedCall, ScriptedModel, ScriptedTurn
+from ..run_config import RunConfig, StreamingMode
+from ..runner import Runner, RunStream
+from ..types import Usage
+from ._common import DEMO_APP, DEMO_USER
+from ._store import open_store, probe
 
 ORDERS = {
     "1042": {"status": "shipped", "shipped_on": "30 September", "due": "Monday"},
@@ -69,22 +62,31 @@ def support_responder(request: LlmRequest) -> ScriptedTurn:
                         usage=Usage(20, 10, 30), delay=0.04)
 
 
-async def demo(prompt: str, database_url: str, mode: StreamingMode, out: TextIO) -> int:
-    """Run one turn and narrate the event stream; returns the exit code."""
-    service = SqlSessionService(database_url)
+async def demo(prompt: str, db: str | None, mode: StreamingMode, out: TextIO) -> int:
+    """Run one turn and narrate the event stream; returns the exit code.
+
+    Raises:
+        CommandError: the session store cannot be used.
+    """
+    service, database_url = open_store(db)
+    try:
+        await probe(service, database_url)
+    except BaseException:
+        await service.close()
+        raise
     model = ScriptedModel(model="scripted-support", responder=support_responder)
     agent = Agent(name="support", model=model, tools=[lookup_order],
                   instruction="You are a shop's support agent.")
-    runner = Runner(agent=agent, app_name="demo", session_service=service)
+    runner = Runner(agent=agent, app_name=DEMO_APP, session_service=service)
     try:
-        session = await service.create_session(app_name="demo", user_id="demo-user")
+        session = await service.create_session(app_name=DEMO_APP, user_id=DEMO_USER)
         out.write(f"headwater demo: model 'scripted-support' (SCRIPTED, offline), "
                   f"sessions in {database_url}\n\nyou> {prompt}\n")
-        async with runner.run_async(user_id="demo-user", session_id=session.id,
+        async with runner.run_async(user_id=DEMO_USER, session_id=session.id,
                                     new_message=prompt,
                                     run_config=RunConfig(streaming_mode=mode)) as stream:
             await narrate(stream, out)
-        stored = await service.get_session(app_name="demo", user_id="demo-user",
+        stored = await service.get_session(app_name=DEMO_APP, user_id=DEMO_USER,
                                            session_id=session.id)
         count = len(stored.events) if stored else 0
         u = stream.usage
@@ -96,10 +98,19 @@ async def demo(prompt: str, database_url: str, mode: StreamingMode, out: TextIO)
         await runner.aclose()  # closes the session store too
 
 
-async def narrate(stream: RunStream, out: TextIO) -> None:
-    """Write a run's events as a terminal transcript (the caller closes the stream)."""
+async def narrate(stream: RunStream, out: TextIO) -> bool:
+    """Write a run's events as a terminal transcript (the caller closes the stream).
+
+    Returns:
+        Whether an error event came.
+    """
     draft: str | None = None
+    failed = False
     async for event in stream:
+        if event.tool_progress is not None:
+            progress = event.tool_progress
+            out.write(f"[progress] {progress.tool_name}: {progress.event.delta or ''}\n")
+            continue
         if event.partial:
             if draft is None:
                 out.write(f"{event.author}> ")
@@ -109,7 +120,11 @@ async def narrate(stream: RunStream, out: TextIO) -> None:
             out.flush()
             continue
         if event.error_code:
+            failed = True
             out.write(f"\n[error] {event.error_code}: {event.error_message}\n")
+        for approval in event.actions.requested_approvals:
+            out.write(f"[approval required] {approval.tool_name}"
+                      f"({json.dumps(approval.args)})\n")
         for call in event.function_calls:
             out.write(f"[tool call] {call.name}({json.dumps(call.args)})\n")
         for response in event.function_responses:
@@ -124,49 +139,4 @@ async def narrate(stream: RunStream, out: TextIO) -> None:
             else:
                 out.write(f"\n[record] {event.author}> {event.text}\n")
             draft = None
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``headwater`` console script."""
-    parser = argparse.ArgumentParser(prog="headwater", description=__doc__.splitlines()[0])
-    parser.add_argument("--version", action="version",
-                        version=f"headwater {importlib.metadata.version('headwater')}")
-    commands = parser.add_subparsers(dest="command", required=True)
-    run_demo = commands.add_parser("demo", help="a streamed agent turn with a tool call, "
-                                   "on the scripted model and SQLite")
-    run_demo.add_argument("--prompt", default="Where is order 1042?")
-    run_demo.add_argument("--db", default=None,
-                          help="session store URL (default: HEADWATER_DATABASE_URL or "
-                               "sqlite+aiosqlite:///.headwater/sessions.db)")
-    run_demo.add_argument("--mode", choices=["sse", "none"], default="sse")
-    run_serve = commands.add_parser(
-        "serve", help="serve an app, an agent or a list of agents over HTTP (uvicorn)")
-    run_serve.add_argument("target", help="module:attr naming a FastAPI/ASGI app, an Agent "
-                                          "or a list of agents")
-    run_serve.add_argument("--host", default="127.0.0.1")
-    run_serve.add_argument("--port", type=int, default=8000)
-    run_serve.add_argument("--reload", action="store_true", help="restart on code changes")
-    run_serve.add_argument("--insecure-dev", action="store_true",
-                           help="allow a gateway without auth on a non-loopback address")
-    run_serve.add_argument("--log-level", default="info",
-                           choices=["critical", "error", "warning", "info", "debug"])
-    args: Any = parser.parse_args(argv)
-    if args.command == "demo":
-        url = args.db or get_settings().database_url
-        return asyncio.run(demo(args.prompt, url, StreamingMode(args.mode), sys.stdout))
-    if args.command == "serve":
-        from .gateway.serve import serve  # the web stack loads only for this command
-
-        try:
-            serve(args.target, host=args.host, port=args.port, reload=args.reload,
-                  insecure_dev=args.insecure_dev, log_level=args.log_level)
-        except UserError as exc:
-            print(f"headwater serve: {exc}", file=sys.stderr)
-            return 2
-        return 0
-    parser.error(f"unknown command {args.command}")
-    return 2
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+    return failed

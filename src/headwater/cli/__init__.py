@@ -1,0 +1,150 @@
+"""The ``headwater`` command.
+
+Only the standard library loads before a command runs, so ``--help`` answers
+at once; each command imports what it needs. Bad input (a malformed or
+unreachable ``--db``, an unwritable path, a file that is not a database, a bad
+``HEADWATER_*`` setting, a missing optional driver) ends with one line on
+stderr and exit code 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ._common import DEMO_APP, DEMO_USER
+from ._common import CommandError as CommandError
+
+MODELS_EPILOG = """\
+models:
+  --model (or HEADWATER_MODEL) takes a model string; without one the agents run
+  on the offline demo model ("demo": scripted, keyword-driven, no key).
+    openai:gpt-4o-mini                    needs OPENAI_API_KEY
+    anthropic:claude-3-5-haiku-latest     needs ANTHROPIC_API_KEY
+    openai-compatible:<model>@<url>  Ollama, vLLM, llama.cpp (OPENAI_COMPATIBLE_API_KEY if needed)
+    demo                                  the offline demo model
+
+environment:
+  HEADWATER_DATABASE_URL   session store (default sqlite+aiosqlite:///.headwater/sessions.db)
+  HEADWATER_MODEL          model string (see above)
+  HEADWATER_DEMO_WORD_DELAY  seconds between the demo model's words (default 0.03)
+"""
+
+_DB_HELP = ("session store URL, e.g. sqlite+aiosqlite:///path.db or postgresql://… "
+            "(default: HEADWATER_DATABASE_URL or sqlite+aiosqlite:///.headwater/sessions.db)")
+
+
+def _add_db(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--db", default=None, metavar="URL", help=_DB_HELP)
+
+
+def _add_model(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", default=None, metavar="M",
+                        help="model string, e.g. openai:gpt-4o-mini (default: HEADWATER_MODEL, "
+                             "else the offline demo model)")
+
+
+def _parser() -> argparse.ArgumentParser:
+    formatter = argparse.RawDescriptionHelpFormatter
+    parser = argparse.ArgumentParser(
+        prog="headwater", formatter_class=formatter, epilog=MODELS_EPILOG,
+        description="headwater: a streaming-first agent kit. Start with `headwater demo`.")
+    parser.add_argument("--version", action="store_true", help="print the version and exit")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    demo = commands.add_parser(
+        "demo", formatter_class=formatter, epilog=MODELS_EPILOG,
+        help="serve the example agents and their web page on 127.0.0.1",
+        description="Start the gateway on 127.0.0.1 with the example agents (support, docs, "
+                    "deploy, market) on the offline demo model and SQLite under .headwater/, "
+                    "print the URL and open a browser. Ctrl-C stops it.")
+    demo.add_argument("--port", type=int, default=8000, help="port to listen on (default 8000)")
+    demo.add_argument("--no-browser", action="store_true", help="do not open a browser")
+    _add_db(demo)
+    _add_model(demo)
+    demo.add_argument("--terminal", action="store_true",
+                      help="instead of serving, run one support turn in the terminal")
+    demo.add_argument("--prompt", default="Where is order 1042?",
+                      help="the message of --terminal (default: %(default)s)")
+    demo.add_argument("--mode", choices=["sse", "none"], default="sse",
+                      help="streaming mode of --terminal: sse streams deltas (default)")
+
+    run = commands.add_parser(
+        "run", formatter_class=formatter, epilog=MODELS_EPILOG,
+        help="stream one run of an agent file to stdout",
+        description="Load path/to/agent.py (its `agent`, else `root_agent`) and stream one run "
+                    "of MESSAGE to stdout. Exit code 1 when the run ends in an error.")
+    run.add_argument("path", help="a Python file defining `agent` or `root_agent`")
+    run.add_argument("message", help="the user's message")
+    run.add_argument("--json", action="store_true",
+                     help="one JSON object per event (type, author, text, partial, …)")
+    _add_model(run)
+    _add_db(run)
+
+    sessions = commands.add_parser(
+        "sessions", help="list, show or delete stored sessions",
+        description="Work with the session store: list sessions, show one's events, delete one.")
+    sessions.add_argument("action", nargs="?", choices=["list", "show", "delete"],
+                          default="list", help="what to do (default: list)")
+    sessions.add_argument("session_id", nargs="?", metavar="ID",
+                          help="the session (for show and delete)")
+    _add_db(sessions)
+    sessions.add_argument("--app", default=DEMO_APP, help="app name (default: %(default)s)")
+    sessions.add_argument("--user", default=DEMO_USER, help="user id (default: %(default)s)")
+
+    serve = commands.add_parser(
+        "serve", help="serve an app, an agent or a list of agents over HTTP (uvicorn)",
+        description="Serve module:attr (a FastAPI/ASGI app, an Agent or a list of agents).")
+    serve.add_argument("target", help="module:attr naming a FastAPI/ASGI app, an Agent "
+                                      "or a list of agents")
+    serve.add_argument("--host", default="127.0.0.1", help="address (default: %(default)s)")
+    serve.add_argument("--port", type=int, default=8000, help="port (default: %(default)s)")
+    serve.add_argument("--reload", action="store_true", help="restart on code changes")
+    serve.add_argument("--insecure-dev", action="store_true",
+                       help="allow a gateway without auth on a non-loopback address")
+    serve.add_argument("--log-level", default="info",
+                       choices=["critical", "error", "warning", "info", "debug"],
+                       help="uvicorn's log level (default: %(default)s)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``headwater`` console script; returns the exit code."""
+    parser = _parser()
+    args: Any = parser.parse_args(argv)
+    if args.version:
+        import importlib.metadata
+
+        print(f"headwater {importlib.metadata.version('headwater')}")
+        return 0
+    if args.command is None:
+        parser.print_help()
+        return 2
+    command: Callable[[Any], int]
+    if args.command == "demo":
+        from ._demo import demo_command as command
+    elif args.command == "run":
+        from ._run import run_command as command
+    elif args.command == "sessions":
+        from ._sessions import sessions_command as command
+    else:
+        from ._serve import serve_command as command
+    return _guarded(command, args)
+
+
+def _guarded(command: Callable[[Any], int], args: Any) -> int:
+    """Run ``command``; bad input becomes one line on stderr and exit code 2."""
+    from ._errors import describe
+
+    try:
+        return command(args)
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:
+        line = describe(exc)
+        if line is None:
+            raise
+        print(f"headwater {args.command}: {line}", file=sys.stderr)
+        return 2

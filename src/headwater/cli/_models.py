@@ -1,0 +1,27 @@
+"""``--model`` and ``HEADWATER_MODEL``: a model string, or the offline demo model."""
+
+from __future__ import annotations
+
+from ..models.base import BaseLlm
+from ..models.demo import DemoModel
+from ..models.registry import get_model
+from ..settings import get_settings
+
+
+def resolve_model(name: str | None) -> BaseLlm:
+    """``name``, else ``HEADWATER_MODEL``, else the demo model (``"demo"`` names it too).
+
+    Raises:
+        UserError: an unknown provider, a malformed string or a missing API key.
+    """
+    spec = name or get_settings().model or "demo"
+    if spec == "demo":
+        return DemoModel()
+    return get_model(spec)
+
+
+def describe_model(model: BaseLlm) -> str:
+    """How a command names the model it runs on."""
+    if isinstance(model, DemoModel):
+        return f"'{model.model}' (scripted demo model, offline)"
+    return repr(model.model)

@@ -1,0 +1,122 @@
+"""``headwater run path/to/agent.py "message" [--json]``: one run, streamed to stdout."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from typing import Any, TextIO
+
+from ..agents.agent import Agent
+from ..events import Event
+from ..run_config import RunConfig, StreamingMode
+from ..runner import Runner
+from ._common import DEMO_USER, CommandError
+from ._store import open_store, probe
+from ._terminal import narrate
+
+
+def run_command(args: Any) -> int:  # argparse.Namespace
+    """Run the file's agent once; 0 on success, 1 when the run ends in an error event."""
+    agent = load_agent(Path(args.path))
+    if args.model:
+        from ._models import resolve_model
+
+        agent.model = resolve_model(args.model)
+    return asyncio.run(run_once(agent, args.message, args.db, args.json, sys.stdout))
+
+
+def load_agent(path: Path) -> Agent:
+    """The ``agent`` (else ``root_agent``) of the Python file at ``path``.
+
+    Raises:
+        CommandError: no such file, a syntax error, or no agent in it.
+    """
+    if not path.is_file():
+        raise CommandError(f"no such file: {path}")
+    spec = importlib.util.spec_from_file_location("headwater_run_target", path)
+    if spec is None or spec.loader is None:
+        raise CommandError(f"cannot load {path}: not a Python file")
+    module = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, str(path.resolve().parent))  # its sibling modules import
+    try:
+        spec.loader.exec_module(module)
+    except SyntaxError as exc:
+        raise CommandError(f"{path}:{exc.lineno}: syntax error: {exc.msg}") from None
+    for name in ("agent", "root_agent"):
+        found = getattr(module, name, None)
+        if isinstance(found, Agent):
+            return found
+    raise CommandError(f"{path} defines no Agent named `agent` or `root_agent`")
+
+
+async def run_once(agent: Agent, message: str, db: str | None, as_json: bool,
+                   out: TextIO) -> int:
+    """Stream one run of ``message`` to ``out``; returns the exit code."""
+    service, shown = open_store(db)
+    runner = Runner(agent=agent, app_name=agent.name, session_service=service)
+    try:
+        await probe(service, shown)
+        session = await service.create_session(app_name=agent.name, user_id=DEMO_USER)
+        failed = False
+        async with runner.run_async(user_id=DEMO_USER, session_id=session.id,
+                                    new_message=message,
+                                    run_config=RunConfig(streaming_mode=StreamingMode.SSE)
+                                    ) as stream:
+            if as_json:
+                async for event in stream:
+                    failed = failed or bool(event.error_code)
+                    out.write(json.dumps(event_json(event), ensure_ascii=False) + "\n")
+                    out.flush()
+            else:
+                failed = await narrate(stream, out)
+        return 1 if failed else 0
+    finally:
+        await runner.aclose()  # closes the session store too
+
+
+def event_type(event: Event) -> str:
+    """The kind of an event, as ``--json`` names it."""
+    if event.error_code:
+        return "error"
+    if event.tool_progress is not None:
+        return "tool_progress"
+    if event.partial:
+        return "delta"
+    if event.actions.requested_approvals:
+        return "approval_required"
+    if event.function_calls:
+        return "tool_call"
+    if event.function_responses:
+        return "tool_result"
+    return "message"
+
+
+def event_json(event: Event) -> dict[str, Any]:  # raw JSON out
+    """One ``--json`` line: what the event holds, nothing more."""
+    line: dict[str, Any] = {"type": event_type(event), "author": event.author,
+                            "partial": event.partial, "text": event.text}
+    if event.function_calls:
+        line["function_calls"] = [{"id": c.id, "name": c.name, "args": c.args}
+                                  for c in event.function_calls]
+    if event.function_responses:
+        line["function_responses"] = [{"id": r.id, "name": r.name, "response": r.response}
+                                      for r in event.function_responses]
+    if event.tool_progress is not None:
+        progress = event.tool_progress
+        line["tool_progress"] = {"call_id": progress.call_id, "name": progress.tool_name,
+                                 "type": progress.event.type, "delta": progress.event.delta}
+    if event.actions.requested_approvals:
+        line["approvals"] = [{"call_id": a.call_id, "name": a.tool_name, "args": a.args}
+                             for a in event.actions.requested_approvals]
+    if event.error_code:
+        line["error_code"] = event.error_code
+        line["error_message"] = event.error_message
+    if event.usage is not None:
+        line["usage"] = {"input_tokens": event.usage.input_tokens,
+                         "output_tokens": event.usage.output_tokens}
+    if event.finish_reason:
+        line["finish_reason"] = event.finish_reason
+    return line

@@ -1,0 +1,16 @@
+"""``headwater serve module:attr``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def serve_command(args: Any) -> int:  # argparse.Namespace
+    """Serve the target until stopped; bad targets raise ``UserError`` (exit code 2)."""
+    from ..gateway.serve import serve  # the web stack loads only for this command
+    from ..settings import get_settings
+
+    get_settings()  # a bad HEADWATER_* setting fails here, in words
+    serve(args.target, host=args.host, port=args.port, reload=args.reload,
+          insecure_dev=args.insecure_dev, log_level=args.log_level)
+    return 0
