@@ -87,7 +87,8 @@ async def test_an_app_may_give_the_page_suggestions_and_a_note(client_for: Any) 
     served = create_app([Agent(name="support", model=ScriptedModel()),
                          Agent(name="ops", model=ScriptedModel(model="demo"))],
                         session_service=InMemorySessionService())
-    served.state.page_suggestions = ["Where is order 1042?", "</script><b>"]
+    served.state.page_suggestions = ["Where is order 1042?", "</script><b>",
+                                      {"text": "Watch GOOG", "agent": "ops", "live": True}]
     served.state.page_note = "scripted model"
     client = await client_for(served)
     html = (await client.get("/")).text
@@ -95,7 +96,10 @@ async def test_an_app_may_give_the_page_suggestions_and_a_note(client_for: Any) 
     assert config_of(html) == {
         "auth": "none", "agents": [{"name": "support", "model": "scripted"},
                                    {"name": "ops", "model": "demo"}],
-        "suggestions": ["Where is order 1042?", "</script><b>"], "note": "scripted model"}
+        "suggestions": [{"text": "Where is order 1042?", "agent": None, "live": False},
+                        {"text": "</script><b>", "agent": None, "live": False},
+                        {"text": "Watch GOOG", "agent": "ops", "live": True}],
+        "note": "scripted model"}
 
 
 def test_the_page_is_not_in_the_api_schema() -> None:

@@ -341,3 +341,39 @@ async def test_an_error_is_shown_in_words_with_its_code(serve: Serve, open_page:
     assert await alert.inner_text() == "The model provider reported an error. (provider_error)"
     assert "secret" not in await page.locator("main").inner_text()
     assert await drafts(page) == []
+
+
+@pytest.fixture
+def demo_app(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """``headwater demo``'s app on a fast demo model and a fresh SQLite file."""
+    from headwater.cli._demo import _Config, build_app
+    from headwater.models.demo import DemoModel
+
+    monkeypatch.setattr("headwater.settings._settings",
+                        Settings(demo_word_delay=0.003, session_lock_timeout=0))
+    return build_app(_Config(database_url=f"sqlite+aiosqlite:///{tmp_path / 'demo.db'}",
+                             model=DemoModel()))
+
+
+async def test_the_demo_suggestions_ask_their_agents(
+        serve: Serve, open_page: Any, demo_app: Any) -> None:
+    page = await open_page(await serve(demo_app, lifespan="on"))
+    assert (await page.locator("#agent-info").inner_text()).endswith("scripted model")
+    await page.get_by_role("button", name="Where is order 1042?").click()
+    await page.wait_for_selector('[data-author="support"]:not([data-draft])')
+    await run_ended(page)
+    [answer] = await shown(page, "support")
+    assert "1042" in answer
+    await page.get_by_role("button", name="Deploy version 2 to staging").click()
+    await page.get_by_role("button", name="Approve", exact=True).click()
+    bar = page.get_by_role("progressbar", name="deploy progress")
+    await page.wait_for_selector('[data-author="deploy"]:not([data-draft])')
+    await run_ended(page)
+    assert await bar.evaluate("bar => [bar.value, bar.max]") == [5, 5]
+    assert await page.locator("#agent-info").inner_text() == (
+        "agent deploy · model demo · scripted model")
+    await page.get_by_role("button", name="Watch GOOG").click()
+    await page.wait_for_function("() => document.querySelectorAll('.emissions li').length >= 1")
+    await page.get_by_role("button", name="Stop", exact=True).click()
+    await page.get_by_role("button", name="Go live", exact=True).wait_for()
+    assert await page.locator("#sessions li").count() == 3

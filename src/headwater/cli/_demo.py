@@ -77,11 +77,24 @@ def _check_port(port: int) -> None:
 def build_app(config: _Config) -> Any:
     """The gateway (dev mode: one local user) over the demo agents."""
     from ..gateway.app import create_app
+    from ..models.demo import PROMPTS, DemoModel
     from ..settings import get_settings
     from ._agents import demo_agents
 
     settings = get_settings().model_copy(update={"database_url": config.database_url})
-    return create_app(demo_agents(config.model), settings=settings)
+    app = create_app(demo_agents(config.model), settings=settings)
+    # The page offers the prompts, each to the agent that has its tool (live: the watcher).
+    app.state.page_suggestions = [
+        {"text": prompt, "agent": _PROMPT_AGENTS.get(prompt), "live": prompt.startswith("Watch")}
+        for prompt in PROMPTS]
+    if isinstance(config.model, DemoModel):
+        app.state.page_note = "scripted model"
+    return app
+
+
+_PROMPT_AGENTS = {"Where is order 1042?": "support", "Search the docs for streaming": "docs",
+                  "Deploy version 2 to staging": "deploy", "Watch GOOG": "market",
+                  "Tell me a long story": "support"}
 
 
 def __getattr__(name: str) -> Any:

@@ -9,17 +9,19 @@ and sends it as ``Authorization: Bearer`` on every API call.
 
 What the page knows about the app comes in the HTML, as JSON (:class:`PageConfig`):
 the agents with their model names, and two optional hooks an app may set on
-``app.state`` — ``page_suggestions`` (prompts shown as buttons) and
-``page_note`` (a short label in the header, such as "scripted model").
+``app.state`` — ``page_suggestions`` (prompts shown as buttons: text, or
+``{"text", "agent"?, "live"?}`` to ask a given agent, over the live WebSocket
+with ``live``) and ``page_note`` (a short label in the header, such as
+"scripted model").
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from functools import cache
 from importlib import resources
-from typing import TypedDict
+from typing import Any, TypedDict
 
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, Response
@@ -45,12 +47,20 @@ class AgentInfo(TypedDict):
     model: str
 
 
+class Suggestion(TypedDict):
+    """A prompt the page offers; ``agent`` (when set) answers it, over WS with ``live``."""
+
+    text: str
+    agent: str | None
+    live: bool
+
+
 class PageConfig(TypedDict):
     """What the page is told about the app (JSON in ``index.html``)."""
 
     auth: str
     agents: list[AgentInfo]
-    suggestions: list[str]
+    suggestions: list[Suggestion]
     note: str
 
 
@@ -61,13 +71,21 @@ def _model_name(gw: Gateway, name: str) -> str:
         return "unresolved model"
 
 
+def _suggestion(given: str | Mapping[str, Any]) -> Suggestion:  # Any: app-given JSON
+    if isinstance(given, str):
+        return Suggestion(text=given, agent=None, live=False)
+    agent = given.get("agent")
+    return Suggestion(text=str(given["text"]), agent=None if agent is None else str(agent),
+                      live=bool(given.get("live", False)))
+
+
 def page_config(app: FastAPI, gw: Gateway) -> PageConfig:
     """The page's view of ``app``: auth mode, agents (default first) and the hooks."""
-    suggestions: Sequence[str] = getattr(app.state, "page_suggestions", ())
+    suggestions: Sequence[str | Mapping[str, Any]] = getattr(app.state, "page_suggestions", ())
     return PageConfig(
         auth="none" if gw.dev_mode else "bearer",
         agents=[AgentInfo(name=n, model=_model_name(gw, n)) for n in gw.runners],
-        suggestions=[str(s) for s in suggestions],
+        suggestions=[_suggestion(s) for s in suggestions],
         note=str(getattr(app.state, "page_note", "")),
     )
 

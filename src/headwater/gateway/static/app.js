@@ -89,14 +89,14 @@ function messageView(item, draft = false) {
 
 function progressView(card) {
   const label = `${card.name} progress`;
-  if (!card.progress || card.progress.max === null) {
-    return card.status === "ok" ? el("progress", { value: 1, max: 1, "aria-label": label })
-      : el("progress", { "aria-label": label });
+  if (!card.progress || card.progress.max === null) {  // no measure: indeterminate until done
+    return card.status === "running" ? el("progress", { "aria-label": label })
+      : el("progress", { value: 1, max: 1, "aria-label": label });
   }
   return el("progress", { value: card.progress.value, max: card.progress.max, "aria-label": label });
 }
 
-const TOOL_WORDS = { running: "running", ok: "done", error: "failed", denied: "denied",
+const TOOL_WORDS = { running: "running", ok: "answered", error: "failed", denied: "denied",
                      awaiting_approval: "waiting for approval" };
 
 function toolView(card) {
@@ -104,7 +104,11 @@ function toolView(card) {
                               "data-status": card.status, "aria-label": `Tool ${card.name}` },
                  el("strong", {}, card.name), " ",
                  el("span", { class: "state" }, TOOL_WORDS[card.status] ?? card.status));
-  if (card.progress || card.status === "running" || card.status === "ok") box.append(progressView(card));
+  // A bar for a call that reports progress, or is still running; none for a live tool's
+  // answer ("watching"), whose emissions follow.
+  if (card.progress || (card.status === "running" && !card.emissions)) {
+    box.append(progressView(card));
+  }
   if (card.lines.length) box.append(el("div", { class: "lines" }, card.lines.at(-1)));
   if (card.emissions?.length) {
     box.append(el("ol", { class: "emissions", "aria-label": `${card.name} emissions` },
@@ -442,10 +446,32 @@ function setUpChoices() {
     $("agent").hidden = false;
     $("agent-label").hidden = false;
   }
-  $("suggestions").replaceChildren(...(CONFIG.suggestions ?? []).map((prompt) =>
-    el("button", { type: "button", class: "suggestion", onclick: () => {
-      if (!active) send(prompt);
-    } }, prompt)));
+  $("suggestions").replaceChildren(...(CONFIG.suggestions ?? []).map((suggestion) =>
+    el("button", { type: "button", class: "suggestion", onclick: () => suggest(suggestion) },
+       suggestion.text)));
+}
+
+async function suggest({ text, agent, live: overLive }) {
+  // Ask the suggestion's agent (a new session when this one is another agent's), live if told.
+  if (active || (live && !live.ready)) return;
+  const current = known.get(sessionId)?.agent;
+  const wrongAgent = agent && current !== agent;
+  if (!sessionId || wrongAgent || (live && !overLive)) {
+    if (live) endLive();
+    if (agent && AGENTS.length > 1) $("agent").value = agent;
+    await newSession();
+  }
+  if (overLive && !live) {
+    goLive();
+    const opening = live;
+    await new Promise((resolve) => {
+      const check = () => (!opening || opening.ready || live !== opening ? resolve()
+        : setTimeout(check, 50));
+      check();
+    });
+    if (!live?.ready) return;
+  }
+  await send(text);
 }
 
 // -- wiring ----------------------------------------------------------------------------------
