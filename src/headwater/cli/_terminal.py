@@ -16,25 +16,9 @@ from ..models.scripted import ScriptedCall, ScriptedModel, ScriptedTurn
 from ..run_config import RunConfig, StreamingMode
 from ..runner import Runner, RunStream
 from ..types import Usage
+from ._agents import lookup_order
 from ._common import DEMO_APP, DEMO_USER
 from ._store import open_store, probe
-
-ORDERS = {
-    "1042": {"status": "shipped", "shipped_on": "30 September", "due": "Monday"},
-    "2001": {"status": "packing", "due": "Thursday"},
-}
-
-
-def lookup_order(order_id: str) -> dict[str, str]:
-    """Look up an order in the shop's records.
-
-    Args:
-        order_id: the order number, digits only.
-    """
-    order = ORDERS.get(order_id)
-    if order is None:
-        raise LookupError(f"no order {order_id}")
-    return order
 
 
 def support_responder(request: LlmRequest) -> ScriptedTurn:
