@@ -191,3 +191,11 @@ def get_settings() -> Settings:
     if _settings is None:
         _settings = Settings()
     return _settings
+
+
+def reload_settings() -> Settings:
+    """Read the environment again (after ``HEADWATER_*`` variables changed): the new
+    process-wide settings, which later ``get_settings()`` calls return."""
+    global _settings
+    _settings = Settings()
+    return _settings

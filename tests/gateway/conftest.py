@@ -8,7 +8,7 @@ import os
 import shutil
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, NoReturn, Protocol
 
 import httpx
 import pytest
@@ -60,23 +60,20 @@ JS = Path(__file__).resolve().parents[1] / "js"
 """The pinned npm clients (tests/js/package-lock.json), installed by the test command."""
 
 
-def _node_missing(package: str) -> str | None:
-    if shutil.which("node") is None:
-        return "node is not on PATH"
-    if not (JS / "node_modules" / package).is_dir():
-        return "tests/js/node_modules is missing: run `npm ci --prefix tests/js`"
-    return None
+def unavailable(reason: str) -> NoReturn:
+    """A test's tool is missing: fail in CI (``CI`` set), which must run it; skip elsewhere."""
+    if os.environ.get("CI", "").lower() not in ("", "0", "false"):
+        pytest.fail(f"CI runs this test: {reason}")
+    pytest.skip(reason)
 
 
-def require_node(package: str) -> str:
-    """The ``node`` executable with ``package`` installed; skips without them, fails in CI."""
-    reason = _node_missing(package)
-    if reason is not None:
-        if os.environ.get("CI", "").lower() not in ("", "0", "false"):
-            pytest.fail(f"CI runs the Node client tests: {reason}")
-        pytest.skip(reason)
+def require_node(package: str | None = None) -> str:
+    """The ``node`` executable (with the npm ``package`` installed, if named)."""
     path = shutil.which("node")
-    assert path is not None
+    if path is None:
+        unavailable("node is not on PATH")
+    if package is not None and not (JS / "node_modules" / package).is_dir():
+        unavailable("tests/js/node_modules is missing: run `npm ci --prefix tests/js`")
     return path
 
 

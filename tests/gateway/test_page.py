@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -16,17 +14,9 @@ from headwater.gateway import StaticTokenAuth, create_app
 from headwater.sessions import InMemorySessionService
 from headwater.testing import ScriptedModel
 
+from .conftest import require_node
+
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def node_or_skip() -> str:
-    """The ``node`` executable; skips without it, fails in CI."""
-    path = shutil.which("node")
-    if path is None:
-        if os.environ.get("CI", "").lower() not in ("", "0", "false"):
-            pytest.fail("CI runs the page's JavaScript tests: node is not on PATH")
-        pytest.skip("node is not on PATH")
-    return path
 
 
 def config_of(html: str) -> Any:
@@ -42,7 +32,7 @@ def app(**options: Any) -> Any:
 
 async def test_the_reducer_and_sse_decoder_pass_their_node_tests() -> None:
     process = await asyncio.create_subprocess_exec(
-        node_or_skip(), "--test", "tests/js/reducer.test.mjs", cwd=ROOT,
+        require_node(), "--test", "tests/js/reducer.test.mjs", cwd=ROOT,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
     out, _ = await asyncio.wait_for(process.communicate(), 30)
     assert process.returncode == 0, out.decode()

@@ -8,8 +8,7 @@ in ``test-artifacts/``.
 from __future__ import annotations
 
 import asyncio
-import os
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,9 +19,10 @@ from headwater import Agent, tool
 from headwater.events import ToolStreamEvent
 from headwater.gateway import StaticTokenAuth, create_app
 from headwater.sessions import InMemorySessionService
-from headwater.settings import Settings
+from headwater.settings import Settings, reload_settings
 from headwater.testing import ScriptedModel, ScriptedTurn
 
+from .conftest import unavailable
 from .test_gateway import lookup_order
 from .test_websocket import responder as live_responder
 from .test_websocket import ticker
@@ -52,9 +52,7 @@ async def browser() -> AsyncIterator[Any]:
     """A headless chromium (Playwright's async API: the server runs in this loop)."""
     reason = _missing()
     if reason is not None:
-        if os.environ.get("CI", "").lower() not in ("", "0", "false"):
-            pytest.fail(f"CI runs the browser tests: {reason}")
-        pytest.skip(reason)
+        unavailable(reason)
     from playwright.async_api import async_playwright
 
     async with async_playwright() as playwright:
@@ -344,15 +342,17 @@ async def test_an_error_is_shown_in_words_with_its_code(serve: Serve, open_page:
 
 
 @pytest.fixture
-def demo_app(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+def demo_app(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     """``headwater demo``'s app on a fast demo model and a fresh SQLite file."""
-    from headwater.cli._demo import _Config, build_app
+    from headwater.cli import demo_app
     from headwater.models.demo import DemoModel
 
-    monkeypatch.setattr("headwater.settings._settings",
-                        Settings(demo_word_delay=0.003, session_lock_timeout=0))
-    return build_app(_Config(database_url=f"sqlite+aiosqlite:///{tmp_path / 'demo.db'}",
-                             model=DemoModel()))
+    monkeypatch.setenv("HEADWATER_DEMO_WORD_DELAY", "0.003")
+    monkeypatch.setenv("HEADWATER_SESSION_LOCK_TIMEOUT", "0")
+    reload_settings()
+    yield demo_app(f"sqlite+aiosqlite:///{tmp_path / 'demo.db'}", DemoModel())
+    monkeypatch.undo()
+    reload_settings()
 
 
 async def test_the_demo_suggestions_ask_their_agents(

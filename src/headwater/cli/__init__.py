@@ -16,6 +16,7 @@ from typing import Any
 
 from ._common import DEMO_APP, DEMO_USER
 from ._common import CommandError as CommandError
+from ._demo import demo_app as demo_app
 
 MODELS_EPILOG = """\
 models:

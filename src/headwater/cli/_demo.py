@@ -1,8 +1,8 @@
 """``headwater demo``: the example agents and their page, served on 127.0.0.1.
 
-The gateway is started through ``headwater.gateway.serve`` with the target
-``headwater.cli._demo:app``; the app is built on first access to ``app`` (a
-module ``__getattr__``) from what :func:`demo_command` configured.
+The gateway is started through ``headwater.gateway.serve`` with this module's
+``app`` as its target; the app is built on first access to ``app`` (a module
+``__getattr__``) by :func:`demo_app`, from what :func:`demo_command` configured.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ class _Config:
     model: Any  # BaseLlm; typed loosely so this module imports nothing heavy
 
 
-_config: _Config | None = None
+_config: _Config | None = None  # set by demo_command before the server imports ``app``
 
 
 def demo_command(args: Any) -> int:  # argparse.Namespace
@@ -74,8 +74,14 @@ def _check_port(port: int) -> None:
                                "pass another --port") from None
 
 
+def demo_app(database_url: str, model: Any) -> Any:
+    """``headwater demo``'s app: the gateway (dev mode: one local user) over the demo
+    agents on ``model`` (a ``BaseLlm``), sessions in ``database_url``."""
+    return build_app(_Config(database_url, model))
+
+
 def build_app(config: _Config) -> Any:
-    """The gateway (dev mode: one local user) over the demo agents."""
+    """The gateway over the demo agents, as configured."""
     from ..gateway.app import create_app
     from ..models.demo import PROMPTS, DemoModel
     from ..settings import get_settings

@@ -381,8 +381,7 @@ def add_agui_routes(app: FastAPI, gw: Gateway) -> None:
               responses=STREAM_RESPONSES)
     async def run_agui(request: Request, agent: str, body: RunAgentInput) -> Any:
         user = await gw.user(request)
-        if agent not in gw.runners:
-            raise GatewayHTTPError("not_found", "agent not found")
+        gw.require_agent(agent)
         message = message_of(body)
         await gw.open_session(user, agent, body.thread_id)
         run = await gw.start_run(user, agent, body.thread_id, message, request_id_of(request),

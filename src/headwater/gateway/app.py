@@ -202,9 +202,7 @@ def _routes(app: FastAPI, gw: Gateway) -> None:
     async def create_session(request: Request, body: SessionCreate | None = None) -> SessionOut:
         user = await gw.user(request)
         body = body or SessionCreate()
-        agent = body.agent or gw.default_agent
-        if agent not in gw.runners:
-            raise GatewayHTTPError("not_found", f"no agent named {agent!r}")
+        agent = gw.require_agent(body.agent or gw.default_agent)
         try:
             session = await gw.service.create_session(app_name=agent, user_id=user,
                                                       state=body.state)

@@ -92,6 +92,12 @@ class Gateway:
                 return name, session
         raise GatewayHTTPError("not_found", NOT_FOUND_SESSION)
 
+    def require_agent(self, agent: str) -> str:
+        """``agent`` when the app serves it; 404 ``not_found`` otherwise."""
+        if agent not in self.runners:
+            raise GatewayHTTPError("not_found", f"no agent named {agent!r}")
+        return agent
+
     async def open_session(self, user_id: str, agent: str, session_id: str) -> Session:
         """The user's session ``session_id`` of ``agent``, created when the user has none
         (formats whose client names the conversation: AG-UI's thread, useChat's chat id).

@@ -394,8 +394,7 @@ def add_vercel_routes(app: FastAPI, gw: Gateway) -> None:
               responses=STREAM_RESPONSES)
     async def vercel_chat(request: Request, agent: str, body: ChatRequest) -> Any:
         user = await gw.user(request)
-        if agent not in gw.runners:
-            raise GatewayHTTPError("not_found", f"no agent named {agent!r}")
+        gw.require_agent(agent)
         session = await gw.open_session(user, agent, body.id)
         turn = turn_of(body, CallLedger.of(session.events))
         run = await gw.start_run(user, agent, body.id, turn.content, request_id_of(request))
