@@ -51,6 +51,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, cast
 
+from common import commit, quantile  # benchmarks/common.py, beside this file
+
 HERE = Path(__file__).resolve()
 HOST = "127.0.0.1"
 WARM = "warm"  # the warm-up run's user message (and token suffix)
@@ -122,13 +124,6 @@ def runqueue_wait_s(pid: int) -> float:
         return int(Path(f"/proc/{pid}/schedstat").read_text().split()[1]) / 1e9
     except (OSError, IndexError, ValueError):
         return float("nan")
-
-
-def quantile(samples: Sequence[float], q: float) -> float:
-    if not samples:
-        return float("nan")
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 def loop_factory(kind: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
@@ -635,15 +630,6 @@ def figures(options: Options, phase: Phase) -> Figures:
         "loadavg_1min": phase.cpu["loadavg_1min_max"],
         "heartbeats": float(sum(s.heartbeats for s in streams)),
     }
-
-
-def commit() -> str:
-    try:
-        done = subprocess.run(["git", "-C", str(HERE.parent), "rev-parse", "--short", "HEAD"],
-                              capture_output=True, text=True, check=True)
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-    return done.stdout.strip()
 
 
 def measure(options: Options) -> dict[str, Any]:

@@ -34,6 +34,7 @@ from typing import Any
 
 import adapters  # benchmarks/adapters.py, beside this file
 import hardening  # benchmarks/hardening.py, beside this file
+from common import commit, quantile  # benchmarks/common.py, beside this file
 from headwater import Agent, Content, Event, Part, RunConfig, Runner, StreamingMode
 from headwater.models.base import BaseLlm, LlmRequest, LlmResponse
 from headwater.sessions import BaseSessionService, InMemorySessionService
@@ -509,8 +510,7 @@ class TransactionTimer:
 
 def p(samples: Sequence[int], q: float) -> float:
     """The ``q`` quantile of nanosecond samples, in milliseconds."""
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] / 1e6
+    return quantile(samples, q) / 1e6
 
 
 async def _w1(sizes: Sizes) -> Figures:
@@ -652,15 +652,6 @@ def measure(name: str, sizes: Sizes, repeat: int) -> dict[str, Any]:
     runs = [SCENARIOS[name](sizes) for _ in range(repeat)]
     return {"median": medians(runs), "runs": runs, "targets": TARGETS[name],
             "method": METHODS[name]}
-
-
-def commit() -> str:
-    try:
-        done = subprocess.run(["git", "-C", str(HERE.parent), "rev-parse", "--short", "HEAD"],
-                              capture_output=True, text=True, check=True)
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-    return done.stdout.strip()
 
 
 def collect(names: Sequence[str], sizes: Sizes, repeat: int) -> dict[str, Any]:
