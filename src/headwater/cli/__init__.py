@@ -33,6 +33,13 @@ environment:
   HEADWATER_DEMO_WORD_DELAY  seconds between the demo model's words (default 0.03)
 """
 
+CHAT_EPILOG = """\
+in the chat:
+  Ctrl-C during an answer stops the run (the page's Stop); Ctrl-C or Ctrl-D at the
+  prompt leaves. Commands: /new, /agent NAME, /agents, /session, /help, /quit.
+  --model and --db configure the embedded server; a gateway at --url has its own.
+"""
+
 _DB_HELP = ("session store URL, e.g. sqlite+aiosqlite:///path.db or postgresql://… "
             "(default: HEADWATER_DATABASE_URL or sqlite+aiosqlite:///.headwater/sessions.db)")
 
@@ -71,6 +78,30 @@ def _parser() -> argparse.ArgumentParser:
                       help="the message of --terminal (default: %(default)s)")
     demo.add_argument("--mode", choices=["sse", "none"], default="sse",
                       help="streaming mode of --terminal: sse streams deltas (default)")
+
+    chat = commands.add_parser(
+        "chat", formatter_class=formatter, epilog=CHAT_EPILOG + "\n" + MODELS_EPILOG,
+        help="chat with the agents in the terminal (the demo's, or a gateway's at --url)",
+        description="An interactive chat in the terminal. Without --url it serves the demo's "
+                    "agents (support, docs, deploy, market; SQLite under .headwater/; the "
+                    "offline demo model or --model) on a free 127.0.0.1 port and talks to "
+                    "them over HTTP; with --url it talks to a running gateway. Answers "
+                    "stream as they come, tools show their progress, approvals are asked "
+                    "inline.")
+    chat.add_argument("--agent", default=None, metavar="NAME",
+                      help="the agent to talk to (default: the gateway's first; the demo's "
+                           "are support, docs, deploy and market)")
+    chat.add_argument("--url", default=None, metavar="URL",
+                      help="a running gateway, e.g. http://127.0.0.1:8000 (default: serve "
+                           "the demo's agents in this process)")
+    chat.add_argument("--token", default=None, metavar="TOKEN",
+                      help="bearer token for a gateway with auth (sent as Authorization: "
+                           "Bearer)")
+    chat.add_argument("--session", default=None, metavar="ID",
+                      help="go on with this session (its agent, its history, an approval it "
+                           "waits for); default: a new session")
+    _add_model(chat)
+    _add_db(chat)
 
     run = commands.add_parser(
         "run", formatter_class=formatter, epilog=MODELS_EPILOG,
@@ -126,6 +157,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     command: Callable[[Any], int]
     if args.command == "demo":
         from ._demo import demo_command as command
+    elif args.command == "chat":
+        from ._chat import chat_command as command
     elif args.command == "run":
         from ._run import run_command as command
     elif args.command == "sessions":

@@ -1,0 +1,331 @@
+"""``headwater chat``: an interactive terminal chat with a gateway's agents.
+
+With ``--url`` it talks to a running gateway over HTTP; without, it serves the
+app ``headwater demo`` serves (the example agents, SQLite under .headwater/,
+the offline demo model or ``--model``) on a free loopback port in a background
+thread and talks to that: one code path, the frame protocol, either way.
+
+It drives runs as the page does (docs/frame-protocol.md, "The page"): a message
+is ``POST /sessions/{sid}/runs``; an ``approval_required`` frame is asked as a
+y/n question after the run pauses (its stream ends with ``done``) and answered
+with a run whose body holds ``approvals``; Ctrl-C during a run is the page's
+Stop, ``POST /runs/{id}/cancel`` (a second Ctrl-C closes the stream, which
+stops the run too). Ctrl-C or Ctrl-D at the prompt, or ``/quit``, ends the chat.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+from collections.abc import Coroutine
+from typing import Any
+from urllib.parse import urlsplit
+
+from rich.console import Console
+from rich.markup import escape
+
+from ._chat_view import Approval, RunView, error_words
+from ._common import CommandError
+from ._gateway_client import GatewayClient, GatewayError
+
+STOP_TIMEOUT = 10.0
+"""Seconds a stopped run has to end with its ``cancelled`` frame before the chat closes
+the stream."""
+
+HELP = """\
+commands:
+  /new           start a new session with the same agent
+  /agent NAME    start a new session with agent NAME
+  /agents        list the agents the gateway serves
+  /session       show the session's id
+  /help          this text
+  /quit          leave (Ctrl-D or Ctrl-C at the prompt too)
+Ctrl-C during an answer stops it."""
+
+
+def chat_command(args: Any) -> int:  # argparse.Namespace
+    """Chat until the user leaves; returns the exit code (0)."""
+    if args.url is not None:
+        for option in ("model", "db"):
+            if getattr(args, option) is not None:
+                raise CommandError(f"--{option} configures the embedded server; a gateway at "
+                                   "--url runs its own agents and store")
+        return _chat(args, _checked_url(args.url), server=None)
+    from ..gateway.background import BackgroundServer
+    from ._demo import demo_app
+    from ._models import describe_model, resolve_model
+    from ._store import database_url, open_store, probe
+
+    model = resolve_model(args.model)
+    service, shown = open_store(args.db)
+    asyncio.run(_probe_and_close(service, shown, probe))
+    server = BackgroundServer(demo_app(database_url(args.db), model))
+    url = server.start()
+    try:
+        return _chat(args, url, server=f"model {describe_model(model)}; sessions in {shown}")
+    finally:
+        server.stop()
+
+
+async def _probe_and_close(service: Any, shown: str, probe: Any) -> None:
+    try:
+        await probe(service, shown)
+    finally:
+        await service.close()
+
+
+def _checked_url(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise CommandError(f"--url must be an http:// or https:// URL, got {url!r}")
+    return url
+
+
+def _chat(args: Any, url: str, server: str | None) -> int:
+    with contextlib.suppress(ImportError):
+        import readline  # noqa: F401  (line editing and history for input())
+    console = Console(highlight=False)
+    loop = asyncio.new_event_loop()
+    client = GatewayClient(url, args.token)
+    try:
+        chat = Chat(console, client, loop)
+        loop.run_until_complete(chat.open(args.agent, args.session, embedded=server))
+        return chat.repl()
+    finally:
+        loop.run_until_complete(client.aclose())
+        loop.close()
+
+
+class Chat:
+    """One terminal chat: the prompt, the slash commands and the runs they start."""
+
+    def __init__(self, console: Console, client: GatewayClient,
+                 loop: asyncio.AbstractEventLoop) -> None:
+        self.console = console
+        self.client = client
+        self.loop = loop
+        self.agent: str | None = None
+        self.agents: list[dict[str, Any]] = []  # [{name, model}] from the page's config
+        self.session_id: str | None = None
+        self._run_id: str | None = None
+
+    # -- opening ---------------------------------------------------------------------------
+
+    async def open(self, agent: str | None, session_id: str | None, embedded: str | None
+                   ) -> None:
+        """Check the gateway, the agent and the session; print where the chat is.
+
+        Raises:
+            CommandError: the gateway cannot be reached or refuses the token, the
+                agent is not served, or the session is missing.
+        """
+        try:
+            config = await self.client.page_config()
+            self.agents = [a for a in config.get("agents", []) if isinstance(a, dict)]
+            names = [str(a.get("name")) for a in self.agents]
+            if agent is not None and names and agent not in names:
+                raise CommandError(f"no agent named {agent!r}; this gateway serves "
+                                   + ", ".join(names))
+            await self.client.check()  # reachable, and the token is taken
+            history: list[dict[str, Any]] = []
+            if session_id is not None:
+                session = await self.client.get_session(session_id)
+                if agent is not None and agent != session["agent"]:
+                    raise CommandError(f"session {session_id} is agent "
+                                       f"{session['agent']!r}'s, not {agent!r}'s")
+                self.session_id, agent = session_id, str(session["agent"])
+                history = await self.client.history(session_id)
+        except GatewayError as exc:
+            raise CommandError(_gateway_line(exc, self.client.base_url)) from None
+        self.agent = agent or (names[0] if names else None)
+        where = "embedded server" if embedded else "gateway"
+        self.console.print(f"[bold]headwater chat[/] · {where} {escape(self.client.base_url)}")
+        if embedded:
+            self.console.print(f"  {escape(embedded)}")
+        self.console.print(f"  agent [bold]{escape(self.agent or '?')}[/]{self._model_note()}"
+                           + (f" · agents: {escape(', '.join(names))}" if len(names) > 1 else ""))
+        self.console.print("  Ctrl-C stops an answer; Ctrl-D or /quit leaves; /help for more.")
+        if self.session_id:
+            self._show_history(history)
+            pending = _pending_approvals(history)
+            if pending:
+                self._turn(None, pending)
+
+    def _model_note(self) -> str:
+        model = next((a.get("model") for a in self.agents if a.get("name") == self.agent), None)
+        return f" · model {escape(str(model))}" if model else ""
+
+    def _show_history(self, items: list[dict[str, Any]]) -> None:
+        shown = [i for i in items if i.get("text") and i.get("final", True)][-10:]
+        self.console.print(f"[dim]session {escape(str(self.session_id))}: {len(items)} events"
+                           + (", the last messages:" if shown else "") + "[/]")
+        for item in shown:
+            author = "you" if item.get("role") == "user" else str(item.get("author"))
+            self.console.print(f"[dim]{escape(author)}> {escape(str(item['text']))}[/]")
+
+    # -- the prompt --------------------------------------------------------------------------
+
+    def repl(self) -> int:
+        """Read messages and commands until the user leaves; returns 0."""
+        while True:
+            try:
+                line = self.console.input("[bold green]you>[/] ").strip()
+            except (EOFError, KeyboardInterrupt):
+                self.console.print()
+                break
+            if not line:
+                continue
+            if line.startswith("/"):
+                if not self._command(line):
+                    break
+                continue
+            self._turn({"message": line})
+        if self.session_id:
+            self.console.print(f"[dim]session {escape(self.session_id)} · resume with "
+                               f"headwater chat --session {escape(self.session_id)}[/]")
+        return 0
+
+    def _command(self, line: str) -> bool:
+        """Do a slash command; ``False`` to leave."""
+        name, _, rest = line.partition(" ")
+        rest = rest.strip()
+        if name in ("/quit", "/exit", "/q"):
+            return False
+        if name == "/help":
+            self.console.print(escape(HELP))
+        elif name == "/new":
+            self.session_id = None
+            self.console.print(f"[dim]a new session with {escape(self.agent or '?')} "
+                               "starts with your next message[/]")
+        elif name == "/agent" and rest:
+            names = [str(a.get("name")) for a in self.agents]
+            if names and rest not in names:
+                self.console.print(f"[red]no agent named {escape(rest)!r}[/]; "
+                                   f"agents: {escape(', '.join(names))}")
+            else:
+                self.agent, self.session_id = rest, None
+                self.console.print(f"[dim]agent {escape(rest)}{self._model_note()}: a new "
+                                   "session starts with your next message[/]")
+        elif name == "/agents":
+            for agent in self.agents:
+                mark = "*" if agent.get("name") == self.agent else " "
+                self.console.print(f"{mark} {escape(str(agent.get('name')))} · model "
+                                   f"{escape(str(agent.get('model')))}")
+        elif name == "/session":
+            self.console.print(self.session_id or "no session yet")
+        else:
+            self.console.print(f"[red]unknown command {escape(line)!r}[/] (/help lists them)")
+        return True
+
+    # -- runs ----------------------------------------------------------------------------------
+
+    def _turn(self, body: dict[str, Any] | None, pending: list[Approval] | None = None) -> None:
+        """Run ``body``, then ask each approval the run paused for and run the answers."""
+        while True:
+            if body is not None:
+                view = RunView(self.console)
+                if not self._interruptible(self._run(body, view), view):
+                    return
+                if view.error is not None or not view.approvals:
+                    return
+                pending = view.approvals
+            if not pending:
+                return
+            body = {"approvals": [{"call_id": a.call_id, "approved": self._ask(a),
+                                   "args_sha256": a.args_sha256} for a in pending]}
+            pending = None
+
+    def _ask(self, approval: Approval) -> bool:
+        question = f"[magenta]Approve {escape(approval.name)}? \\[y/n][/] "
+        while True:
+            try:
+                answer = self.console.input(question).strip().lower()
+            except (EOFError, KeyboardInterrupt):
+                self.console.print("\n[dim]denied[/]")
+                return False
+            if answer in ("y", "yes"):
+                return True
+            if answer in ("n", "no"):
+                return False
+
+    async def _run(self, body: dict[str, Any], view: RunView) -> None:
+        if self.session_id is None:
+            session = await self.client.create_session(self.agent)
+            self.session_id = str(session["id"])
+            self.console.print(f"[dim]new session {escape(self.session_id)} "
+                               f"(agent {escape(str(session['agent']))})[/]")
+        async with self.client.run(self.session_id, body) as run:
+            self._run_id = run.run_id
+            async for frame in run.frames():
+                view.show(frame)
+
+    def _interruptible(self, run: Coroutine[Any, Any, None], view: RunView) -> bool:
+        """Run ``run`` with Ctrl-C as Stop; ``False`` when it broke off or failed."""
+        task = self.loop.create_task(run)
+        presses = 0
+
+        def interrupted() -> None:
+            nonlocal presses
+            presses += 1
+            if presses == 1 and self._run_id:
+                self.loop.create_task(self._stop(self._run_id, task, view))
+            else:
+                task.cancel()
+
+        self._run_id = None
+        with contextlib.suppress(NotImplementedError):  # no signal handlers on Windows loops
+            self.loop.add_signal_handler(signal.SIGINT, interrupted)
+        try:
+            self.loop.run_until_complete(task)
+        except asyncio.CancelledError:
+            view.close()
+            self.console.print("[yellow]stopped[/] [dim](the stream was closed)[/]")
+            return False
+        except GatewayError as exc:
+            view.close()
+            self.console.print(f"[bold red]error:[/] {escape(_gateway_line(exc))}")
+            return False
+        finally:
+            with contextlib.suppress(NotImplementedError):
+                self.loop.remove_signal_handler(signal.SIGINT)
+            self._run_id = None
+        view.close()
+        if not view.ended:
+            self.console.print(f"[bold red]error:[/] {escape(error_words('network'))} (network)")
+            return False
+        return True
+
+    async def _stop(self, run_id: str, task: asyncio.Task[None], view: RunView) -> None:
+        """The page's Stop: cancel the run and let its stream end with ``cancelled``."""
+        view.note("[yellow]stopping…[/] [dim](Ctrl-C again to close at once)[/]")
+        try:
+            await self.client.cancel(run_id)
+        except GatewayError:
+            task.cancel()  # the server cannot be told: closing the stream stops the run
+            return
+        self.loop.call_later(STOP_TIMEOUT, task.cancel)
+
+
+def _pending_approvals(items: list[dict[str, Any]]) -> list[Approval]:
+    """The calls of a session's history still waiting for an answer."""
+    pending: dict[str, Approval] = {}
+    for item in items:
+        for asked in item.get("approvals_requested", []):
+            pending[asked["call_id"]] = Approval(asked["call_id"], asked["name"],
+                                                 asked.get("args_sha256"), asked.get("args"))
+        for decided in item.get("approval_decisions", []):
+            pending.pop(decided["call_id"], None)
+        for result in item.get("results", []):
+            pending.pop(result.get("id", ""), None)
+    return list(pending.values())
+
+
+def _gateway_line(exc: GatewayError, url: str | None = None) -> str:
+    if exc.code == "network":
+        return exc.message
+    words = error_words(exc.code)
+    detail = f": {exc.message}" if exc.message and exc.message != words else ""
+    where = f" ({url})" if url else ""
+    return f"{words} ({exc.code}){detail}{where}"
+

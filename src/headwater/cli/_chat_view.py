@@ -1,0 +1,268 @@
+"""How ``headwater chat`` shows a run's frames in the terminal (with ``rich``).
+
+The rule of the page's reducer holds here too: ``delta`` text is written as it
+arrives, as the author's draft; the ``message`` frame (the record) replaces the
+draft, so a message whose text the deltas already showed is not written again.
+Because a terminal cannot take back lines that have scrolled away, a record
+that differs from its draft (rare: the contract makes them equal) is written
+below it, marked as the record. Tool calls are lines, tool progress is a bar
+per call, approvals are collected for the chat to ask, errors are words with
+their code, and ``done`` brings the run's token usage.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, Progress, TaskID, TaskProgressColumn, TextColumn
+
+from ..errors import ERROR_MESSAGES
+from ._gateway_client import Frame
+
+CLIENT_ERRORS = {
+    "unauthorized": "The server refused the token.",
+    "not_found": "That session or run no longer exists.",
+    "invalid_request": "The server could not accept that request.",
+    "network": "The connection to the server was lost.",
+    "session_busy": "Another answer is still running in this session.",
+}
+"""Words for the codes a client meets besides the run's own (docs/frame-protocol.md)."""
+
+_PERCENT = re.compile(r"(\d+(?:\.\d+)?)\s*%")
+_RATIO = re.compile(r"(\d+)\s*/\s*(\d+)")
+
+
+def error_words(code: str) -> str:
+    """A sentence about an error code (the code is shown next to it)."""
+    return CLIENT_ERRORS.get(code) or ERROR_MESSAGES.get(code, "Something went wrong.")  # type: ignore[call-overload]
+
+
+def progress_of(delta: str) -> tuple[float, float] | None:
+    """``(done, total)`` from a progress line such as ``"2/5 upload"`` or ``"40%"``;
+    ``None`` when it holds no measure (the page's rule)."""
+    if match := _PERCENT.search(delta):
+        return min(float(match.group(1)), 100.0), 100.0
+    if (match := _RATIO.search(delta)) and int(match.group(2)) > 0:
+        return min(float(match.group(1)), float(match.group(2))), float(match.group(2))
+    return None
+
+
+@dataclass(slots=True)
+class Approval:
+    """A call waiting for the user's yes or no."""
+
+    call_id: str
+    name: str
+    args_sha256: str | None
+    args: dict[str, Any] | None  # the tool's arguments, when it exposes them
+
+
+class RunView:
+    """Writes one run's frames to ``console``; one view per run.
+
+    After the stream ends, :attr:`approvals` holds the calls to ask about,
+    :attr:`error` the terminal error code (if any) and :attr:`ended` whether a
+    terminal frame came.
+    """
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.approvals: list[Approval] = []
+        self.error: str | None = None
+        self.ended = False
+        self._draft_author: str | None = None
+        self._draft = ""
+        self._broken = False  # a note cut the draft's line: its next delta starts a new one
+        self._reasoning = False
+        self._progress: Progress | None = None
+        self._tasks: dict[str, TaskID] = {}
+
+    # -- frames ----------------------------------------------------------------------------
+
+    def show(self, frame: Frame) -> None:
+        """Write one frame."""
+        handler = getattr(self, f"_on_{frame.type}", None)
+        if frame.type not in ("tool_progress", "tool_result"):
+            self._stop_progress()
+        if handler is not None:
+            handler(frame.data)
+
+    def _on_delta(self, data: dict[str, Any]) -> None:
+        author, text = str(data.get("author", "")), str(data.get("text", ""))
+        if self._reasoning:
+            self._end_line()
+        if self._draft_author != author:
+            self._end_draft()
+            self._draft_author, self._draft = author, ""
+            self._broken = True
+        if self._broken:
+            self.console.print(f"[bold cyan]{escape(author)}>[/] ", end="")
+            self._broken = False
+        self._draft += text
+        self._write(text)
+
+    def _on_reasoning(self, data: dict[str, Any]) -> None:
+        if not self._reasoning:
+            self._end_draft()
+            self.console.print("[dim](thinking)[/] ", end="")
+            self._reasoning = True
+        self._write(str(data.get("text", "")), style="dim italic")
+
+    def _on_message(self, data: dict[str, Any]) -> None:
+        author, text = str(data.get("author", "")), str(data.get("text", ""))
+        if self._reasoning:
+            self._end_line()
+        stopped = " [dim](stopped here)[/]" if data.get("interrupted") else ""
+        if self._draft_author == author:
+            if text == self._draft or not text:  # the deltas said it all: the draft stands
+                if not self._broken or stopped:
+                    self.console.print(stopped)
+            else:
+                self.console.print()
+                self.console.print(f"[dim]record:[/] [bold cyan]{escape(author)}>[/] ", end="")
+                self._write(text)
+                self.console.print(stopped)
+            self._draft_author, self._draft, self._broken = None, "", False
+            return
+        self._end_draft()
+        if text:
+            self.console.print(f"[bold cyan]{escape(author)}>[/] ", end="")
+            self._write(text)
+            self.console.print(stopped)
+
+    def _on_tool_call(self, data: dict[str, Any]) -> None:
+        self._end_draft()
+        calls = data.get("calls") or [{"id": None, "name": n} for n in data.get("names", [])]
+        for call in calls:
+            args = call.get("args")
+            shown = "" if args is None else f"({_short(args)})"
+            self.console.print(f"[yellow]→ calls[/] [bold]{escape(str(call.get('name')))}[/]"
+                               f"{escape(shown)}")
+
+    def _on_tool_progress(self, data: dict[str, Any]) -> None:
+        self._end_draft()
+        call_id, name = str(data.get("call_id", "")), str(data.get("name", "tool"))
+        delta = str(data.get("delta") or "")
+        if self._progress is None:
+            self._progress = Progress(TextColumn("  [bold]{task.fields[name]}[/]"), BarColumn(),
+                                      TaskProgressColumn(), TextColumn("{task.fields[line]}"),
+                                      console=self.console, transient=False)
+            self._progress.start()
+        measure = progress_of(delta)
+        task = self._tasks.get(call_id)
+        if task is None:
+            total = measure[1] if measure else None
+            task = self._progress.add_task(name, total=total, name=escape(name), line="")
+            self._tasks[call_id] = task
+        if measure is not None:
+            self._progress.update(task, completed=measure[0], total=measure[1],
+                                  line=escape(delta))
+        else:
+            self._progress.update(task, advance=1 if delta else 0, line=escape(delta))
+        self._progress.refresh()
+
+    def _on_tool_result(self, data: dict[str, Any]) -> None:
+        self._end_draft()
+        for result in data.get("results", []):
+            call_id = str(result.get("id", ""))
+            task = self._tasks.pop(call_id, None)
+            if task is not None and self._progress is not None:
+                total = self._progress.tasks[task].total
+                if result.get("status") == "ok":
+                    self._progress.update(task, completed=total or 1, total=total or 1)
+                self._progress.refresh()
+        if not self._tasks:
+            self._stop_progress()
+        for result in data.get("results", []):
+            name = escape(str(result.get("name", "tool")))
+            if result.get("status") == "error":
+                self.console.print(f"[red]✗ {name} failed[/]"
+                                   + _response(result.get("response")))
+            else:
+                self.console.print(f"[green]✓ {name} answered[/]"
+                                   + _response(result.get("response")))
+
+    def _on_approval_required(self, data: dict[str, Any]) -> None:
+        self._end_draft()
+        args = data.get("args")
+        self.approvals.append(Approval(str(data.get("call_id", "")), str(data.get("name", "")),
+                                       data.get("args_sha256"), args))
+        shown = "" if args is None else f"({_short(args)})"
+        self.console.print(f"[magenta]? {escape(str(data.get('name')))}{escape(shown)} "
+                           "needs your approval[/]")
+
+    def _on_error(self, data: dict[str, Any]) -> None:
+        self._end_draft()
+        code = str(data.get("code", "internal"))
+        self.error, self.ended = code, True
+        label = "[yellow]stopped:[/]" if code == "cancelled" else "[bold red]error:[/]"
+        self.console.print(f"{label} {escape(error_words(code))} ({escape(code)})")
+
+    def _on_done(self, data: dict[str, Any]) -> None:
+        self._end_draft()
+        self.ended = True
+        usage = data.get("usage") or {}
+        self.console.print(f"[dim]tokens: {usage.get('input_tokens', 0)} in, "
+                           f"{usage.get('output_tokens', 0)} out[/]")
+
+    def _on_tool_emission(self, data: dict[str, Any]) -> None:
+        self._end_draft()
+        self.console.print(f"[dim]  {escape(str(data.get('text', '')))}[/]")
+
+    # -- notes and the end of a run that broke off ------------------------------------------
+
+    def note(self, markup: str) -> None:
+        """A line about the run (``stopping…``) between its frames; a draft in progress
+        goes on below it."""
+        if self._reasoning:
+            self._end_line()
+        if self._draft_author is not None and not self._broken:
+            self.console.print()
+            self._broken = True
+        self.console.print(markup)
+
+    def close(self) -> None:
+        """End what is open (a draft line, progress bars) after the stream stops."""
+        self._stop_progress()
+        self._end_draft()
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _write(self, text: str, style: str | None = None) -> None:
+        self.console.print(text, end="", markup=False, highlight=False, style=style,
+                           soft_wrap=True)
+        self.console.file.flush()
+
+    def _end_line(self) -> None:
+        self.console.print()
+        self._reasoning = False
+
+    def _end_draft(self) -> None:
+        if self._reasoning:
+            self._end_line()
+        if self._draft_author is not None:
+            if not self._broken:
+                self.console.print()
+            self._draft_author, self._draft, self._broken = None, "", False
+
+    def _stop_progress(self) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress = None
+            self._tasks.clear()
+
+
+def _short(value: Any, limit: int = 80) -> str:  # JSON from the wire
+    text = json.dumps(value, ensure_ascii=False)
+    if isinstance(value, dict):
+        text = text[1:-1]
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _response(value: Any) -> str:  # JSON from the wire
+    return "" if value is None else f" [dim]{escape(_short(value))}[/]"

@@ -1,0 +1,196 @@
+"""``headwater chat``'s side of the frame protocol (docs/frame-protocol.md), over httpx.
+
+It drives a gateway the way its page does: sessions with ``POST /sessions``,
+runs with ``POST /sessions/{sid}/runs`` read as a stream of typed SSE frames,
+Stop with ``POST /runs/{id}/cancel``, approvals answered with a new run whose
+body holds ``approvals``. Failures come out as :class:`GatewayError` with the
+gateway's error code (``network`` when it could not be reached).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+CONNECT_TIMEOUT = 10.0
+"""Seconds to connect to the gateway, and to wait for any answer but a stream's next frame."""
+
+READ_TIMEOUT = 120.0
+"""Seconds a run's stream may stay silent (the gateway sends heartbeats every 15 s)."""
+
+_CONFIG = re.compile(r'<script[^>]*id="headwater-config"[^>]*>(.*?)</script>', re.S)
+
+
+class GatewayError(Exception):
+    """The gateway refused a request, or could not be reached (``code`` says which)."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+@dataclass(slots=True)
+class Frame:
+    """One SSE frame of a run: its id, type (``delta``, ``message``, …) and data."""
+
+    id: str
+    type: str
+    data: dict[str, Any]  # the frame's JSON
+
+
+class RunStream:
+    """A run being read: its id (``X-Run-Id``) and its frames, in order."""
+
+    def __init__(self, run_id: str, response: httpx.Response) -> None:
+        self.run_id = run_id
+        self._response = response
+
+    async def frames(self) -> AsyncIterator[Frame]:
+        """The frames as they arrive; ends after the terminal frame or when the stream does.
+
+        Raises:
+            GatewayError: ``network`` when the connection broke.
+        """
+        fields: dict[str, str] = {}
+        data: list[str] = []
+        try:
+            async for line in self._response.aiter_lines():
+                if not line:
+                    if data:
+                        frame = Frame(fields.get("id", ""), fields.get("event", "message"),
+                                      json.loads("\n".join(data)))
+                        yield frame
+                        if frame.type in ("done", "error"):
+                            return
+                    fields, data = {}, []
+                    continue
+                if line.startswith(":"):
+                    continue  # a heartbeat
+                name, _, value = line.partition(":")
+                value = value[1:] if value.startswith(" ") else value
+                if name == "data":
+                    data.append(value)
+                else:
+                    fields[name] = value
+        except httpx.TransportError as exc:
+            raise GatewayError("network", f"the stream broke: {exc}") from None
+
+
+class GatewayClient:
+    """A gateway at ``base_url`` (``token``: sent as ``Authorization: Bearer``)."""
+
+    def __init__(self, base_url: str, token: str | None = None) -> None:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self.base_url = base_url.rstrip("/") + "/"
+        self._http = httpx.AsyncClient(
+            base_url=self.base_url, headers=headers, trust_env=False,
+            timeout=httpx.Timeout(CONNECT_TIMEOUT, read=READ_TIMEOUT))
+
+    async def aclose(self) -> None:
+        """Close the connections."""
+        await self._http.aclose()
+
+    async def _call(self, method: str, path: str, body: Any = None) -> Any:  # JSON in and out
+        try:
+            response = await self._http.request(method, path, json=body,
+                                                timeout=CONNECT_TIMEOUT)
+        except httpx.TransportError as exc:
+            raise GatewayError("network", f"cannot reach {self.base_url}: {exc}") from None
+        if response.is_error:
+            raise _refusal(response)
+        return None if response.status_code == 204 else response.json()
+
+    async def page_config(self) -> dict[str, Any]:  # the page's JSON
+        """What the gateway tells its page: ``agents`` (name, model), ``note``, … ;
+        empty when the app serves no page."""
+        try:
+            response = await self._http.get("", timeout=CONNECT_TIMEOUT)
+        except httpx.TransportError as exc:
+            raise GatewayError("network", f"cannot reach {self.base_url}: {exc}") from None
+        match = _CONFIG.search(response.text) if response.is_success else None
+        if match is None:
+            return {}
+        try:
+            found = json.loads(match.group(1))
+        except ValueError:
+            return {}
+        return found if isinstance(found, dict) else {}
+
+    async def check(self) -> None:
+        """One cheap call (``GET /sessions?limit=1``): the gateway answers and takes the token.
+
+        Raises:
+            GatewayError: ``network``, ``unauthorized``, …
+        """
+        await self._call("GET", "sessions?limit=1")
+
+    async def create_session(self, agent: str | None) -> dict[str, Any]:
+        """A new session (of ``agent``, else the gateway's first agent)."""
+        result: dict[str, Any] = await self._call("POST", "sessions",
+                                                  {"agent": agent} if agent else {})
+        return result
+
+    async def get_session(self, session_id: str) -> dict[str, Any]:
+        """One session of the caller's (``not_found`` for another user's)."""
+        result: dict[str, Any] = await self._call("GET", f"sessions/{session_id}")
+        return result
+
+    async def history(self, session_id: str) -> list[dict[str, Any]]:
+        """Every stored event of the session, oldest first."""
+        items: list[dict[str, Any]] = []
+        cursor: str | None = None
+        while True:
+            query = f"?limit=200&cursor={cursor}" if cursor else "?limit=200"
+            page = await self._call("GET", f"sessions/{session_id}/events{query}")
+            items += page["items"]
+            cursor = page.get("next_cursor")
+            if not cursor:
+                return items
+
+    async def cancel(self, run_id: str) -> None:
+        """Stop a run (its stream ends with ``error`` ``cancelled``); a run that has
+        already ended is no error."""
+        try:
+            await self._call("POST", f"runs/{run_id}/cancel")
+        except GatewayError as exc:
+            if exc.code != "not_found":
+                raise
+
+    @asynccontextmanager
+    async def run(self, session_id: str, body: dict[str, Any]) -> AsyncIterator[RunStream]:
+        """Start a run (``body``: ``message`` or ``approvals``) and hold its stream open.
+
+        Leaving the block closes the stream; a run that has not ended then stops
+        (the gateway cancels a run whose only reader went away).
+
+        Raises:
+            GatewayError: the run was refused (``session_busy``, ``not_found``, …) or
+                the gateway could not be reached.
+        """
+        request = self._http.build_request("POST", f"sessions/{session_id}/runs", json=body)
+        try:
+            response = await self._http.send(request, stream=True)
+        except httpx.TransportError as exc:
+            raise GatewayError("network", f"cannot reach {self.base_url}: {exc}") from None
+        try:
+            if response.is_error:
+                await response.aread()
+                raise _refusal(response)
+            yield RunStream(response.headers.get("X-Run-Id", ""), response)
+        finally:
+            await response.aclose()
+
+
+def _refusal(response: httpx.Response) -> GatewayError:
+    try:
+        error = response.json()["error"]
+        return GatewayError(str(error["code"]), str(error.get("message", "")))
+    except (ValueError, KeyError, TypeError):
+        return GatewayError("internal", f"HTTP {response.status_code}")
