@@ -49,7 +49,7 @@ def test_demo_terminal_runs_on_sqlite_and_the_scripted_model(tmp_path: Path,
 
 # -- help -----------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("command", [[], ["demo"], ["run"], ["sessions"], ["serve"]])
+@pytest.mark.parametrize("command", [[], ["demo"], ["chat"], ["run"], ["sessions"], ["serve"]])
 def test_help_is_quick_and_documents_every_option(command: list[str], tmp_path: Path,
                                                   env: dict[str, str]) -> None:
     hw(*command, "--help", cwd=tmp_path, env=env)  # warm the file cache
@@ -59,7 +59,7 @@ def test_help_is_quick_and_documents_every_option(command: list[str], tmp_path: 
     assert result.returncode == 0, result.stderr
     assert elapsed < 1.0  # measured about 0.15 s; the bound only catches eager imports
     assert "--help" in result.stdout
-    if command in ([], ["demo"], ["run"]):
+    if command in ([], ["demo"], ["chat"], ["run"], ["serve"]):
         assert "OPENAI_API_KEY" in result.stdout and "ANTHROPIC_API_KEY" in result.stdout
 
 
@@ -67,19 +67,22 @@ def test_every_command_and_option_has_help() -> None:
     parser = _parser()
     commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     documented = {c.dest: c.help for c in commands._choices_actions}
-    assert set(documented) == set(commands.choices) == {"demo", "run", "sessions", "serve"}
+    assert set(documented) == set(commands.choices) == {"demo", "chat", "run", "sessions",
+                                                        "serve"}
     assert all(documented.values())
     for name, sub in [("headwater", parser), *commands.choices.items()]:
         missing = [a.dest for a in sub._actions if not a.help and a.dest != "command"]
         assert not missing, f"{name}: options without help: {missing}"
 
 
-def test_help_does_not_import_the_kit(tmp_path: Path, env: dict[str, str]) -> None:
+@pytest.mark.parametrize("command", [[], ["chat"]])
+def test_help_does_not_import_the_kit(command: list[str], tmp_path: Path,
+                                      env: dict[str, str]) -> None:
     result = subprocess.run(
         [sys.executable, "-c", "import sys; from headwater.cli import main\n"
-         "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+         f"try:\n    main({[*command, '--help']!r})\nexcept SystemExit:\n    pass\n"
          "print(sorted(m for m in sys.modules if m.startswith(('sqlalchemy', 'pydantic', "
-         "'headwater.runner', 'fastapi'))))"],
+         "'headwater.runner', 'fastapi', 'rich', 'httpx'))))"],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=30, check=False)
     assert result.stdout.strip().splitlines()[-1] == "[]", result.stderr
 
@@ -154,6 +157,34 @@ def test_an_unknown_model_and_a_missing_key(tmp_path: Path, env: dict[str, str])
     line = one_line_error(hw("demo", "--no-browser", cwd=tmp_path,
                              env={**env, "HEADWATER_MODEL": "openai:gpt-4o-mini"}))
     assert "set OPENAI_API_KEY" in line
+
+
+def test_serve_model(tmp_path: Path, env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    from headwater.gateway.serve import load_target
+    from headwater.models import DemoModel
+
+    (tmp_path / "own_model.py").write_text(
+        "from headwater import Agent\nfrom headwater.testing import ScriptedModel\n"
+        "agent = Agent(name='clerk', model=ScriptedModel(model='own'))\n"
+        "agents = [agent, Agent(name='other', model=ScriptedModel(model='own'))]\n"
+        "from headwater.gateway import create_app\napp = create_app(agents)\n")
+    line = one_line_error(hw("serve", "own_model:app", "--model", "demo", cwd=tmp_path,
+                             env=env))
+    assert "--model applies to an Agent or a list of agents; own_model:app is an app" in line
+    line = one_line_error(hw("serve", "own_model:agent", "--model", "nope:x", cwd=tmp_path,
+                             env=env))
+    assert "unknown model provider 'nope'" in line
+    line = one_line_error(hw("serve", "own_model:agent", "--model", "anthropic:claude",
+                             cwd=tmp_path, env={k: v for k, v in env.items()
+                                                if k != "ANTHROPIC_API_KEY"}))
+    assert "set ANTHROPIC_API_KEY" in line
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    app = load_target("own_model:agent")
+    assert app.state.gateway.runners["clerk"].agent.model.model == "own"
+    app = load_target("own_model:agents", "demo:demo")
+    models = [runner.agent.model for runner in app.state.gateway.runners.values()]
+    assert len(models) == 2 and all(isinstance(m, DemoModel) for m in models)
 
 
 # -- sessions -------------------------------------------------------------------------------------

@@ -18,20 +18,32 @@ from ._common import DEMO_APP, DEMO_USER
 from ._common import CommandError as CommandError
 from ._demo import demo_app as demo_app
 
-MODELS_EPILOG = """\
-models:
-  --model (or HEADWATER_MODEL) takes a model string; without one the agents run
-  on the offline demo model ("demo": scripted, keyword-driven, no key).
-    openai:gpt-4o-mini                    needs OPENAI_API_KEY
-    anthropic:claude-3-5-haiku-latest     needs ANTHROPIC_API_KEY
-    openai-compatible:<model>@<url>  Ollama, vLLM, llama.cpp (OPENAI_COMPATIBLE_API_KEY if needed)
-    demo                                  the offline demo model
+MODEL_STRINGS = """\
+    openai:gpt-4o-mini                 needs OPENAI_API_KEY (OPENAI_BASE_URL: another root)
+    anthropic:claude-3-5-haiku-latest  needs ANTHROPIC_API_KEY
+    openai-compatible:<model>@<url>    Ollama, vLLM, llama.cpp, …
+                                       (OPENAI_COMPATIBLE_API_KEY if the server wants one)
+    demo                               the offline demo model (scripted, no key)
+"""
 
+ENVIRONMENT = """\
 environment:
   HEADWATER_DATABASE_URL   session store (default sqlite+aiosqlite:///.headwater/sessions.db)
   HEADWATER_MODEL          model string (see above)
   HEADWATER_DEMO_WORD_DELAY  seconds between the demo model's words (default 0.03)
 """
+
+MODELS_EPILOG = """\
+models:
+  --model (or HEADWATER_MODEL) takes a model string; without one the agents run
+  on the offline demo model ("demo": scripted, keyword-driven, no key).
+""" + MODEL_STRINGS + "\n" + ENVIRONMENT
+
+SERVE_EPILOG = """\
+models:
+  Served agents run on their own models; --model puts every agent of an Agent or
+  a list of agents on one model string instead (HEADWATER_MODEL is not read here).
+""" + MODEL_STRINGS
 
 CHAT_EPILOG = """\
 in the chat:
@@ -82,11 +94,11 @@ def _parser() -> argparse.ArgumentParser:
     chat = commands.add_parser(
         "chat", formatter_class=formatter, epilog=CHAT_EPILOG + "\n" + MODELS_EPILOG,
         help="chat with the agents in the terminal (the demo's, or a gateway's at --url)",
-        description="An interactive chat in the terminal. Without --url it serves the demo's "
-                    "agents (support, docs, deploy, market; SQLite under .headwater/; the "
-                    "offline demo model or --model) on a free 127.0.0.1 port and talks to "
-                    "them over HTTP; with --url it talks to a running gateway. Answers "
-                    "stream as they come, tools show their progress, approvals are asked "
+        description="An interactive chat in the terminal. Without --url it serves the demo's\n"
+                    "agents (support, docs, deploy, market; SQLite under .headwater/; the\n"
+                    "offline demo model or --model) on a free 127.0.0.1 port and talks to\n"
+                    "them over HTTP; with --url it talks to a running gateway. Answers\n"
+                    "stream as they come, tools show their progress, approvals are asked\n"
                     "inline.")
     chat.add_argument("--agent", default=None, metavar="NAME",
                       help="the agent to talk to (default: the gateway's first; the demo's "
@@ -127,7 +139,8 @@ def _parser() -> argparse.ArgumentParser:
     sessions.add_argument("--user", default=DEMO_USER, help="user id (default: %(default)s)")
 
     serve = commands.add_parser(
-        "serve", help="serve an app, an agent or a list of agents over HTTP (uvicorn)",
+        "serve", formatter_class=formatter, epilog=SERVE_EPILOG,
+        help="serve an app, an agent or a list of agents over HTTP (uvicorn)",
         description="Serve module:attr (a FastAPI/ASGI app, an Agent or a list of agents).")
     serve.add_argument("target", help="module:attr naming a FastAPI/ASGI app, an Agent "
                                       "or a list of agents")
@@ -136,6 +149,10 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--reload", action="store_true", help="restart on code changes")
     serve.add_argument("--insecure-dev", action="store_true",
                        help="allow a gateway without auth on a non-loopback address")
+    serve.add_argument("--model", default=None, metavar="M",
+                       help="run every served agent on this model string, e.g. "
+                            "openai:gpt-4o-mini (an Agent or a list of agents only; default: "
+                            "each agent's own model)")
     serve.add_argument("--log-level", default="info",
                        choices=["critical", "error", "warning", "info", "debug"],
                        help="uvicorn's log level (default: %(default)s)")

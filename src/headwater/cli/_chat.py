@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import signal
+import sys
 from collections.abc import Coroutine
 from typing import Any
 from urllib.parse import urlsplit
@@ -83,8 +85,6 @@ def _checked_url(url: str) -> str:
 
 
 def _chat(args: Any, url: str, server: str | None) -> int:
-    with contextlib.suppress(ImportError):
-        import readline  # noqa: F401  (line editing and history for input())
     console = Console(highlight=False)
     loop = asyncio.new_event_loop()
     client = GatewayClient(url, args.token)
@@ -157,12 +157,12 @@ class Chat:
         return f" · model {escape(str(model))}" if model else ""
 
     def _show_history(self, items: list[dict[str, Any]]) -> None:
-        shown = [i for i in items if i.get("text") and i.get("final", True)][-10:]
+        shown = [i for i in items if i.get("text")][-10:]
         self.console.print(f"[dim]session {escape(str(self.session_id))}: {len(items)} events"
                            + (", the last messages:" if shown else "") + "[/]")
         for item in shown:
             author = "you" if item.get("role") == "user" else str(item.get("author"))
-            self.console.print(f"[dim]{escape(author)}> {escape(str(item['text']))}[/]")
+            self.console.print(f"[dim]  {escape(author)}: {escape(str(item['text']))}[/]")
 
     # -- the prompt --------------------------------------------------------------------------
 
@@ -170,7 +170,7 @@ class Chat:
         """Read messages and commands until the user leaves; returns 0."""
         while True:
             try:
-                line = self.console.input("[bold green]you>[/] ").strip()
+                line = self._input("[bold green]you>[/] ").strip()
             except (EOFError, KeyboardInterrupt):
                 self.console.print()
                 break
@@ -185,6 +185,24 @@ class Chat:
             self.console.print(f"[dim]session {escape(self.session_id)} · resume with "
                                f"headwater chat --session {escape(self.session_id)}[/]")
         return 0
+
+    def _input(self, markup: str) -> str:
+        """A line from the user after a styled prompt.
+
+        The prompt goes to ``input()`` (not printed before it, as ``Console.input``
+        does), so readline draws it once the terminal is ready for editing: a key
+        pressed as soon as the prompt shows is never lost.
+
+        Raises:
+            EOFError: Ctrl-D.
+            KeyboardInterrupt: Ctrl-C.
+        """
+        with self.console.capture() as captured:
+            self.console.print(markup, end="")
+        prompt = captured.get()
+        if sys.stdin.isatty() and sys.stdout.isatty() and _line_editing():  # readline counts the prompt's width without its escapes
+            prompt = _ESCAPE.sub("\x01\\g<0>\x02", prompt)
+        return input(prompt)
 
     def _command(self, line: str) -> bool:
         """Do a slash command; ``False`` to leave."""
@@ -240,7 +258,7 @@ class Chat:
         question = f"[magenta]Approve {escape(approval.name)}? \\[y/n][/] "
         while True:
             try:
-                answer = self.console.input(question).strip().lower()
+                answer = self._input(question).strip().lower()
             except (EOFError, KeyboardInterrupt):
                 self.console.print("\n[dim]denied[/]")
                 return False
@@ -305,6 +323,18 @@ class Chat:
             task.cancel()  # the server cannot be told: closing the stream stops the run
             return
         self.loop.call_later(STOP_TIMEOUT, task.cancel)
+
+
+_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def _line_editing() -> bool:
+    """Load readline (line editing and history for ``input()``) where there is one."""
+    try:
+        import readline  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def _pending_approvals(items: list[dict[str, Any]]) -> list[Approval]:

@@ -11,6 +11,12 @@ def serve_command(args: Any) -> int:  # argparse.Namespace
     from ..settings import get_settings
 
     get_settings()  # a bad HEADWATER_* setting fails here, in words
+    model = args.model
+    if model is not None:
+        from ._models import resolve_model
+
+        resolve_model(model)  # an unknown provider or a missing key fails here, in words
+        model = "demo:demo" if model == "demo" else model
     serve(args.target, host=args.host, port=args.port, reload=args.reload,
-          insecure_dev=args.insecure_dev, log_level=args.log_level)
+          insecure_dev=args.insecure_dev, log_level=args.log_level, model=model)
     return 0

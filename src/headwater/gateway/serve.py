@@ -13,6 +13,7 @@ import uvicorn
 
 from ..agents.agent import Agent
 from ..errors import UserError
+from ..models.registry import get_model
 from ..settings import get_settings
 from .app import create_app
 from .auth import is_loopback
@@ -22,13 +23,22 @@ from .logs import log_config
 TARGET_ENV = "HEADWATER_SERVE_TARGET"
 """Where ``--reload`` passes the target to the worker it restarts."""
 
+MODEL_ENV = "HEADWATER_SERVE_MODEL"
+"""Where ``--reload`` passes ``--model`` to the worker it restarts."""
 
-def load_target(spec: str) -> Any:
+
+def load_target(spec: str, model: str | None = None) -> Any:
     """The ASGI app named by ``module:attr`` (an agent or a list of agents becomes a gateway).
 
+    Args:
+        spec: ``module:attr``.
+        model: a model string (``"openai:gpt-4o-mini"``) every served agent runs on
+            instead of its own; only for an Agent or a list of agents.
+
     Raises:
-        UserError: the spec is malformed, the module or attribute is missing, or
-            the attribute is neither an ASGI app nor agents.
+        UserError: the spec is malformed, the module or attribute is missing, the
+            attribute is neither an ASGI app nor agents, ``model`` is given for an
+            app, or ``model`` cannot be resolved.
     """
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
@@ -47,19 +57,31 @@ def load_target(spec: str) -> Any:
             raise UserError(f"module {module_name!r} has no attribute {attr!r}")
         target = getattr(target, name)
     if isinstance(target, Agent):
-        return create_app(target)
+        return create_app(_on_model([target], model)[0])
     if isinstance(target, Sequence) and not isinstance(target, str) and target and all(
             isinstance(a, Agent) for a in target):
-        return create_app(list(target))
+        return create_app(_on_model(list(target), model))
     if callable(target):
+        if model is not None:
+            raise UserError(f"--model applies to an Agent or a list of agents; {spec} is an "
+                            "app, whose agents choose their own models")
         return target
     raise UserError(f"{spec} is {type(target).__name__}: expected an ASGI app, an Agent "
                     "or a list of agents")
 
 
+def _on_model(agents: list[Agent], model: str | None) -> list[Agent]:
+    """``agents``, each set to run on ``model`` (resolved once) when one is given."""
+    if model is not None:
+        resolved = get_model(model)
+        for agent in agents:
+            agent.model = resolved
+    return agents
+
+
 def app_from_env() -> Any:
     """The app of ``$HEADWATER_SERVE_TARGET`` (the factory ``--reload`` workers call)."""
-    return load_target(os.environ[TARGET_ENV])
+    return load_target(os.environ[TARGET_ENV], os.environ.get(MODEL_ENV))
 
 
 def check_bind(app: Any, host: str, insecure_dev: bool) -> None:
@@ -78,17 +100,19 @@ def check_bind(app: Any, host: str, insecure_dev: bool) -> None:
 
 
 def serve(spec: str, *, host: str = "127.0.0.1", port: int = 8000, reload: bool = False,
-          insecure_dev: bool = False, log_level: str = "info") -> None:
+          insecure_dev: bool = False, log_level: str = "info", model: str | None = None) -> None:
     """Run ``spec`` under uvicorn until it is stopped (SIGINT, SIGTERM).
 
     Raises:
         UserError: as :func:`load_target` and :func:`check_bind`.
     """
-    app = load_target(spec)
+    app = load_target(spec, model)
     check_bind(app, host, insecure_dev)
     grace = max(1, math.ceil(get_settings().shutdown_grace))
     if reload:
         os.environ[TARGET_ENV] = spec
+        if model is not None:
+            os.environ[MODEL_ENV] = model
         uvicorn.run("headwater.gateway.serve:app_from_env", factory=True, host=host, port=port,
                     reload=True, log_level=log_level, timeout_graceful_shutdown=grace,
                     log_config=log_config(log_level), access_log=False)

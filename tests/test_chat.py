@@ -1,0 +1,323 @@
+"""``headwater chat`` in a pseudo-terminal, as a person uses it.
+
+Each test runs ``python -m headwater chat`` under pexpect in a temporary
+directory (its SQLite file under .headwater/), on the embedded demo app or
+against a real ``headwater serve`` on a loopback port, and reads what the
+terminal shows (ANSI styling stripped for the checks).
+"""
+
+from __future__ import annotations
+
+import io
+import re
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+pexpect = pytest.importorskip("pexpect")
+
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(sys.platform == "win32", reason="needs a POSIX pty")]
+
+PROMPT = r"you>(?:\x01?\x1b\[[0-9;]*m\x02?)* "
+ANSWER_1042 = "Order 1042 shipped on 30 September and is due Monday."
+TIMEOUT = 30  # generous: a loaded 2-core machine; expect() returns as soon as the text shows
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|[\x01\x02]")
+
+
+@pytest.fixture
+def env(child_env: dict[str, str]) -> dict[str, str]:
+    """No HEADWATER_* or provider keys from outside; the demo model quick; a colour terminal."""
+    clean = {k: v for k, v in child_env.items()
+             if not k.startswith("HEADWATER_") and not k.endswith("_API_KEY")}
+    return {**clean, "HEADWATER_DEMO_WORD_DELAY": "0.002", "TERM": "xterm-256color",
+            "COLUMNS": "120", "LINES": "40"}
+
+
+class Terminal:
+    """A ``headwater chat`` child in a pty, and everything it has shown."""
+
+    def __init__(self, args: list[str], cwd: Path, env: dict[str, str]) -> None:
+        self.log = io.StringIO()
+        self.child = pexpect.spawn(sys.executable, ["-m", "headwater", "chat", *args],
+                                   cwd=str(cwd), env=env, encoding="utf-8", timeout=TIMEOUT,
+                                   dimensions=(40, 120))
+        self.child.logfile_read = self.log
+
+    def expect(self, pattern: str) -> str:
+        """Wait for ``pattern`` (a regex); returns what came before it, unstyled."""
+        self.child.expect(pattern)
+        return plain(self.child.before)
+
+    def say(self, text: str) -> str:
+        """Send a line and wait for the next prompt; returns what the run showed, unstyled."""
+        self.child.sendline(text)
+        return self.expect(PROMPT)
+
+    @property
+    def shown(self) -> str:
+        return plain(self.log.getvalue())
+
+    def exit_code(self) -> int:
+        self.child.expect(pexpect.EOF)
+        self.child.close()
+        status: int = self.child.exitstatus
+        return status
+
+    def close(self) -> None:
+        if self.child.isalive():
+            self.child.terminate(force=True)
+
+
+def plain(text: str) -> str:
+    return _ANSI.sub("", text).replace("\r\n", "\n")
+
+
+@pytest.fixture
+def terminals() -> Iterator[list[Terminal]]:
+    opened: list[Terminal] = []
+    yield opened
+    for terminal in opened:
+        terminal.close()
+
+
+def chat(terminals: list[Terminal], *args: str, cwd: Path, env: dict[str, str]) -> Terminal:
+    terminal = Terminal(list(args), cwd, env)
+    terminals.append(terminal)
+    return terminal
+
+
+def hw(*args: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "headwater", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=60, check=False)
+
+
+def session_of(shown: str) -> str:
+    found = re.findall(r"new session ([0-9a-f]+) ", shown)
+    assert found, shown
+    return found[-1]
+
+
+# -- the embedded demo ---------------------------------------------------------------------------
+
+def test_an_answer_is_shown_once(tmp_path: Path, env: dict[str, str],
+                                 terminals: list[Terminal]) -> None:
+    term = chat(terminals, cwd=tmp_path, env=env)
+    banner = term.expect(PROMPT)
+    assert "embedded server http://127.0.0.1:" in banner
+    assert "agent support · model demo" in banner
+    shown = term.say("Where is order 1042?")
+    assert "→ calls lookup_order" in shown
+    assert "✓ lookup_order answered" in shown
+    assert f"support> {ANSWER_1042}\n" in shown
+    assert shown.count("Order 1042") == 1  # streamed once; the message frame replaced the draft
+    assert re.search(r"tokens: \d+ in, \d+ out", shown)
+    term.child.sendeof()
+    assert term.exit_code() == 0
+    assert (tmp_path / ".headwater" / "sessions.db").is_file()
+    assert f"headwater chat --session {session_of(term.shown)}" in term.shown.replace("\n", " ")
+
+
+def test_an_approval_is_asked_and_the_deploy_reports_progress(
+        tmp_path: Path, env: dict[str, str], terminals: list[Terminal]) -> None:
+    term = chat(terminals, "--agent", "deploy", cwd=tmp_path, env=env)
+    term.expect(PROMPT)
+    term.child.sendline("Deploy version 2 to staging")
+    asked = term.expect(r"Approve deploy\? \[y/n\]")
+    assert "→ calls deploy" in asked and "deploy needs your approval" in asked
+    shown = term.say("y")
+    assert "5/5 verify" in shown and "100%" in shown  # the bar, full
+    assert "✓ deploy answered" in shown
+    assert "deploy> Version 2 is live on staging (live)." in shown
+    assert shown.count("is live on staging") == 1
+    # No: the tool does not run, and the model is told.
+    term.child.sendline("Deploy version 3 to production")
+    term.expect(r"Approve deploy\? \[y/n\]")
+    term.child.sendline("maybe")  # asked again until it is a yes or a no
+    term.expect(r"Approve deploy\? \[y/n\]")
+    shown = term.say("n")
+    assert "the deploy call was denied" in shown
+    assert "3/5" not in shown
+    term.child.sendline("/quit")
+    assert term.exit_code() == 0
+
+
+def test_ctrl_c_stops_the_run_and_the_chat_goes_on(tmp_path: Path, env: dict[str, str],
+                                                   terminals: list[Terminal]) -> None:
+    env = {**env, "HEADWATER_DEMO_WORD_DELAY": "0.05"}  # the story takes ~35 s at this pace
+    term = chat(terminals, cwd=tmp_path, env=env)
+    term.expect(PROMPT)
+    term.child.sendline("Tell me a long story")
+    term.expect("Once upon a time")
+    started = time.monotonic()
+    term.child.sendintr()
+    term.expect(r"stopped:(?:\x1b\[[0-9;]*m)* The run was cancelled\. \(cancelled\)")
+    term.expect(PROMPT)
+    assert time.monotonic() - started < 10
+    shown = term.say("Where is order 1042?")  # still running, and the session takes a run
+    assert ANSWER_1042 in shown
+    assert "word for word" not in term.shown  # the story's end never came
+    term.child.sendintr()  # Ctrl-C at the prompt leaves
+    assert term.exit_code() == 0
+    session = session_of(term.shown)
+    history = hw("sessions", "show", session, cwd=tmp_path, env=env)
+    assert history.returncode == 0, history.stderr
+    lines = history.stdout.splitlines()
+    assert lines[1].endswith("user: Tell me a long story")
+    assert "support: Once upon a time" in lines[2]
+    assert lines[3].endswith("support: error cancelled")
+    assert lines[4].endswith("user: Where is order 1042?")
+    assert lines[-1].endswith(f"support: {ANSWER_1042}")
+
+
+def test_slash_commands_and_going_on_with_a_session(tmp_path: Path, env: dict[str, str],
+                                                    terminals: list[Terminal]) -> None:
+    term = chat(terminals, cwd=tmp_path, env=env)
+    term.expect(PROMPT)
+    listed = term.say("/agents")
+    assert "* support · model demo" in listed and "  deploy · model demo" in listed
+    assert "agent docs" in term.say("/agent docs")
+    shown = term.say("Search the docs for streaming")
+    assert "search_docs" in shown and "100%" in shown
+    assert "I found 3 pages about streaming" in shown
+    session = session_of(shown)
+    assert session in term.say("/session")
+    assert "no agent named 'nobody'" in term.say("/agent nobody")
+    assert "unknown command" in term.say("/dance")
+    term.child.sendline("/quit")
+    assert term.exit_code() == 0
+
+    again = chat(terminals, "--session", session, cwd=tmp_path, env=env)
+    banner = again.expect(PROMPT)
+    assert "agent docs" in banner
+    assert f"session {session}: 4 events" in banner
+    assert "  you: Search the docs for streaming" in banner
+    shown = again.say("Search the docs for approval")
+    assert "new session" not in shown  # the same session goes on
+    assert "I found 1 pages about approval: Approval gates." in shown
+    again.child.sendeof()
+    assert again.exit_code() == 0
+
+
+# -- a gateway at --url --------------------------------------------------------------------------
+
+APP_FILE = '''
+from headwater.cli import demo_app
+from headwater.models import DemoModel
+
+app = demo_app("sqlite+aiosqlite:///served.db", DemoModel())
+'''
+
+AUTH_FILE = '''
+from headwater import Agent
+from headwater.gateway import StaticTokenAuth, create_app
+from headwater.models import DemoModel
+
+app = create_app(Agent(name="clerk", model=DemoModel(), instruction="Help."),
+                 auth=StaticTokenAuth({"s3cret": "ann"}))
+'''
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+@pytest.fixture
+def served(tmp_path: Path, env: dict[str, str]) -> Iterator[str]:
+    """``headwater serve`` of two apps (the demo's; one with a token) on loopback ports."""
+    import httpx
+
+    (tmp_path / "served_app.py").write_text(APP_FILE)
+    (tmp_path / "auth_app.py").write_text(AUTH_FILE)
+    children = []
+    urls = []
+    for target in ("served_app:app", "auth_app:app"):
+        port = free_port()
+        log = (tmp_path / f"{target}.log").open("wb")
+        children.append((subprocess.Popen(
+            [sys.executable, "-m", "headwater", "serve", target, "--port", str(port),
+             "--log-level", "warning"], cwd=tmp_path, env=env, stdout=log,
+            stderr=subprocess.STDOUT), log))
+        urls.append(f"http://127.0.0.1:{port}")
+    try:
+        for url in urls:
+            deadline = time.monotonic() + TIMEOUT
+            while True:
+                try:
+                    if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                assert time.monotonic() < deadline, "the server did not start"
+                time.sleep(0.05)
+        yield " ".join(urls)
+    finally:
+        for child, log in children:
+            child.terminate()
+            child.wait(timeout=20)
+            log.close()
+
+
+def test_chat_with_a_running_gateway(tmp_path: Path, env: dict[str, str], served: str,
+                                     terminals: list[Terminal]) -> None:
+    demo_url, auth_url = served.split()
+    work = tmp_path / "elsewhere"
+    work.mkdir()
+    term = chat(terminals, "--url", demo_url, cwd=work, env=env)
+    banner = term.expect(PROMPT)
+    assert f"gateway {demo_url}/" in banner and "embedded" not in banner
+    shown = term.say("Where is order 1042?")
+    assert shown.count("Order 1042") == 1 and ANSWER_1042 in shown
+    term.say("/agent deploy")
+    term.child.sendline("Deploy version 2 to staging")
+    term.expect(r"Approve deploy\?")
+    shown = term.say("yes")
+    assert "100%" in shown and "Version 2 is live on staging" in shown
+    term.child.sendeof()
+    assert term.exit_code() == 0
+    assert not (work / ".headwater").exists()  # the gateway's store, not one of the chat's
+    assert (tmp_path / "served.db").is_file()
+
+    term = chat(terminals, "--url", auth_url, "--token", "s3cret", cwd=work, env=env)
+    assert "agent clerk" in term.expect(PROMPT)
+    assert "I am the demo model" in term.say("hello")
+    term.child.sendeof()
+    assert term.exit_code() == 0
+
+    refused = hw("chat", "--url", auth_url, "--token", "wrong", cwd=work, env=env)
+    assert one_line_error(refused).startswith("headwater chat: The server refused the token. "
+                                              "(unauthorized)")
+
+
+# -- bad input: one line, exit code 2 ------------------------------------------------------------
+
+def one_line_error(result: subprocess.CompletedProcess[str]) -> str:
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    return lines[0]
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (["--model", "nope:x"], "unknown model provider 'nope'"),
+    (["--model", "openai:gpt-4o-mini"], "set OPENAI_API_KEY"),
+    (["--model", "anthropic:claude-3-5-haiku-latest"], "set ANTHROPIC_API_KEY"),
+    (["--agent", "nobody"], "no agent named 'nobody'; this gateway serves support, docs, "
+                            "deploy, market"),
+    (["--session", "0123"], "(not_found)"),
+    (["--url", "ftp://example.org"], "--url must be an http:// or https:// URL"),
+    (["--url", "http://127.0.0.1:9", "--model", "demo"], "--model configures the embedded"),
+    (["--url", "http://127.0.0.1:9"], "cannot reach http://127.0.0.1:9/"),
+])
+def test_bad_input(args: list[str], says: str, tmp_path: Path, env: dict[str, str]) -> None:
+    line = one_line_error(hw("chat", *args, cwd=tmp_path, env=env))
+    assert line.startswith("headwater chat: ") and says in line, line
