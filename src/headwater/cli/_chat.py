@@ -200,7 +200,8 @@ class Chat:
         with self.console.capture() as captured:
             self.console.print(markup, end="")
         prompt = captured.get()
-        if sys.stdin.isatty() and sys.stdout.isatty() and _line_editing():  # readline counts the prompt's width without its escapes
+        # readline counts the prompt's width without its escapes, marked \x01…\x02
+        if sys.stdin.isatty() and sys.stdout.isatty() and _line_editing():
             prompt = _ESCAPE.sub("\x01\\g<0>\x02", prompt)
         return input(prompt)
 
