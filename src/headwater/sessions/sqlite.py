@@ -10,6 +10,14 @@ inside its own ``SAVEPOINT``: one that fails rolls back alone and its caller
 alone gets the error. Reads run on a small pool of reader connections in their
 own threads (WAL readers never wait for the writer).
 
+The hand-over to the thread and back costs two thread wake-ups, often more than
+the transaction itself. So when nothing is queued or unreported, no other
+session's writes interleave, no read is under way and the database's lock is
+free at once, the caller's thread runs the transaction whole instead
+(``Settings.sqlite_inline_writes``): same connection, same steps, same order,
+no wait on the event loop (the lock is tried without waiting, and a commit that
+syncs to disk never runs there).
+
 A caller's cancellation cannot leave a transaction or lock open: the work is
 already the thread's, which finishes it (or rolls it back) whatever the caller
 does, and hands the outcome back to the caller's loop.
