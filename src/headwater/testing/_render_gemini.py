@@ -67,6 +67,8 @@ def _partial_args(arguments: dict[str, Any], fragments: int) -> list[list[dict[s
     """One ``partialArgs`` list per chunk: each leaf, strings in ``fragments`` pieces."""
     chunks: list[list[dict[str, Any]]] = []
     for path, value in _leaves(arguments, "$"):
+        if path == "$":  # no arguments: nothing to stream
+            continue
         if isinstance(value, str):
             pieces = _pieces(value, fragments) if value else []
             chunks += [[{"jsonPath": path, "stringValue": p, "willContinue": True}]
