@@ -84,6 +84,10 @@ def split_inside_characters(body: bytes) -> list[bytes]:
     return pieces
 
 
+def load(sse: Path) -> tuple[bytes, dict[str, Any]]:
+    return sse.read_bytes(), json.loads(sse.with_suffix(".json").read_text())
+
+
 CUT_SHORT = {"MAX_TOKENS", "SAFETY", "MALFORMED_FUNCTION_CALL", "RECITATION"}
 
 
@@ -91,8 +95,7 @@ CUT_SHORT = {"MAX_TOKENS", "SAFETY", "MALFORMED_FUNCTION_CALL", "RECITATION"}
 @pytest.mark.parametrize("reads", ["utf8-and-crlf-cuts", "one-event-per-read"])
 async def test_recorded_stream_through_the_adapter(sse: Path, reads: str, provider: FakeProvider,
                                                    client: httpx.AsyncClient) -> None:
-    body = sse.read_bytes()
-    sidecar = json.loads(sse.with_suffix(".json").read_text())
+    body, sidecar = load(sse)
     expected = sidecar["expected"]
     assert sidecar["sha256"] and (sidecar.get("source") or "synthesized" in sidecar["provenance"])
     pieces = split_inside_characters(body) if reads != "one-event-per-read" else split_events(body)
@@ -140,7 +143,7 @@ async def test_recorded_stream_through_the_adapter(sse: Path, reads: str, provid
 
 async def test_signatures_stay_on_the_parts_they_came_with(provider: FakeProvider,
                                                            client: httpx.AsyncClient) -> None:
-    body = (FIXTURES / "gm02-gemini3pro-tool-call-signature.sse").read_bytes()
+    body, _ = load(FIXTURES / "gm02-gemini3pro-tool-call-signature.sse")
     recorded = json.loads(split_events(body)[0][len(b"data: "):])
     signature = recorded["candidates"][0]["content"]["parts"][0]["thoughtSignature"]
     provider.enqueue(Scenario(body=body))
@@ -418,7 +421,7 @@ def test_any_split_of_a_gemini_body_aggregates_the_same(
     pieces = [body[a:b] for a, b in itertools.pairwise([0, *cuts, len(body)])]
     assert aggregate(pieces)[1:] == whole[1:]
     assert whole[0] == "".join(thoughts) + "".join(text)  # the partials carry every delta
-    streamed, parts, reason, _, error = whole
+    _, parts, reason, _, error = whole
     assert reason == "STOP" and error is None
     calls = [p[3] for p in parts if p[3]]
     assert calls == [("gemini-hwFakeResponse0001-0", "f", args),

@@ -166,9 +166,9 @@ def to_contents(contents: list[Content]) -> list[dict[str, Any]]:  # raw wire JS
             out[-1]["parts"].extend(parts)
         else:
             out.append({"role": role, "parts": parts})
-    for content in out:
-        if content["role"] == "model":
-            first = next((p for p in content["parts"] if "functionCall" in p), None)
+    for turn in out:
+        if turn["role"] == "model":
+            first = next((p for p in turn["parts"] if "functionCall" in p), None)
             if first is not None:
                 first.setdefault("thoughtSignature", SKIP_SIGNATURE)
     return out

@@ -130,7 +130,7 @@ def render_gemini(
         counts["totalTokenCount"] = sum(
             counts.get(k, 0) for k in ("promptTokenCount", "candidatesTokenCount",
                                        "thoughtsTokenCount", "toolUsePromptTokenCount"))
-    tail = {"modelVersion": model, "responseId": response_id}
+    tail: dict[str, Any] = {"modelVersion": model, "responseId": response_id}
     if counts:
         tail = {"usageMetadata": counts, **tail}
 
@@ -256,11 +256,11 @@ def _signatures(turns: list[dict[str, Any]]) -> str | None:  # Any: raw wire JSO
     for n, turn in enumerate(turns):
         if turn.get("role") != "model" and _parts(turn, "text"):
             start = n
-    for n, turn in enumerate(turns[start:], start):
+    for turn in turns[start:]:
         if turn.get("role") != "model":
             continue
-        parts = turn.get("parts") if isinstance(turn.get("parts"), list) else []
-        for m, part in enumerate(parts):
+        parts = turn.get("parts")
+        for m, part in enumerate(parts if isinstance(parts, list) else []):
             if isinstance(part, dict) and "functionCall" in part:
                 if not (part.get("thoughtSignature") or part.get("thought_signature")):
                     call = part["functionCall"]
