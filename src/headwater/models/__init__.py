@@ -4,6 +4,7 @@ from .aggregator import StreamAggregator as StreamAggregator
 from .anthropic import AnthropicModel as AnthropicModel
 from .base import BaseLlm as BaseLlm
 from .demo import DemoModel as DemoModel
+from .gemini import GeminiModel as GeminiModel
 from .llm_request import LlmRequest as LlmRequest
 from .llm_response import LlmResponse as LlmResponse
 from .openai import OpenAIChatModel as OpenAIChatModel
@@ -15,6 +16,7 @@ __all__ = (
     "AnthropicModel",
     "BaseLlm",
     "DemoModel",
+    "GeminiModel",
     "LlmRequest",
     "LlmResponse",
     "OpenAIChatModel",
