@@ -7,6 +7,7 @@ from .demo import DemoModel as DemoModel
 from .llm_request import LlmRequest as LlmRequest
 from .llm_response import LlmResponse as LlmResponse
 from .openai import OpenAIChatModel as OpenAIChatModel
+from .openai_responses import OpenAIResponsesModel as OpenAIResponsesModel
 from .registry import get_model as get_model
 from .registry import register_model as register_model
 from .registry import registered_model as registered_model
@@ -18,6 +19,7 @@ __all__ = (
     "LlmRequest",
     "LlmResponse",
     "OpenAIChatModel",
+    "OpenAIResponsesModel",
     "StreamAggregator",
     "get_model",
     "register_model",
