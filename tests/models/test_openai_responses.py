@@ -40,6 +40,7 @@ from headwater.testing import (
     Stall,
     check_stream_contract,
     render_openai_responses,
+    split_events,
 )
 from headwater.types import Blob, Content, FunctionCall, FunctionResponse, Part, ToolDeclaration
 
@@ -595,6 +596,42 @@ def test_any_split_with_lf_or_crlf_aggregates_the_same(index: int, eol: str,
     check_stream_contract([*split_partials, split])
     text = "".join(p.content.text for p in split_partials if p.content)
     assert text == "".join(p.content.text for p in partials if p.content)
+
+
+# -- valid JSON of the wrong shape fails the call as a bad response, never a TypeError -----------
+
+WRONG = st.sampled_from([None, 1, 2.5, True, "x", [], [1], {}, {"a": 1}])
+
+
+def paths(value: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    found = [prefix] if prefix else []
+    if isinstance(value, dict):
+        for key, inner in value.items():
+            found += paths(inner, (*prefix, key))
+    elif isinstance(value, list):
+        for n, inner in enumerate(value):
+            found += paths(inner, (*prefix, n))
+    return found
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.data(), wrong=WRONG)
+def test_wrong_shapes_raise_model_errors_only(data: st.DataObject, wrong: Any) -> None:
+    from headwater.errors import ModelError
+    events = [json.loads(e.split(b"data: ", 1)[1]) for e in split_events(RENDERED)]
+    n = data.draw(st.integers(0, len(events) - 1))
+    path = data.draw(st.sampled_from(paths(events[n])))
+    target = events[n]
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = wrong
+    body = b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in events)
+    try:
+        parse([body])
+    except ModelError:
+        pass  # MalformedChunk, InBandError, ToolCallAssemblyError: the call fails cleanly
+    except AssertionError:
+        pass  # parse() found no terminal event: the adapter reports a truncated stream
 
 
 # -- helpers ------------------------------------------------------------------------------------
