@@ -8,6 +8,7 @@ from .gemini import GeminiModel as GeminiModel
 from .llm_request import LlmRequest as LlmRequest
 from .llm_response import LlmResponse as LlmResponse
 from .openai import OpenAIChatModel as OpenAIChatModel
+from .openai_responses import OpenAIResponsesModel as OpenAIResponsesModel
 from .registry import get_model as get_model
 from .registry import register_model as register_model
 from .registry import registered_model as registered_model
@@ -20,6 +21,7 @@ __all__ = (
     "LlmRequest",
     "LlmResponse",
     "OpenAIChatModel",
+    "OpenAIResponsesModel",
     "StreamAggregator",
     "get_model",
     "register_model",

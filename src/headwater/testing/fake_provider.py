@@ -16,7 +16,10 @@ and how it closed, FIN or RST, and by whom)::
 Like the real APIs it answers 400, and consumes no scenario, when a request to
 ``.../chat/completions``, ``.../v1/messages`` or ``...:streamGenerateContent``
 (Gemini) has a body that is not JSON or a history with a tool call not answered
-by its result. With no scenario queued it
+by its result. Requests to ``.../responses`` (OpenAI's Responses API) get the
+same treatment: a 400 for a body that is not JSON, a ``function_call`` without
+its ``function_call_output`` (or the reverse), or, with ``store: false``, a
+reasoning item without its ``encrypted_content``. With no scenario queued it
 answers 500, so a missing ``enqueue`` is loud.
 """
 
@@ -36,6 +39,7 @@ from typing import Any, Literal, TypeAlias, assert_never
 
 from ._render import ErrorFormat, default_message, error_body, format_of, history_problem
 from ._render_gemini import gemini_error_body, gemini_history_problem, is_gemini_path
+from ._render_responses import is_responses_path, responses_problem
 
 CloseKind = Literal["client_fin", "client_rst", "server_fin", "server_rst"]
 """Who closed a connection and how: with a FIN (an orderly close) or an RST (an abort)."""
@@ -453,6 +457,10 @@ class FakeProvider:
                        else history_problem(format, request.body))
             if problem is not None:
                 return Scenario.error(400, problem[0], format=format, param=problem[1])
+        if is_responses_path(request.path) and (head is None or head.check_history):
+            responses = responses_problem(request.body)  # OpenAI Responses API
+            if responses is not None:
+                return Scenario.error(400, responses[0], param=responses[1])
         if head is None:
             message = f"FakeProvider: no scenario queued for request #{number}"
             return Scenario.error(500, message, format=format or "openai")
