@@ -4,8 +4,8 @@
 ``check_stream_contract`` checks a model's responses against docs/event-contract.md;
 ``FakeProvider`` is a loopback HTTP server that speaks OpenAI (Chat Completions
 and Responses), Anthropic and Gemini SSE at the byte level (and can stall, cut,
-reset and trickle), with renderers that build provider streams from an abstract turn; ``VirtualClock`` and
-``LiveHarness`` test live runs and time-based tools in virtual time;
+reset and trickle), with renderers that build provider streams from an abstract
+turn; ``VirtualClock`` and ``LiveHarness`` test live runs and time-based tools in virtual time;
 ``wait_until`` waits on a condition instead of a count of event-loop turns;
 ``SSEParser`` and ``aiter_sse`` read an event stream as a browser does.
 """
