@@ -16,7 +16,7 @@ from ..models.scripted import ScriptedCall, ScriptedModel, ScriptedTurn
 from ..run_config import RunConfig, StreamingMode
 from ..runner import Runner, RunStream
 from ..types import Usage
-from ._agents import lookup_order
+from ..examples.support import lookup_order
 from ._common import DEMO_APP, DEMO_USER
 from ._store import open_store, probe
 

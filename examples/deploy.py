@@ -1,0 +1,11 @@
+"""Run the ``deploy`` example from the repository (its one home: ``headwater.examples.deploy``).
+
+    python examples/deploy.py --help
+"""
+
+import sys
+
+from headwater.examples.deploy import main
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,11 @@
+"""Run the ``support`` example from the repository (its one home: ``headwater.examples.support``).
+
+    python examples/support.py --help
+"""
+
+import sys
+
+from headwater.examples.support import main
+
+if __name__ == "__main__":
+    sys.exit(main())
