@@ -1,4 +1,6 @@
-"""Run the ``deploy`` example from the repository (its one home: ``headwater.examples.deploy``).
+"""Run the ``deploy`` example from the repository.
+
+Its one home is ``headwater.examples.deploy``::
 
     python examples/deploy.py --help
 """

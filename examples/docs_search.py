@@ -1,4 +1,6 @@
-"""Run the ``docs_search`` example from the repository (its one home: ``headwater.examples.docs_search``).
+"""Run the ``docs_search`` example from the repository.
+
+Its one home is ``headwater.examples.docs_search``::
 
     python examples/docs_search.py --help
 """

@@ -1,4 +1,6 @@
-"""Run the ``support`` example from the repository (its one home: ``headwater.examples.support``).
+"""Run the ``support`` example from the repository.
+
+Its one home is ``headwater.examples.support``::
 
     python examples/support.py --help
 """

@@ -7,6 +7,7 @@ The scripts are run as child processes from the repository, as a user would;
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import subprocess
@@ -80,7 +81,8 @@ def test_a_denied_deploy_never_runs(env: dict[str, str], how: tuple[str, ...]) -
     lines = run(env, "deploy", *how)  # no flag: asked, and the empty input is a no
     assert "[denied] deploy" in lines[-3]
     assert not any(line.startswith("[deploy]") for line in lines)
-    assert lines[-2] == '[result] deploy -> {"error": "A human denied this call.", "code": "denied"}'
+    assert lines[-2] == ('[result] deploy -> {"error": "A human denied this call.", '
+                         '"code": "denied"}')
     assert lines[-1] == ("deploy> Understood: the deploy call was denied, so I did not run it. "
                          "Nothing changed.")
 
@@ -114,7 +116,7 @@ def test_the_people_counter_counts_the_bundled_frames_live_then_stops(
               if "count_people returned: " in line]
     assert counts[0] == 0 and len(counts) >= 3  # real time: the sampled frames may vary a bit
     assert set(counts) <= {0, 1, 2, 3}
-    assert all(a != b for a, b in zip(counts, counts[1:], strict=False))  # only changes
+    assert all(a != b for a, b in itertools.pairwise(counts))  # only changes
     assert "people: Nobody is in view." in lines
     assert lines[-1] == "people: Stopped counting."
 

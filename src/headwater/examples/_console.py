@@ -143,10 +143,13 @@ class LiveSession:
     Args:
         runner: the runner of the agent.
         out: where the conversation is printed, one line per stored event.
+        patience: seconds :meth:`answered` and :meth:`stop` wait for what they
+            wait for (a real model may not call the tool at all).
     """
 
-    def __init__(self, runner: Runner, out: TextIO) -> None:
+    def __init__(self, runner: Runner, out: TextIO, patience: float = 30.0) -> None:
         self.runner = runner
+        self.patience = patience
         self.out = out
         self.queue = LiveRequestQueue()
         self.events: list[Event] = []
@@ -183,28 +186,27 @@ class LiveSession:
         """Send a user turn."""
         self.queue.send_content(Content.from_text(text))
 
-    async def answered(self, name: str, timeout: float = 30.0) -> bool:
+    async def answered(self, name: str) -> bool:
         """Wait until a call of ``name`` made from now on has a stored result.
 
         Call it right after the message that asks for the call; ``False``
-        (and a note printed) after ``timeout`` seconds or when the run ended.
+        (and a note printed) after ``patience`` seconds or when the run ended.
         """
-        return await self._after(len(self.events), _result_of(name), timeout) is not None
+        return await self._after(len(self.events), _result_of(name)) is not None
 
-    async def stop(self, text: str, timeout: float = 30.0) -> bool:
+    async def stop(self, text: str) -> bool:
         """Say ``text`` (asking to stop a stream); wait for the stop's result and the reply."""
         start = len(self.events)
         self.say(text)
-        stopped = await self._after(start, _result_of("stop_streaming"), timeout)
+        stopped = await self._after(start, _result_of("stop_streaming"))
         if stopped is None:
             return False
-        return await self._after(stopped + 1, _reply, timeout) is not None
+        return await self._after(stopped + 1, _reply) is not None
 
-    async def _after(self, start: int, wanted: Callable[[Event], bool],
-                     timeout: float) -> int | None:
+    async def _after(self, start: int, wanted: Callable[[Event], bool]) -> int | None:
         """The index of the first stored event from ``start`` on that is ``wanted``."""
         try:
-            async with asyncio.timeout(timeout):
+            async with asyncio.timeout(self.patience):
                 while True:
                     for index in range(start, len(self.events)):
                         if wanted(self.events[index]):
@@ -215,7 +217,7 @@ class LiveSession:
                     self._changed.clear()
                     await self._changed.wait()
         except TimeoutError:
-            self.out.write(f"(nothing came within {timeout:g} s)\n")
+            self.out.write(f"(nothing came within {self.patience:g} s)\n")
             return None
 
 

@@ -27,7 +27,7 @@ from importlib import resources
 from typing import Any, TypedDict
 
 from fastapi import FastAPI, Request
-from fastapi.responses import HTMLResponse, Response
+from fastapi.responses import HTMLResponse, JSONResponse, Response
 
 from .core import Gateway
 from .problems import GatewayHTTPError
@@ -154,11 +154,11 @@ def add_page_routes(app: FastAPI, gw: Gateway) -> None:
         return HTMLResponse(html.replace("{{config}}", config), headers=_HEADERS)
 
     @app.get("/page/frames", include_in_schema=False)
-    async def frames(request: Request) -> SampleFrames:
+    async def frames(request: Request) -> Response:
         found = _frames_of(request.app)
         if not found["frames"]:
             raise GatewayHTTPError("not_found", "this app offers no sample frames")
-        return found
+        return JSONResponse(found, headers=_HEADERS)
 
     @app.get("/static/{name}", include_in_schema=False)
     async def asset(name: str) -> Response:
