@@ -4,9 +4,10 @@ It is a :class:`~headwater.models.scripted.ScriptedModel` whose responder reads
 the last message and plays a turn: a tool call when the message asks for one
 and the agent has that tool, an answer built from a tool's result, one sentence
 for each value a live tool emits (``Function x returned: …``: a price and its
-move, a count of people), a long story, or a short help text. Text streams word by word, ``Settings.demo_word_delay``
-seconds apart (a human reading pace; tests set 0). It is always labelled a
-scripted model: no network, no key, no intelligence.
+move, a count of people), a long story, or a short help text. Text streams word
+by word, ``Settings.demo_word_delay`` seconds apart (a human reading pace; tests
+set 0). It is always labelled a scripted model: no network, no key, no
+intelligence.
 """
 
 from __future__ import annotations
