@@ -32,6 +32,7 @@ from headwater.models.gemini import (
     SKIP_SIGNATURE,
     GeminiModel,
     from_spec,
+    google_retry_delay,
     vertex_base_url,
     vertex_from_spec,
 )
@@ -268,6 +269,35 @@ async def test_retries_before_the_first_chunk(scenarios: Any, attempts: int, err
         assert "API key" not in str(info.value)
     assert len(provider.requests) == attempts
     assert len({r.body for r in provider.requests}) == 1
+
+
+async def test_a_429_waits_for_the_retry_delay_in_googles_body(
+        provider: FakeProvider, client: httpx.AsyncClient) -> None:
+    """Google names the wait in the error's RetryInfo detail, not in a Retry-After header."""
+    provider.enqueue(Scenario.error(429, format="gemini", retry_delay="0.4s"),
+                     Scenario(body=render_gemini(["fine"])))
+    out = await responses(make_model(provider, client))
+    assert [r.content.text for r in out if r.content] == ["fine", "fine"]
+    first, second = provider.requests
+    assert second.received_at - first.received_at >= 0.4
+
+
+@pytest.mark.parametrize(("body", "delay"), [
+    (b'{"error": {"details": [{"@type": "type.googleapis.com/google.rpc.RetryInfo", '
+     b'"retryDelay": "7s"}]}}', 7.0),
+    (b'{"error": {"details": [{"@type": "type.googleapis.com/google.rpc.RetryInfo", '
+     b'"retryDelay": "0.25s"}]}}', 0.25),
+    (b'{"error": {"details": [{"@type": "x", "retryDelay": "7s"}]}}', None),
+    (b'{"error": {"details": [{"@type": "type.googleapis.com/google.rpc.RetryInfo", '
+     b'"retryDelay": 7}]}}', None),
+    (b'{"error": {"details": [{"@type": "type.googleapis.com/google.rpc.RetryInfo", '
+     b'"retryDelay": "-1s"}]}}', None),
+    (b'{"error": {"details": "no"}}', None),
+    (b"not json", None),
+], ids=["7s", "fraction", "other-detail", "number", "negative", "wrong-shape", "not-json"])
+def test_the_retry_delay_is_read_only_from_a_well_formed_retry_info(
+        body: bytes, delay: float | None) -> None:
+    assert google_retry_delay(body) == delay
 
 
 @pytest.mark.parametrize("end", ["reset", "close", "no-finish"])

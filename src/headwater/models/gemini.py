@@ -111,6 +111,10 @@ class GeminiModel(HttpStreamingModel):
             headers["authorization"] = f"Bearer {token() if callable(token) else token}"
         return headers
 
+    def retry_after_in_body(self, body: bytes) -> float | None:
+        """Google's ``RetryInfo.retryDelay`` (``"7s"``, ``"0.5s"``) in the error's details."""
+        return google_retry_delay(body)
+
     def new_parser(self) -> StreamParser:
         return _GeminiParser()
 
@@ -439,3 +443,22 @@ def vertex_from_spec(spec: str) -> GeminiModel:
         raise UserError(f"model 'vertex:{spec}' needs an access token: set "
                         "GOOGLE_CLOUD_ACCESS_TOKEN (e.g. from `gcloud auth print-access-token`)")
     return GeminiModel(name, base_url=vertex_base_url(project, location), access_token=token)
+
+
+_RETRY_INFO = "type.googleapis.com/google.rpc.RetryInfo"
+
+
+def google_retry_delay(body: bytes) -> float | None:
+    """The ``retryDelay`` of a Google error body's ``RetryInfo`` detail, in seconds.
+
+    ``None`` when the body is not JSON, has no such detail, or the delay is not
+    a duration like ``"7s"`` or ``"0.25s"`` (a wrong shape is ignored, never raised).
+    """
+    try:
+        details = json.loads(body)["error"]["details"]
+        delay = next(d["retryDelay"] for d in details
+                     if isinstance(d, dict) and d.get("@type") == _RETRY_INFO)
+        seconds = float(delay.removesuffix("s")) if delay.endswith("s") else None
+    except (ValueError, TypeError, KeyError, StopIteration, AttributeError):
+        return None
+    return seconds if seconds is not None and 0 <= seconds < float("inf") else None

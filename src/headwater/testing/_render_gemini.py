@@ -185,14 +185,19 @@ def _calls(tool_calls: Sequence[ToolCallSpec], signature: str | None,
     return events
 
 
-def gemini_error_body(status: int, message: str, *, error_type: str | None = None) -> bytes:
+def gemini_error_body(status: int, message: str, *, error_type: str | None = None,
+                      retry_delay: str | None = None) -> bytes:
     """Google's JSON error body: ``{"error": {"code", "message", "status"}}``, indented.
 
     ``error_type`` is the ``status`` (defaults by HTTP status: ``RESOURCE_EXHAUSTED``
-    for 429, ``UNAVAILABLE`` for 503, ...).
+    for 429, ``UNAVAILABLE`` for 503, ...). ``retry_delay`` (e.g. ``"7s"``) adds the
+    ``RetryInfo`` detail Google sends with a 429 instead of a ``Retry-After`` header.
     """
     kind = error_type or _STATUS.get(status, "INTERNAL" if status >= 500 else "INVALID_ARGUMENT")
-    inner = {"code": status, "message": message, "status": kind}
+    inner: dict[str, Any] = {"code": status, "message": message, "status": kind}
+    if retry_delay is not None:
+        inner["details"] = [{"@type": "type.googleapis.com/google.rpc.RetryInfo",
+                             "retryDelay": retry_delay}]
     return json.dumps({"error": inner}, ensure_ascii=False, indent=2).encode() + b"\n"
 
 

@@ -126,6 +126,7 @@ class Scenario:
         error_type: str | None = None,
         param: str | None = None,
         code: str | None = None,
+        retry_delay: str | None = None,
     ) -> Scenario:
         """An error answer with the provider's JSON error body and a ``Content-Length``.
 
@@ -136,10 +137,12 @@ class Scenario:
                 (e.g. ``rate_limit_error`` for an Anthropic 429; for Gemini the
                 ``status``, e.g. ``RESOURCE_EXHAUSTED``).
             param: OpenAI's ``param``; code: OpenAI's ``code``.
+            retry_delay: Gemini's ``RetryInfo.retryDelay`` in the body (e.g. ``"7s"``).
         """
         message = message or default_message(status)
         if format == "gemini":  # Gemini: Google's error shape
-            body = gemini_error_body(status, message, error_type=error_type)
+            body = gemini_error_body(status, message, error_type=error_type,
+                                     retry_delay=retry_delay)
         else:
             body = error_body(format, status, message, error_type=error_type, param=param,
                               code=code)
