@@ -339,9 +339,13 @@ class CancellingSql(CancelAround, SqlSessionService):
 
 
 def _cancelling_service(kind: str, tmp_path: Path) -> Any:
+    """``sqlite``: the defaults, where an idle writer lets the caller commit at once;
+    ``sqlite-queued``: every write goes through the writer thread, so a cancel can
+    land while the thread runs it."""
     if kind == "memory":
         return CancellingMemory()
-    return CancellingSql(f"sqlite+aiosqlite:///{tmp_path / 'cancel.db'}")
+    return CancellingSql(f"sqlite+aiosqlite:///{tmp_path / 'cancel.db'}",
+                         settings=Settings(sqlite_inline_writes=kind == "sqlite"))
 
 
 def _tool_turn_runner(service: Any) -> tuple[Runner, ScriptedModel, list[int]]:
@@ -387,7 +391,7 @@ async def _check_after_cancel(runner: Runner, model: ScriptedModel, session_id: 
     return history
 
 
-@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+@pytest.mark.parametrize("kind", ["memory", "sqlite", "sqlite-queued"])
 @pytest.mark.parametrize("where", ["before", "during", "after"])
 async def test_cancel_around_each_commit_leaves_one_result_per_call(
         kind: str, where: str, tmp_path: Path) -> None:
@@ -416,7 +420,7 @@ async def test_cancel_around_each_commit_leaves_one_result_per_call(
     assert outcomes == ["cancelled"] * 4 + ["finished"]  # the 5th append is the next run's
 
 
-@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+@pytest.mark.parametrize("kind", ["memory", "sqlite", "sqlite-queued"])
 async def test_cancel_after_k_loop_turns_leaves_one_result_per_call(
         kind: str, tmp_path: Path) -> None:
     service = _cancelling_service(kind, tmp_path)
@@ -466,7 +470,7 @@ def _stage(seen: Sequence[Event], cancelled: bool) -> str:
     return "answer" if last.author == "bot" else "message"
 
 
-@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+@pytest.mark.parametrize("kind", ["memory", "sqlite", "sqlite-queued"])
 async def test_aclose_after_each_event_leaves_one_result_per_call(
         kind: str, tmp_path: Path) -> None:
     service = _cancelling_service(kind, tmp_path)
@@ -845,7 +849,7 @@ async def test_an_expired_ticket_is_closed_before_the_message() -> None:
     assert history[expired + 1].text == "news?"
 
 
-@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+@pytest.mark.parametrize("kind", ["memory", "sqlite", "sqlite-queued"])
 @pytest.mark.parametrize("where", ["before", "during", "after"])
 async def test_a_cancel_during_the_lease_with_the_message_leaves_the_session_free(
         kind: str, where: str, tmp_path: Path) -> None:
@@ -868,7 +872,7 @@ async def test_a_cancel_during_the_lease_with_the_message_leaves_the_session_fre
             assert history == []
         else:  # stored whole, with the content sent
             assert [m.content for m in messages] == [Content.from_text("go")]
-        if kind == "sqlite" and where == "during":
+        if kind == "sqlite-queued" and where == "during":
             assert history == messages  # the cancel landed in the write: nothing after it
         assert_one_result_per_call(history)
         events = await consume(runner, "s", "again")

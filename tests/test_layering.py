@@ -4,7 +4,7 @@
     1  models, tools, sessions, artifacts
     2  agents
     3  runner
-    4  gateway, cli
+    4  gateway, examples, cli
 
 A module may import its own layer or lower ones. `headwater.testing` may import
 anything; nothing else imports it. The package root re-exports the public surface,
@@ -53,6 +53,7 @@ LAYERS: dict[str, int] = {
     "agents": 2,
     "runner": 3,
     "gateway": 4,
+    "examples": 4,  # the demo's agents: the cli serves them
     "cli": 4,
     "__main__": 5,  # `python -m headwater`: the cli, nothing else
 }

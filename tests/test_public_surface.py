@@ -133,11 +133,20 @@ def test_all_is_a_sorted_tuple_of_real_names(module: str) -> None:
 
 
 def test_names_exported_in_two_places_are_the_same_objects() -> None:
-    from headwater.models import AnthropicModel, LlmRequest, LlmResponse, OpenAIChatModel
+    from headwater.models import (
+        AnthropicModel,
+        LlmRequest,
+        LlmResponse,
+        OpenAIChatModel,
+        OpenAIResponsesModel,
+    )
     from headwater.models.anthropic import AnthropicModel as FromAnthropic
     from headwater.models.base import LlmRequest as BaseRequest
     from headwater.models.base import LlmResponse as BaseResponse
     from headwater.models.openai import OpenAIChatModel as FromOpenai
+    from headwater.models.openai import OpenAIResponsesModel as ResponsesFromOpenai
+    from headwater.models.openai_responses import OpenAIResponsesModel as FromResponses
 
     assert (AnthropicModel, OpenAIChatModel) == (FromAnthropic, FromOpenai)
+    assert OpenAIResponsesModel is ResponsesFromOpenai is FromResponses
     assert (LlmRequest, LlmResponse) == (BaseRequest, BaseResponse)

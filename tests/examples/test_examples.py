@@ -1,22 +1,24 @@
-"""The seed-000 examples: the price watcher and the people counter, in virtual time.
+"""The seed examples: the price watcher (seed 000) and the people counter (seed 002).
 
-The examples are imported by path (``examples/`` is not a package). Live
-behaviour is driven through a real ``Runner.run_live`` with the examples' own
-scripted models and a ``VirtualClock``, as in ``tests/live/test_live.py``.
+The tools, detector and frames come from their one home, ``headwater.examples``;
+the virtual-clock sessions from the repository's ``examples/*.py`` (imported by
+path: ``examples/`` is not a package). Live behaviour is driven through a real
+``Runner.run_live`` with the offline demo model and a ``VirtualClock``, as in
+``tests/live/test_live.py``.
 """
 
 from __future__ import annotations
 
 import importlib.util
-import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
 
+from headwater.examples import people_counter as pc
+from headwater.examples import price_watcher as pw
 from headwater.testing import LiveHarness, VirtualClock
 from headwater.types import Blob
 
@@ -24,9 +26,7 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 def load(name: str) -> ModuleType:
-    """Import ``examples/<name>.py`` under a private module name (its siblings importable)."""
-    if str(EXAMPLES) not in sys.path:
-        sys.path.insert(0, str(EXAMPLES))
+    """Import ``examples/<name>.py`` under a private module name."""
     qualified = f"headwater_example_{name}"
     if qualified in sys.modules:
         return sys.modules[qualified]
@@ -38,8 +38,8 @@ def load(name: str) -> ModuleType:
     return module
 
 
-pw = load("price_watcher")
-pc = load("people_counter")
+pw_script = load("price_watcher")
+pc_script = load("people_counter")
 
 
 Live = LiveHarness
@@ -70,7 +70,7 @@ async def test_quote_source_is_a_seeded_random_walk() -> None:
 async def test_watcher_emits_only_moves_at_least_the_threshold_then_stops() -> None:
     clock = VirtualClock()
     source = pw.QuoteSource({"GOOG": 100.0}, volatility_pct=0)
-    async with Live(pw.build_runner(source, clock), clock) as live:
+    async with Live(pw_script.build_runner(source, clock), clock) as live:
         await live.say("Watch GOOG and tell me about 1% moves.")
         assert live.responses("watch_price") == [PENDING]
         for value in (100.5, 100.99, 101.0, 101.5, 100.0, 99.0, 98.0):
@@ -78,7 +78,7 @@ async def test_watcher_emits_only_moves_at_least_the_threshold_then_stops() -> N
             await clock.advance(5)
         assert live.told("Function watch_price") == [
             price("GOOG", 100.0), price("GOOG", 101.0), price("GOOG", 99.0), price("GOOG", 98.0)]
-        assert source.polls == ["GOOG"] * 8
+        assert list(source.polls) == ["GOOG"] * 8
         said = [t for t in live.texts() if t.startswith("GOOG")]
         assert said == ["GOOG is at 100.00.", "GOOG rose 1.0% to 101.00.",
                         "GOOG fell 2.0% to 99.00.", "GOOG fell 1.0% to 98.00."]
@@ -87,7 +87,7 @@ async def test_watcher_emits_only_moves_at_least_the_threshold_then_stops() -> N
             {"result": "Successfully stopped streaming function watch_price", "stopped": 1}]
         source.prices["GOOG"] = 150.0
         await clock.advance(600)
-        assert source.polls == ["GOOG"] * 8  # no longer polled
+        assert list(source.polls) == ["GOOG"] * 8  # no longer polled
         assert len(live.told("Function watch_price")) == 4
         assert live.texts()[-1] == "Stopped watching."
 
@@ -95,7 +95,7 @@ async def test_watcher_emits_only_moves_at_least_the_threshold_then_stops() -> N
 async def test_watcher_ends_itself_after_an_hour() -> None:
     clock = VirtualClock()
     source = pw.QuoteSource({"GOOG": 100.0}, volatility_pct=0)
-    async with Live(pw.build_runner(source, clock), clock) as live:
+    async with Live(pw_script.build_runner(source, clock), clock) as live:
         await live.say("Watch GOOG and tell me about 1% moves.")
         await clock.advance(1800)
         source.prices["GOOG"] = 102.0
@@ -115,7 +115,7 @@ async def test_watcher_ends_itself_after_an_hour() -> None:
 async def test_an_upstream_failure_is_exactly_one_final_emitted_error() -> None:
     clock = VirtualClock()
     source = pw.QuoteSource({"GOOG": 100.0}, volatility_pct=0, fail_after=3)
-    async with Live(pw.build_runner(source, clock), clock) as live:
+    async with Live(pw_script.build_runner(source, clock), clock) as live:
         await live.say("Watch GOOG and tell me about 1% moves.")
         for value in (102.0, 104.0):
             source.prices["GOOG"] = value
@@ -138,7 +138,7 @@ async def test_an_upstream_failure_is_exactly_one_final_emitted_error() -> None:
 async def test_an_unknown_symbol_is_one_error_emission() -> None:
     clock = VirtualClock()
     source = pw.QuoteSource({"GOOG": 100.0})
-    async with Live(pw.build_runner(source, clock), clock) as live:
+    async with Live(pw_script.build_runner(source, clock), clock) as live:
         await live.say("Watch XYZ and tell me about 2% moves.")
         assert live.told("Function watch_price") == [
             'Function watch_price returned: {"symbol": "XYZ", '
@@ -156,17 +156,39 @@ PRICE_WATCHER_EMISSIONS = [
 ]
 
 
-def test_price_watcher_main_prints_the_conversation(capsys: pytest.CaptureFixture[str]) -> None:
-    pw.main()
+def test_the_virtual_price_watch_prints_the_seed_session(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert pw_script.main(["--virtual"]) == 0
     lines = capsys.readouterr().out.splitlines()
     told = [line.split("-> model: ", 1)[1] for line in lines if "-> model: " in line]
     assert told == PRICE_WATCHER_EMISSIONS
     assert "[00:00:00] user: Watch GOOG and tell me about 1% moves." in lines
-    assert "[00:04:10] market_watch (scripted model): GOOG fell 1.1% to 169.38." in lines
+    assert "[00:04:10] market: GOOG fell 1.1% to 169.38." in lines
+    assert "[00:07:05] market: GOOG rose 1.0% to 168.77." in lines
     assert ('[00:10:00]   stop_streaming answered: {"result": "Successfully stopped streaming '
             'function watch_price", "stopped": 1}') in lines
-    assert lines[0].startswith("price watcher: scripted model")
+    assert "[00:10:00] market: Stopped watching." in lines
+    assert ("[00:13:25] market: I can no longer watch MSFT: quote feed failed: connection "
+            "reset after 150 polls.") in lines
+    assert lines[-2] == "[00:13:25] market: The price watch has ended."
+    assert lines[0].startswith("price watcher: demo model (scripted)")
     assert lines[-1] == "quote polls: 151"
+
+
+def test_the_demo_watcher_polls_its_own_feed_and_knows_its_symbols() -> None:
+    agent = pw.build_agent("demo", poll_seconds=2.0)
+    [watch] = agent.tools
+    assert watch.name == "watch_price"
+    assert watch.options.max_lifetime == pw.DEMO_LIFETIME
+    assert set(pw.demo_source().prices) == set(pw.DEMO_PRICES)
+
+
+async def test_the_source_remembers_a_bounded_history() -> None:
+    source = pw.QuoteSource({"GOOG": 100.0}, history=3)
+    for _ in range(5):
+        await source.last_price("GOOG")
+    assert list(source.polls) == ["GOOG"] * 3
+    assert source.count == 5
 
 
 # -- people counter: the detector -----------------------------------------------------------------
@@ -234,7 +256,7 @@ async def test_counter_sees_later_frames_once_a_second_and_speaks_on_change() ->
     counter, seen = recording_counter()
     assert "input_stream" not in str(counter.declaration().parameters)
     clock = VirtualClock()
-    async with Live(pc.build_runner(clock, counter), clock) as live:
+    async with Live(pc_script.build_runner(clock, counter), clock) as live:
         live.queue.send_realtime(frame(5))  # before the call: never seen
         await live.say("How many people can you see?")
         assert live.responses("count_people") == [PENDING]
@@ -258,7 +280,7 @@ async def test_counter_sees_later_frames_once_a_second_and_speaks_on_change() ->
 async def test_counter_gets_a_fresh_queue_after_a_stop_and_a_new_call() -> None:
     counter, seen = recording_counter()
     clock = VirtualClock()
-    async with Live(pc.build_runner(clock, counter), clock) as live:
+    async with Live(pc_script.build_runner(clock, counter), clock) as live:
         await live.say("How many people can you see?")
         live.queue.send_realtime(frame(3))
         await clock.advance(1)
@@ -282,27 +304,26 @@ async def test_counter_gets_a_fresh_queue_after_a_stop_and_a_new_call() -> None:
         assert [r["stopped"] for r in live.responses("stop_streaming")] == [1, 1]
 
 
-def test_people_counter_main_prints_the_emissions(capsys: pytest.CaptureFixture[str]) -> None:
-    pc.main()
+def test_the_virtual_count_prints_the_emissions(capsys: pytest.CaptureFixture[str]) -> None:
+    assert pc_script.main(["--virtual"]) == 0
     lines = capsys.readouterr().out.splitlines()
     told = [line.split("-> model: ", 1)[1] for line in lines if "-> model: " in line]
     assert told == [people(0), people(1), people(2), people(3), people(1)]
-    assert "[t= 6.00s] camera (scripted model): I can see 3 people." in lines
-    assert lines[0].startswith("people counter: scripted model")
+    assert "[t= 0.00s] people: Nobody is in view." in lines
+    assert "[t= 1.00s] people: I can see 1 person." in lines
+    assert "[t= 6.00s] people: I can see 3 people." in lines
+    assert "[t=10.00s] people: Stopped counting." in lines
+    assert lines[0].startswith("people counter: demo model (scripted)")
     assert lines[-1] == ("frames sent: 41; frames analysed: 10 "
                          "(counts [0, 1, 1, 2, 2, 2, 3, 3, 1, 1])")
 
 
-# -- both, as scripts -----------------------------------------------------------------------------
-
-@pytest.mark.slow
-@pytest.mark.parametrize(("name", "in_process"), [
-    ("price_watcher", pw.main), ("people_counter", pc.main)])
-def test_examples_run_as_scripts(name: str, in_process: Callable[[], None],
-                                 capsys: pytest.CaptureFixture[str]) -> None:
-    done = subprocess.run([sys.executable, str(EXAMPLES / f"{name}.py")], capture_output=True,
-                          text=True, timeout=30, check=False)
-    assert done.returncode == 0, done.stderr
-    in_process()
-    assert done.stdout == capsys.readouterr().out
-    assert "(scripted model)" in done.stdout
+def test_the_bundled_sequence_is_the_scene_at_four_frames_a_second() -> None:
+    frames = pc.scene_frames()
+    assert len(frames) == len(pc.SCENE) * pc.FPS == 40
+    assert frames == pc.scene_frames()  # deterministic
+    counts = [pc.detect_people(f.data) for f in frames]
+    assert counts == [n for n in pc.SCENE for _ in range(pc.FPS)]
+    assert {f.mime_type for f in frames[:4]} == {pc.PGM_MIME}
+    assert {f.mime_type for f in frames[4:8]} == {pc.PPM_MIME}
+    assert len({f.data for f in frames[12:16]}) == 4  # the people move within a second

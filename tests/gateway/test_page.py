@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 from pathlib import Path
 from typing import Any
@@ -30,9 +31,10 @@ def app(**options: Any) -> Any:
     return create_app(agent, session_service=InMemorySessionService(), **options)
 
 
-async def test_the_reducer_and_sse_decoder_pass_their_node_tests() -> None:
+@pytest.mark.parametrize("name", ["reducer.test.mjs", "media.test.mjs"])
+async def test_the_pages_modules_pass_their_node_tests(name: str) -> None:
     process = await asyncio.create_subprocess_exec(
-        require_node(), "--test", "tests/js/reducer.test.mjs", cwd=ROOT,
+        require_node(), "--test", f"tests/js/{name}", cwd=ROOT,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
     out, _ = await asyncio.wait_for(process.communicate(), 30)
     assert process.returncode == 0, out.decode()
@@ -47,10 +49,11 @@ async def test_the_page_and_its_modules_come_from_this_origin(client_for: Any) -
     assert "default-src 'self'" in page.headers["content-security-policy"]
     assert config_of(page.text) == {
         "auth": "none", "agents": [{"name": "support", "model": "scripted"}],
-        "suggestions": [], "note": ""}
+        "suggestions": [], "note": "", "sample_frames": 0}
     assert 'src="/static/app.js"' in page.text and "http" not in page.text.split("<body>")[0]
     for name, kind in (("app.js", "text/javascript"), ("reducer.js", "text/javascript"),
-                       ("sse.js", "text/javascript"), ("style.css", "text/css")):
+                       ("sse.js", "text/javascript"), ("media.js", "text/javascript"),
+                       ("style.css", "text/css")):
         asset = await client.get(f"/static/{name}")
         assert asset.status_code == 200, name
         assert asset.headers["content-type"].startswith(kind)
@@ -89,9 +92,30 @@ async def test_an_app_may_give_the_page_suggestions_and_a_note(client_for: Any) 
         "suggestions": [{"text": "Where is order 1042?", "agent": None, "live": False},
                         {"text": "</script><b>", "agent": None, "live": False},
                         {"text": "Watch GOOG", "agent": "ops", "live": True}],
-        "note": "scripted model"}
+        "note": "scripted model", "sample_frames": 0}
+
+
+async def test_an_app_may_give_the_live_panel_sample_frames(client_for: Any) -> None:
+    served = app(auth=StaticTokenAuth({"t": "alice"}))
+    pgm = b"P5 1 1 255\n\x00"
+    served.state.page_frames = {"fps": 4, "frames": [("image/x-portable-graymap", pgm),
+                                                     ("image/png", b"\x89PNG")]}
+    client = await client_for(served)
+    assert config_of((await client.get("/")).text)["sample_frames"] == 2
+    frames = await client.get("/page/frames")  # public, like the page's files
+    assert frames.status_code == 200
+    assert frames.json() == {"fps": 4.0, "frames": [
+        {"mime_type": "image/x-portable-graymap", "data": base64.b64encode(pgm).decode()},
+        {"mime_type": "image/png", "data": "iVBORw=="}]}
+
+
+async def test_without_sample_frames_the_route_answers_not_found(client_for: Any) -> None:
+    client = await client_for(app())
+    response = await client.get("/page/frames")
+    assert response.status_code == 404
+    assert response.json()["error"]["code"] == "not_found"
 
 
 def test_the_page_is_not_in_the_api_schema() -> None:
     paths = app().openapi()["paths"]
-    assert "/" not in paths and not any(p.startswith("/static") for p in paths)
+    assert "/" not in paths and not any(p.startswith(("/static", "/page")) for p in paths)

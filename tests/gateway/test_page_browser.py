@@ -358,7 +358,9 @@ def demo_app(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
 async def test_the_demo_suggestions_ask_their_agents(
         serve: Serve, open_page: Any, demo_app: Any) -> None:
     page = await open_page(await serve(demo_app, lifespan="on"))
-    assert (await page.locator("#agent-info").inner_text()).endswith("scripted model")
+    # The page fills the agent line once /agents has answered: wait for it.
+    await page.wait_for_function(
+        "() => document.querySelector('#agent-info').innerText.endsWith('scripted model')")
     await page.get_by_role("button", name="Where is order 1042?").click()
     await page.wait_for_selector('[data-author="support"]:not([data-draft])')
     await run_ended(page)

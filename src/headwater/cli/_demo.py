@@ -83,24 +83,19 @@ def demo_app(database_url: str, model: Any) -> Any:
 def build_app(config: _Config) -> Any:
     """The gateway over the demo agents, as configured."""
     from ..gateway.app import create_app
-    from ..models.demo import PROMPTS, DemoModel
+    from ..models.demo import DemoModel
     from ..settings import get_settings
-    from ._agents import demo_agents
+    from ._agents import demo_agents, page_frames, page_suggestions
 
     settings = get_settings().model_copy(update={"database_url": config.database_url})
     app = create_app(demo_agents(config.model), settings=settings)
-    # The page offers the prompts, each to the agent that has its tool (live: the watcher).
-    app.state.page_suggestions = [
-        {"text": prompt, "agent": _PROMPT_AGENTS.get(prompt), "live": prompt.startswith("Watch")}
-        for prompt in PROMPTS]
+    # The page offers the prompts, each to the agent that has its tool (live: the
+    # watcher and the counter), and the counter's bundled frames.
+    app.state.page_suggestions = page_suggestions()
+    app.state.page_frames = page_frames()
     if isinstance(config.model, DemoModel):
         app.state.page_note = "scripted model"
     return app
-
-
-_PROMPT_AGENTS = {"Where is order 1042?": "support", "Search the docs for streaming": "docs",
-                  "Deploy version 2 to staging": "deploy", "Watch GOOG": "market",
-                  "Tell me a long story": "support"}
 
 
 def __getattr__(name: str) -> Any:

@@ -11,12 +11,12 @@ import re
 from typing import TextIO
 
 from ..agents.agent import Agent
+from ..examples.support import lookup_order
 from ..models.base import LlmRequest
 from ..models.scripted import ScriptedCall, ScriptedModel, ScriptedTurn
 from ..run_config import RunConfig, StreamingMode
 from ..runner import Runner, RunStream
 from ..types import Usage
-from ._agents import lookup_order
 from ._common import DEMO_APP, DEMO_USER
 from ._store import open_store, probe
 

@@ -11,12 +11,15 @@ What the page knows about the app comes in the HTML, as JSON (:class:`PageConfig
 the agents with their model names, and two optional hooks an app may set on
 ``app.state`` — ``page_suggestions`` (prompts shown as buttons: text, or
 ``{"text", "agent"?, "live"?}`` to ask a given agent, over the live WebSocket
-with ``live``) and ``page_note`` (a short label in the header, such as
-"scripted model").
+with ``live``), ``page_note`` (a short label in the header, such as
+"scripted model") and ``page_frames`` (``{"fps": n, "frames": [(mime_type,
+bytes), ...]}``: a sample image sequence the live panel can stream as
+``realtime`` messages, served as base64 JSON at ``GET /page/frames``).
 """
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Mapping, Sequence
 from functools import cache
@@ -24,7 +27,7 @@ from importlib import resources
 from typing import Any, TypedDict
 
 from fastapi import FastAPI, Request
-from fastapi.responses import HTMLResponse, Response
+from fastapi.responses import HTMLResponse, JSONResponse, Response
 
 from .core import Gateway
 from .problems import GatewayHTTPError
@@ -62,6 +65,7 @@ class PageConfig(TypedDict):
     agents: list[AgentInfo]
     suggestions: list[Suggestion]
     note: str
+    sample_frames: int
 
 
 def _model_name(gw: Gateway, name: str) -> str:
@@ -87,7 +91,34 @@ def page_config(app: FastAPI, gw: Gateway) -> PageConfig:
         agents=[AgentInfo(name=n, model=_model_name(gw, n)) for n in gw.runners],
         suggestions=[_suggestion(s) for s in suggestions],
         note=str(getattr(app.state, "page_note", "")),
+        sample_frames=len(_given_frames(app).get("frames", ())),
     )
+
+
+class SampleFrame(TypedDict):
+    """One frame of the sample sequence: its media type and base64 bytes."""
+
+    mime_type: str
+    data: str
+
+
+class SampleFrames(TypedDict):
+    """``GET /page/frames``: the app's sample image sequence and its frame rate."""
+
+    fps: float
+    frames: list[SampleFrame]
+
+
+def _given_frames(app: FastAPI) -> Mapping[str, Any]:  # app-given: fps, (mime, bytes) pairs
+    given: Mapping[str, Any] = getattr(app.state, "page_frames", None) or {}
+    return given
+
+
+def _frames_of(app: FastAPI) -> SampleFrames:
+    given = _given_frames(app)
+    frames = [SampleFrame(mime_type=str(mime), data=base64.b64encode(data).decode("ascii"))
+              for mime, data in given.get("frames", ())]
+    return SampleFrames(fps=float(given.get("fps", 4)), frames=frames)
 
 
 def _script_json(config: PageConfig) -> str:
@@ -107,10 +138,12 @@ def _asset(name: str) -> str | None:
 
 
 def add_page_routes(app: FastAPI, gw: Gateway) -> None:
-    """Serve the page at ``GET /`` and its files at ``GET /static/{name}``.
+    """Serve the page at ``GET /``, its files at ``GET /static/{name}`` and the
+    app's sample frames (``page_frames``) at ``GET /page/frames``.
 
-    The routes are public (the files hold no data) and left out of the OpenAPI
-    schema. A missing file answers 404 ``not_found``.
+    The routes are public (they hold no user data) and left out of the OpenAPI
+    schema. A missing file, or an app without sample frames, answers 404
+    ``not_found``.
     """
 
     @app.get("/", include_in_schema=False)
@@ -119,6 +152,13 @@ def add_page_routes(app: FastAPI, gw: Gateway) -> None:
         assert html is not None, "the package ships static/index.html"
         config = _script_json(page_config(request.app, gw))
         return HTMLResponse(html.replace("{{config}}", config), headers=_HEADERS)
+
+    @app.get("/page/frames", include_in_schema=False)
+    async def frames(request: Request) -> Response:
+        found = _frames_of(request.app)
+        if not found["frames"]:
+            raise GatewayHTTPError("not_found", "this app offers no sample frames")
+        return JSONResponse(found, headers=_HEADERS)
 
     @app.get("/static/{name}", include_in_schema=False)
     async def asset(name: str) -> Response:

@@ -288,6 +288,14 @@ class HttpStreamingModel(BaseLlm):
     def build_body(self, request: LlmRequest) -> dict[str, Any]:  # raw wire JSON
         """The streaming request body for ``request``."""
 
+    def retry_after_in_body(self, body: bytes) -> float | None:
+        """The delay a retryable error's body asks for, when its headers name none.
+
+        A header (``retry-after-ms``, ``Retry-After``) wins. Providers that put the
+        delay in the JSON error (Google's ``RetryInfo``) override this.
+        """
+        return None
+
     @abstractmethod
     def new_parser(self) -> StreamParser:
         """A fresh parser for one attempt."""
@@ -510,7 +518,8 @@ class HttpStreamingModel(BaseLlm):
         error = ModelHTTPError(f"{self.provider}: HTTP {status}{_error_kind(body)}",
                                status_code=status, retryable=retryable)
         if retryable:
-            raise _Retry(error, retry_after_seconds(response.headers))
+            delay = retry_after_seconds(response.headers)
+            raise _Retry(error, self.retry_after_in_body(body) if delay is None else delay)
         raise error
 
 

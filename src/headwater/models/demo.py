@@ -2,16 +2,19 @@
 
 It is a :class:`~headwater.models.scripted.ScriptedModel` whose responder reads
 the last message and plays a turn: a tool call when the message asks for one
-and the agent has that tool, an answer built from a tool's result, a long story,
-or a short help text. Text streams word by word, ``Settings.demo_word_delay``
-seconds apart (a human reading pace; tests set 0). It is always labelled a
-scripted model: no network, no key, no intelligence.
+and the agent has that tool, an answer built from a tool's result, one sentence
+for each value a live tool emits (``Function x returned: …``: a price and its
+move, a count of people), a long story, or a short help text. Text streams word
+by word, ``Settings.demo_word_delay`` seconds apart (a human reading pace; tests
+set 0). It is always labelled a scripted model: no network, no key, no
+intelligence.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from ..settings import get_settings
@@ -24,6 +27,7 @@ PROMPTS = (
     "Search the docs for streaming",
     "Deploy version 2 to staging",
     "Watch GOOG",
+    "Count the people",
     "Tell me a long story",
 )
 """The prompts the demo model understands (the page shows them as suggestions)."""
@@ -32,6 +36,12 @@ HELP = ("I am the demo model: scripted, offline, keyword-driven. Try one of thes
         + "; ".join(f'"{p}"' for p in PROMPTS) + ".")
 
 _RETURNED = re.compile(r"^Function (\w+) returned: (.*)$", re.S)
+_ENDED = re.compile(r"^Function (\w+) (?:finished streaming|stopped streaming|failed)\b")
+_LIVE_TOOLS = ("count_people", "watch_price")  # the demo's live tools, for "stop"
+_ENDED_WORDS = {"watch_price": "The price watch has ended.",
+                "count_people": "I've stopped counting."}
+_PENDING_WORDS = {"watch_price": "Watching. I'll mention significant moves.",
+                  "count_people": "Counting. I'll tell you when the number changes."}
 _STORY_PARTS = (
     "Once upon a time, at the source of a wide river, there lived a small stream "
     "that could not keep still. ",
@@ -71,8 +81,12 @@ class DemoModel(ScriptedModel):
             return self._say(answer_from_result(response.name, response.response))
         text = last.text if last is not None else ""
         if match := _RETURNED.match(text.strip()):
-            return self._say(answer_from_emission(match.group(1), match.group(2)))
-        wanted = choose_call(text)
+            earlier = [c.text for c in request.contents[:-1]]
+            return self._say(answer_from_emission(match.group(1), match.group(2), earlier))
+        if match := _ENDED.match(text.strip()):  # a live tool's stream is over
+            name = match.group(1)
+            return self._say(_ENDED_WORDS.get(name, f"The {name} stream has ended."))
+        wanted = choose_call(text, tools)
         if wanted is None:
             story = "story" in text.lower()
             return self._say("".join(_STORY_PARTS) * 4 if story else HELP)
@@ -90,11 +104,18 @@ class DemoModel(ScriptedModel):
                             delay=self.word_delay)
 
 
-def choose_call(text: str) -> tuple[str, dict[str, Any]] | None:
-    """The tool call a message asks for, by keyword, or ``None``."""
+def choose_call(text: str, tools: Collection[str] = ()) -> tuple[str, dict[str, Any]] | None:
+    """The tool call a message asks for, by keyword, or ``None``.
+
+    ``tools`` (the agent's tool names) picks which live tool a "stop" stops.
+    """
     lower = text.lower()
     if "story" in lower:
         return None
+    if lower.startswith("stop"):
+        mine = [name for name in _LIVE_TOOLS if name in tools]
+        wanted = "count_people" if "count" in lower or "people" in lower else "watch_price"
+        return "stop_streaming", {"function_name": mine[0] if len(mine) == 1 else wanted}
     if "deploy" in lower:
         version = re.search(r"version\s+(\S+)", lower)
         env = "production" if "prod" in lower else "staging"
@@ -102,12 +123,13 @@ def choose_call(text: str) -> tuple[str, dict[str, Any]] | None:
     if "search" in lower or "docs" in lower:
         query = re.search(r"\bfor\s+(.+?)[.?!]*$", text.strip())
         return "search_docs", {"query": query.group(1) if query else text.strip()}
+    if "people" in lower and ("count" in lower or "how many" in lower):
+        return "count_people", {}
     if "watch" in lower:
         symbol = re.search(r"\bwatch\s+([A-Za-z]{1,5})\b", text, re.I)
+        move = re.search(r"(\d+(?:\.\d+)?)\s*(?:%|percent)", lower)
         return "watch_price", {"symbol": (symbol.group(1) if symbol else "GOOG").upper(),
-                               "min_move_pct": 0.5}
-    if lower.startswith("stop"):
-        return "stop_streaming", {"function_name": "watch_price"}
+                               "min_move_pct": float(move.group(1)) if move else 0.5}
     order = re.search(r"\b(\d{3,})\b", text)
     if order or "order" in lower:
         return "lookup_order", {"order_id": order.group(1) if order else "1042"}
@@ -135,24 +157,63 @@ def answer_from_result(name: str, result: dict[str, Any]) -> str:  # raw tool JS
     if name == "deploy":
         return (f"Version {result.get('version')} is live on {result.get('environment')} "
                 f"({result.get('status', 'done')}).")
-    if name == "watch_price":
+    if name in _PENDING_WORDS and "pending" in str(result.get("status", "")):
+        return _PENDING_WORDS[name]  # a live call: answered at once, its values follow
+    if name in _PENDING_WORDS:
         return answer_from_emission(name, json.dumps(result))
     if name == "stop_streaming":
-        return "Stopped watching."
+        said = str(result.get("result", ""))
+        if not result.get("stopped"):
+            return "Nothing was running, so there was nothing to stop."
+        return "Stopped counting." if "count_people" in said else "Stopped watching."
     return f"The {name} tool answered: {json.dumps(result)[:200]}"
 
 
-def answer_from_emission(name: str, payload: str) -> str:
-    """A sentence about one value a live tool emitted (``Function x returned: {...}``)."""
+def answer_from_emission(name: str, payload: str, earlier: Sequence[str] = ()) -> str:
+    """A sentence about one value a live tool emitted (``Function x returned: {...}``).
+
+    ``earlier`` (the texts before it in the conversation) gives a price its
+    change since the last price of the same symbol.
+    """
     try:
         emitted = json.loads(payload)
     except ValueError:
         return f"The {name} tool said: {payload[:200]}"
-    if isinstance(emitted, dict) and "price" in emitted:
-        return f"{emitted.get('symbol', 'The stock')} is at {float(emitted['price']):.2f}."
-    if isinstance(emitted, dict) and "error" in emitted:
+    if not isinstance(emitted, dict):
+        return f"The {name} tool said: {payload[:200]}"
+    if "error" in emitted:
+        if "symbol" in emitted:
+            return f"I can no longer watch {emitted['symbol']}: {emitted['error']}."
         return f"The {name} tool stopped: {emitted['error']}"
+    if "price" in emitted:
+        return _price_sentence(emitted, name, earlier)
+    if "people" in emitted:
+        people = int(emitted["people"])
+        if people == 0:
+            return "Nobody is in view."
+        return f"I can see {people} {'person' if people == 1 else 'people'}."
     return f"The {name} tool said: {payload[:200]}"
+
+
+def _price_sentence(emitted: dict[str, Any], name: str,  # raw tool JSON
+                    earlier: Sequence[str]) -> str:
+    symbol = str(emitted.get("symbol", "The stock"))
+    price = float(emitted["price"])
+    before: float | None = None
+    for text in earlier:
+        match = _RETURNED.match(text.strip())
+        if match is None or match.group(1) != name:
+            continue
+        try:
+            value = json.loads(match.group(2))
+        except ValueError:
+            continue
+        if isinstance(value, dict) and value.get("symbol") == symbol and "price" in value:
+            before = float(value["price"])
+    if not before:
+        return f"{symbol} is at {price:.2f}."
+    change = (price - before) / before * 100
+    return f"{symbol} {'rose' if change > 0 else 'fell'} {abs(change):.1f}% to {price:.2f}."
 
 
 def from_spec(name: str) -> DemoModel:

@@ -6,6 +6,9 @@ LM Studio, Groq, DeepSeek. Text deltas become partials at once; tool-call
 fragments, the finish reason and the usage-only final chunk go into the one
 aggregate. ``refusal`` deltas are answer text (the user is shown what the model
 said); ``reasoning_content``/``reasoning`` deltas are thought parts.
+
+OpenAI's Responses API (``POST /responses``) is :class:`OpenAIResponsesModel`,
+defined in ``models/openai_responses.py`` and importable from here too.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from ._http import HttpStreamingModel, StreamParser
 from ._sse import ServerSentEvent
 from ._wire import bad, obj, opt_int, opt_list, opt_obj, opt_str
 from .llm_request import LlmRequest
+from .openai_responses import OpenAIResponsesModel as OpenAIResponsesModel
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 _CUT_SHORT = {"length": "the model stopped at its token limit",

@@ -10,6 +10,14 @@ inside its own ``SAVEPOINT``: one that fails rolls back alone and its caller
 alone gets the error. Reads run on a small pool of reader connections in their
 own threads (WAL readers never wait for the writer).
 
+The hand-over to the thread and back costs two thread wake-ups, often more than
+the transaction itself. So when nothing is queued or unreported, no other
+session's writes interleave, no read is under way and the database's lock is
+free at once, the caller's thread runs the transaction whole instead
+(``Settings.sqlite_inline_writes``): same connection, same steps, same order,
+no wait on the event loop (the lock is tried without waiting, and a commit that
+syncs to disk never runs there).
+
 A caller's cancellation cannot leave a transaction or lock open: the work is
 already the thread's, which finishes it (or rolls it back) whatever the caller
 does, and hands the outcome back to the caller's loop.
@@ -36,6 +44,9 @@ T = TypeVar("T")
 Trace = Callable[[str], None]
 _STOP: Final = None  # the writer's queue sentinel
 _NO_LOCK: Final = ""  # SQLite has no row locks: BEGIN IMMEDIATE already serialises writers
+_CROWD_WINDOW: Final = 0.01  # s: a switch of session this soon is interleaving
+_CROWD_SPAN: Final = 16  # writes the moving share of switches averages over (about)
+_CROWDED: Final = 0.5  # a share of switches above this: queue writes, group commit pays
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,18 +103,28 @@ def _store_error(exc: BaseException) -> BaseException:
 class _Writer(threading.Thread):
     """The one thread that writes one database; see the module docstring."""
 
-    def __init__(self, conn: sqlite3.Connection, queue_size: int, batch_size: int,
-                 checkpoint: Callable[[], None], checkpoint_every: int) -> None:
+    def __init__(self, conn: sqlite3.Connection, config: SqliteConfig,
+                 checkpoint: Callable[[], None]) -> None:
         super().__init__(name="headwater-sqlite-writer", daemon=True)
+        settings = config.settings
         self.conn = conn
         # A C queue (no Python-level condition variable): a write's hand-over is on the
         # path of every stored event. The bound is kept by ``offer``.
         self.queue: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
-        self.queue_size = queue_size
-        self.batch_size = batch_size
+        self.queue_size = settings.sqlite_write_queue_size
+        self.batch_size = settings.sqlite_write_batch_size
         self.checkpoint = checkpoint
-        self.checkpoint_every = checkpoint_every
+        self.checkpoint_every = settings.sqlite_checkpoint_every
         self.since_checkpoint = 0
+        self.busy_timeout_ms = config.busy_timeout_ms
+        # Inline writes: never with a commit that syncs to disk (the loop would wait for it).
+        self.inline = settings.sqlite_inline_writes and config.synchronous in ("OFF", "NORMAL")
+        self.using = threading.Lock()  # held while a transaction runs on ``conn``
+        self.counting = threading.Lock()
+        self.outstanding = 0  # writes queued and not yet reported to their caller
+        self.last_key: core.Key | None = None  # the session last written, and when
+        self.last_write = 0.0
+        self.interleaved = 0.0  # moving share of recent writes that switched sessions
 
     def run(self) -> None:
         try:
@@ -122,8 +143,10 @@ class _Writer(threading.Thread):
                         stop = True
                         break
                     batch.append(job)
-                _deliver(self._commit(batch))
-                self._maybe_checkpoint(len(batch))
+                with self.using:
+                    outcomes = self._commit(batch)
+                    self._maybe_checkpoint(len(batch))
+                self.deliver(outcomes)
         finally:
             self.conn.close()
 
@@ -131,8 +154,78 @@ class _Writer(threading.Thread):
         """Queue ``job`` unless ``queue_size`` writes already wait; ``False`` when full."""
         if self.queue.qsize() >= self.queue_size:
             return False
+        with self.counting:
+            self.outstanding += 1
         self.queue.put_nowait(job)
         return True
+
+    def crowded(self, key: core.Key | None) -> bool:
+        """Note a write for session ``key``; whether several sessions are writing at once.
+
+        Writes that switch from one session to another within
+        ``_CROWD_WINDOW`` of each other are interleaved runs; when most recent
+        writes are such switches, writes go through the queue, where the
+        thread commits them together (and SQLite's work runs beside the
+        caller's loop). One session's run after another's is not a crowd.
+        """
+        if key is None:
+            return self.interleaved > _CROWDED
+        now = time.monotonic()
+        with self.counting:
+            switched = key != self.last_key and now - self.last_write < _CROWD_WINDOW
+            self.interleaved += ((1.0 if switched else 0.0) - self.interleaved) / _CROWD_SPAN
+            self.last_key, self.last_write = key, now
+            return self.interleaved > _CROWDED
+
+    def run_now(self, job: _Job, key: core.Key | None) -> bool:
+        """Run ``job`` whole on the calling thread, if that keeps every rule of the queue.
+
+        Only when few sessions are writing (see :meth:`crowded`), no write is
+        queued or unreported (so writes still commit and report in the order
+        they were made), the connection is free, and the database's write lock
+        is free at once (another process's write is waited for by the thread,
+        never by the caller's loop). Saves the two thread hand-overs a queued
+        write costs. ``False``: nothing was run.
+        """
+        if (self.crowded(key) or self.outstanding
+                or not self.using.acquire(blocking=False)):
+            return False
+        try:
+            if self.outstanding:
+                return False
+            conn = self.conn
+            conn.execute("PRAGMA busy_timeout=0")
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.Error:
+                return False  # busy: the writer thread waits for the lock instead
+            finally:
+                conn.execute(f"PRAGMA busy_timeout={self.busy_timeout_ms}")
+            outcomes = self._commit([job], begun=True)
+            self._maybe_checkpoint(1)
+        finally:
+            self.using.release()
+        _resolve(outcomes)
+        return True
+
+    def deliver(self, outcomes: list[_Outcome]) -> None:
+        """Hand each outcome to its caller's loop: one wake-up per loop per batch."""
+        by_loop: dict[asyncio.AbstractEventLoop, list[_Outcome]] = {}
+        for outcome in outcomes:
+            by_loop.setdefault(outcome[0].loop, []).append(outcome)
+        for loop, mine in by_loop.items():
+            try:
+                loop.call_soon_threadsafe(self._report, mine)
+            except RuntimeError:  # that loop is closed: nobody is waiting
+                self._reported(len(mine))
+
+    def _report(self, outcomes: list[_Outcome]) -> None:
+        self._reported(len(outcomes))
+        _resolve(outcomes)
+
+    def _reported(self, count: int) -> None:
+        with self.counting:
+            self.outstanding -= count
 
     def _maybe_checkpoint(self, written: int) -> None:
         """Every ``checkpoint_every`` writes, or sooner once the queue is idle, checkpoint.
@@ -149,14 +242,15 @@ class _Writer(threading.Thread):
             self.since_checkpoint = 0
             self.checkpoint()
 
-    def _commit(self, batch: list[_Job]) -> list[_Outcome]:
+    def _commit(self, batch: list[_Job], begun: bool = False) -> list[_Outcome]:
         """Run ``batch`` in one transaction; every job gets its own outcome."""
         conn = self.conn
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-        except sqlite3.Error as exc:
-            error = _store_error(exc)
-            return [(job, None, error) for job in batch]
+        if not begun:
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.Error as exc:
+                error = _store_error(exc)
+                return [(job, None, error) for job in batch]
         outcomes: list[_Outcome] = []
         try:
             if len(batch) == 1:
@@ -194,16 +288,6 @@ class _Writer(threading.Thread):
 
     def _execute(self, sql: str, params: dict[str, Any]) -> list[core.Row]:
         return self.conn.execute(sql, params).fetchall()
-
-
-def _deliver(outcomes: list[_Outcome]) -> None:
-    """Hand each outcome to its caller's loop: one wake-up per loop per batch."""
-    by_loop: dict[asyncio.AbstractEventLoop, list[_Outcome]] = {}
-    for outcome in outcomes:
-        by_loop.setdefault(outcome[0].loop, []).append(outcome)
-    for loop, mine in by_loop.items():
-        with contextlib.suppress(RuntimeError):  # that loop is closed: nobody is waiting
-            loop.call_soon_threadsafe(_resolve, mine)
 
 
 def _resolve(outcomes: list[_Outcome]) -> None:
@@ -303,9 +387,7 @@ class _Open:
         every = settings.sqlite_checkpoint_every
         if every:
             conn.execute("PRAGMA wal_autocheckpoint=0")  # the readers checkpoint instead
-        self.writer = _Writer(conn, settings.sqlite_write_queue_size,
-                              settings.sqlite_write_batch_size, self.readers.start_checkpoint,
-                              every)
+        self.writer = _Writer(conn, config, self.readers.start_checkpoint)
         self.queue_timeout = settings.sqlite_queue_timeout
         self.writer.start()
 
@@ -327,7 +409,7 @@ class _Open:
             if job is not None:
                 stranded.append((job, None, SessionError("session store closed before the "
                                                          "write could run")))
-        _deliver(stranded)
+        self.writer.deliver(stranded)
 
 
 class SqliteStore:
@@ -345,6 +427,7 @@ class SqliteStore:
         self._open: _Open | None = None
         self._open_lock = threading.Lock()
         self._submitting: set[asyncio.Future[Any]] = set()
+        self._reading = 0  # reads under way: others wait on the store, writes queue up
 
     def _opened(self) -> _Open:
         with self._open_lock:
@@ -359,16 +442,23 @@ class SqliteStore:
         return await asyncio.to_thread(self._opened)  # opening creates tables: not on the loop
 
     def submit(self, steps: core.Steps[T], opened: _Open,
-               on_commit: Callable[[T], None] | None = None) -> asyncio.Future[T]:
+               on_commit: Callable[[T], None] | None = None,
+               key: core.Key | None = None) -> asyncio.Future[T]:
         """Queue a write; the future resolves on this loop once it committed or rolled back.
 
         Cancelling the future stops only the waiting: the thread still runs the
         write, and ``on_commit`` (if given) is called on this loop if it commits.
+        When the writer is idle the write may run at once on this thread
+        (``Settings.sqlite_inline_writes``); the future is then already done.
+        ``key``: the session written, if any.
         """
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
         job = _Job(steps, loop, future, on_commit)
-        if not opened.writer.offer(job):
+        writer = opened.writer
+        if writer.inline and not self._reading and writer.run_now(job, key):
+            return future
+        if not writer.offer(job):
             task = loop.create_task(self._submit_when_room(job, opened))
             self._submitting.add(task)
             task.add_done_callback(self._submitting.discard)
@@ -397,15 +487,16 @@ class SqliteStore:
         """
         opened = self._open
         if opened is not None:
-            return self.submit(steps, opened, on_commit)
-        task = asyncio.ensure_future(self._submit_when_open(steps, on_commit))
+            return self.submit(steps, opened, on_commit, order)
+        task = asyncio.ensure_future(self._submit_when_open(steps, on_commit, order))
         self._submitting.add(task)
         task.add_done_callback(self._submitting.discard)
         return asyncio.shield(task)
 
     async def _submit_when_open(self, steps: core.Steps[T],
-                                on_commit: Callable[[T], None] | None) -> T:
-        return await self.submit(steps, await self._ready(), on_commit)
+                                on_commit: Callable[[T], None] | None,
+                                key: core.Key | None) -> T:
+        return await self.submit(steps, await self._ready(), on_commit, key)
 
     async def write(self, steps: core.Steps[T]) -> T:
         """Run a write on the writer thread and wait for it.
@@ -418,7 +509,11 @@ class SqliteStore:
         """Run a read transaction on a reader thread and wait for it."""
         opened = await self._ready()
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(opened.readers.pool, opened.readers.read, steps)
+        self._reading += 1
+        try:
+            return await loop.run_in_executor(opened.readers.pool, opened.readers.read, steps)
+        finally:
+            self._reading -= 1
 
     async def close(self) -> None:
         """End the writer thread (after the writes already queued) and close every connection.

@@ -2,10 +2,10 @@
 
 ``ScriptedModel`` plays scripted turns and records requests and stream fates;
 ``check_stream_contract`` checks a model's responses against docs/event-contract.md;
-``FakeProvider`` is a loopback HTTP server that speaks OpenAI and Anthropic SSE
-at the byte level (and can stall, cut, reset and trickle), with renderers that
-build provider streams from an abstract turn; ``VirtualClock`` and
-``LiveHarness`` test live runs and time-based tools in virtual time;
+``FakeProvider`` is a loopback HTTP server that speaks OpenAI (Chat Completions
+and Responses), Anthropic and Gemini SSE at the byte level (and can stall, cut,
+reset and trickle), with renderers that build provider streams from an abstract
+turn; ``VirtualClock`` and ``LiveHarness`` test live runs and time-based tools in virtual time;
 ``wait_until`` waits on a condition instead of a count of event-loop turns;
 ``SSEParser`` and ``aiter_sse`` read an event stream as a browser does.
 """
@@ -20,6 +20,8 @@ from ._render import load_transcript as load_transcript
 from ._render import render_anthropic as render_anthropic
 from ._render import render_openai as render_openai
 from ._render import split_events as split_events
+from ._render_gemini import render_gemini as render_gemini
+from ._render_responses import render_openai_responses as render_openai_responses
 from .clock import VirtualClock as VirtualClock
 from .contract import StreamContractError as StreamContractError
 from .contract import check_stream_contract as check_stream_contract
@@ -63,7 +65,9 @@ __all__ = (
     "cut_inside_utf8",
     "load_transcript",
     "render_anthropic",
+    "render_gemini",
     "render_openai",
+    "render_openai_responses",
     "split_events",
     "wait_until",
 )

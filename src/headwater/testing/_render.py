@@ -25,7 +25,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal, NotRequired, Required, TypedDict
 
-ErrorFormat = Literal["openai", "anthropic"]
+ErrorFormat = Literal["openai", "anthropic", "gemini"]
 
 DEFAULT_OPENAI_USAGE: Mapping[str, int] = MappingProxyType(
     {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}

@@ -14,8 +14,12 @@ and how it closed, FIN or RST, and by whom)::
         assert provider.requests[0].json()["model"] == "gpt-4o-mini"
 
 Like the real APIs it answers 400, and consumes no scenario, when a request to
-``.../chat/completions`` or ``.../v1/messages`` has a body that is not JSON or a
-history with a tool call not answered by its result. With no scenario queued it
+``.../chat/completions``, ``.../v1/messages`` or ``...:streamGenerateContent``
+(Gemini) has a body that is not JSON or a history with a tool call not answered
+by its result. Requests to ``.../responses`` (OpenAI's Responses API) get the
+same treatment: a 400 for a body that is not JSON, a ``function_call`` without
+its ``function_call_output`` (or the reverse), or, with ``store: false``, a
+reasoning item without its ``encrypted_content``. With no scenario queued it
 answers 500, so a missing ``enqueue`` is loud.
 """
 
@@ -34,6 +38,8 @@ from types import TracebackType
 from typing import Any, Literal, TypeAlias, assert_never
 
 from ._render import ErrorFormat, default_message, error_body, format_of, history_problem
+from ._render_gemini import gemini_error_body, gemini_history_problem, is_gemini_path
+from ._render_responses import is_responses_path, responses_problem
 
 CloseKind = Literal["client_fin", "client_rst", "server_fin", "server_rst"]
 """Who closed a connection and how: with a FIN (an orderly close) or an RST (an abort)."""
@@ -120,6 +126,7 @@ class Scenario:
         error_type: str | None = None,
         param: str | None = None,
         code: str | None = None,
+        retry_delay: str | None = None,
     ) -> Scenario:
         """An error answer with the provider's JSON error body and a ``Content-Length``.
 
@@ -127,11 +134,18 @@ class Scenario:
             message: defaults to the status phrase (``"Overloaded"`` for 529).
             format: whose error shape to send.
             error_type: the error's ``type``; defaults by status and provider
-                (e.g. ``rate_limit_error`` for an Anthropic 429).
+                (e.g. ``rate_limit_error`` for an Anthropic 429; for Gemini the
+                ``status``, e.g. ``RESOURCE_EXHAUSTED``).
             param: OpenAI's ``param``; code: OpenAI's ``code``.
+            retry_delay: Gemini's ``RetryInfo.retryDelay`` in the body (e.g. ``"7s"``).
         """
-        body = error_body(format, status, message or default_message(status),
-                          error_type=error_type, param=param, code=code)
+        message = message or default_message(status)
+        if format == "gemini":  # Gemini: Google's error shape
+            body = gemini_error_body(status, message, error_type=error_type,
+                                     retry_delay=retry_delay)
+        else:
+            body = error_body(format, status, message, error_type=error_type, param=param,
+                              code=code)
         return cls(status=status, headers=dict(headers or {}), body=body, chunked=False,
                    content_type="application/json")
 
@@ -440,11 +454,16 @@ class FakeProvider:
     def _choose(self, request: RecordedRequest) -> Scenario:
         number = len(self.requests) - 1
         head = self._queue[0] if self._queue else None
-        format = format_of(request.path)
+        format = "gemini" if is_gemini_path(request.path) else format_of(request.path)
         if format is not None and (head is None or head.check_history):
-            problem = history_problem(format, request.body)
+            problem = (gemini_history_problem(request.path, request.body) if format == "gemini"
+                       else history_problem(format, request.body))
             if problem is not None:
                 return Scenario.error(400, problem[0], format=format, param=problem[1])
+        if is_responses_path(request.path) and (head is None or head.check_history):
+            responses = responses_problem(request.body)  # OpenAI Responses API
+            if responses is not None:
+                return Scenario.error(400, responses[0], param=responses[1])
         if head is None:
             message = f"FakeProvider: no scenario queued for request #{number}"
             return Scenario.error(500, message, format=format or "openai")

@@ -3,6 +3,9 @@
 // a reload picks a running run up again with Last-Event-ID.
 import { errorWords, fromHistory, initialState, reduce } from "./reducer.js";
 import { SSEDecoder } from "./sse.js";
+import {
+  base64FromBytes, bytesFromBase64, emissionText, parsePnm, pgmFromRgba, rgbaFromLuma,
+} from "./media.js";
 
 const CONFIG = JSON.parse(document.getElementById("headwater-config")?.textContent || "{}");
 const AUTH = CONFIG.auth ?? "none";
@@ -18,6 +21,8 @@ let state = initialState;
 let active = null;  // {runId, controller, sessionId}
 let known = new Map();  // session id -> session
 let live = null;  // {socket, sessionId, ready}: a live run over WS /live/{sid}
+let feed = null;  // {kind: "sample" | "camera", timer, sent, stream?}: frames going to `live`
+const CAMERA_SIZE = [64, 48];  // camera frames are sent as PGM this small (the detector is pure Python)
 
 class ApiError extends Error {
   constructor(code, message) { super(message); this.code = code; }
@@ -151,6 +156,17 @@ function render() {
   status.classList.remove("error");
   status.textContent = active ? (state.status.startsWith("Calling") ? state.status + "…" : "Answering…")
     : live ? (live.ready ? "Live: messages go to the live run." : "Connecting…") : "";
+  renderLivePanel();
+}
+
+function renderLivePanel() {
+  $("live-panel").hidden = !live?.ready;
+  $("play-frames").hidden = !(CONFIG.sample_frames > 0);
+  $("stop-frames").disabled = feed === null;
+  $("frames-status").textContent = feed
+    ? `${feed.kind === "camera" ? "Camera" : "Sample frames"}: ${feed.sent} sent` : "";
+  const emitted = state.items.filter((i) => i.kind === "tool" && i.emissions?.length).at(-1);
+  $("live-latest").textContent = emitted ? emissionText(emitted.emissions.at(-1).text) : "";
 }
 
 function dispatch(frame) {
@@ -291,6 +307,7 @@ function answer(card, approved) {
 
 async function stop() {
   if (live?.ready) {
+    stopFeed();  // no frame may follow the close
     live.socket.send(JSON.stringify({ type: "close" }));
     return;
   }
@@ -335,6 +352,7 @@ function onLiveMessage(mine, message) {
 async function onLiveClose(mine, event) {
   if (live !== mine) return;
   live = null;
+  stopFeed();
   if (!mine.ended && event.code !== 1000) {
     dispatch({ type: "error", data: { code: CLOSE_WORDS[event.code] ?? "network",
                                       retryable: true } });
@@ -345,8 +363,92 @@ async function onLiveClose(mine, event) {
 
 function endLive() {
   if (!live) return;
+  stopFeed();
   if (live.ready) live.socket.send(JSON.stringify({ type: "close" }));
   else live.socket.close();
+}
+
+// -- frames for the live run (the live panel) ---------------------------------------------------
+
+function sendFrame(mime, bytes) {
+  if (!live?.ready || !feed) return false;
+  live.socket.send(JSON.stringify({ type: "realtime", mime_type: mime,
+                                    data: base64FromBytes(bytes) }));
+  feed.sent += 1;
+  return true;
+}
+
+function preview(width, height, luma) {
+  const canvas = $("frame-preview");
+  canvas.width = width;
+  canvas.height = height;
+  canvas.getContext("2d").putImageData(new ImageData(rgbaFromLuma(luma), width, height), 0, 0);
+}
+
+function stopFeed() {
+  if (!feed) return;
+  clearInterval(feed.timer);
+  for (const track of feed.stream?.getTracks() ?? []) track.stop();
+  feed = null;
+  renderLivePanel();
+}
+
+async function playFrames() {
+  // The app's sample sequence, looped at its frame rate until stopped.
+  if (!live?.ready) return;
+  stopFeed();
+  let sample;
+  try {
+    sample = await api("GET", "/page/frames");
+  } catch (error) {
+    showProblem(error);
+    return;
+  }
+  const frames = sample.frames.map((f) => ({ mime: f.mime_type, bytes: bytesFromBase64(f.data) }));
+  const mine = { kind: "sample", timer: null, sent: 0 };
+  feed = mine;
+  const tick = () => {
+    if (feed !== mine) return;
+    const frame = frames[mine.sent % frames.length];
+    if (!sendFrame(frame.mime, frame.bytes)) { stopFeed(); return; }
+    const image = parsePnm(frame.bytes);
+    preview(image.width, image.height, image.luma);
+    renderLivePanel();
+  };
+  mine.timer = setInterval(tick, 1000 / sample.fps);
+  tick();
+}
+
+async function useCamera() {
+  // The browser camera, four frames a second, as small grayscale PGM.
+  if (!live?.ready) return;
+  stopFeed();
+  let stream;
+  try {
+    stream = await navigator.mediaDevices.getUserMedia({ video: true, audio: false });
+  } catch (error) {
+    $("frames-status").textContent = `No camera: ${error.message || error.name}`;
+    return;
+  }
+  if (!live?.ready) { for (const track of stream.getTracks()) track.stop(); return; }
+  const video = el("video", { playsinline: true });
+  video.muted = true;
+  video.srcObject = stream;
+  await video.play();
+  const [width, height] = CAMERA_SIZE;
+  const canvas = el("canvas", { width, height });
+  const context = canvas.getContext("2d", { willReadFrequently: true });
+  const mine = { kind: "camera", timer: null, sent: 0, stream };
+  feed = mine;
+  mine.timer = setInterval(() => {
+    if (feed !== mine) return;
+    context.drawImage(video, 0, 0, width, height);
+    const pgm = pgmFromRgba(context.getImageData(0, 0, width, height).data, width, height);
+    if (!sendFrame("image/x-portable-graymap", pgm)) { stopFeed(); return; }
+    preview(width, height, parsePnm(pgm).luma);
+    renderLivePanel();
+  }, 250);
+  renderLivePanel();
 }
 
 async function history(id) {
@@ -363,6 +465,7 @@ async function history(id) {
 
 async function openSession(id) {
   detach();
+  stopFeed();
   if (live) { const leaving = live; live = null; leaving.socket.close(); }
   sessionId = id;
   if (id) sessionStorage.setItem(SESSION_KEY, id); else sessionStorage.removeItem(SESSION_KEY);
@@ -491,6 +594,9 @@ async function start() {
   $("new-session").onclick = () => newSession();
   $("stop").onclick = () => stop();
   $("live").onclick = () => (live ? endLive() : goLive());
+  $("play-frames").onclick = () => playFrames();
+  $("camera").onclick = () => useCamera();
+  $("stop-frames").onclick = () => stopFeed();
   $("composer").onsubmit = (event) => {
     event.preventDefault();
     const text = $("message").value.trim();

@@ -1,0 +1,142 @@
+"""Each example runs on its own: ``python examples/<name>.py ["message"]`` exits 0 and prints
+its conversation, the streamed answer once, on the offline demo model.
+
+The scripts are run as child processes from the repository, as a user would;
+``headwater.examples.<name>.main`` is the same code in process.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from headwater.examples import docs_search, support
+
+ROOT = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.slow  # each test starts a Python child
+
+
+@pytest.fixture
+def env(child_env: dict[str, str]) -> dict[str, str]:
+    """The demo model (no HEADWATER_MODEL from outside), at a fast reading pace."""
+    clean = {k: v for k, v in child_env.items() if not k.startswith("HEADWATER_")}
+    return {**clean, "HEADWATER_DEMO_WORD_DELAY": "0.002"}
+
+
+def run(env: dict[str, str], name: str, *args: str, stdin: str = "") -> list[str]:
+    done = subprocess.run([sys.executable, str(ROOT / "examples" / f"{name}.py"), *args],
+                          cwd=ROOT, env=env, input=stdin, capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stderr == "", done.stderr
+    return done.stdout.splitlines()
+
+
+def test_support_answers_where_an_order_is(env: dict[str, str]) -> None:
+    assert run(env, "support") == [
+        "you> Where is order 1042?",
+        '[call] lookup_order({"order_id": "1042"})',
+        '[result] lookup_order -> {"order_id": "1042", "status": "shipped", '
+        '"shipped_on": "30 September", "due": "Monday"}',
+        "support> Order 1042 shipped on 30 September and is due Monday."]
+    lines = run(env, "support", "Where is order 2001?")
+    assert lines[-1] == "support> Order 2001 is packing and is due Thursday."
+    lines = run(env, "support", "And order 999?")
+    assert lines[-1] == "support> The lookup_order call failed: LookupError: no order 999"
+
+
+def test_the_docs_search_reports_progress_then_answers(env: dict[str, str]) -> None:
+    lines = run(env, "docs_search")
+    progress = [line for line in lines if line.startswith("[search_docs]")]
+    assert progress == [f"[search_docs] {n}/5 searched {path}"
+                        for n, (_, path) in enumerate(docs_search.DOCS, start=1)]
+    assert lines[-1] == ("docs> I found 3 pages about streaming: Streaming events, Streaming "
+                         "over HTTP: the frame protocol, Live streaming tools.")
+    assert run(env, "docs_search", "Search the docs for approval")[-1] == (
+        "docs> I found 1 pages about approval: Approval gates.")
+
+
+def test_a_deploy_waits_for_approval_then_shows_its_progress(env: dict[str, str]) -> None:
+    lines = run(env, "deploy", stdin="y\n")
+    start = lines.index('[approval required] deploy({"version": "2", "environment": "staging"})')
+    assert lines[start + 1] == ('Approve deploy({"version": "2", "environment": "staging"})? '
+                                "[y/N] [approved] deploy")
+    assert lines[start + 2:start + 7] == ["[deploy] 1/5 build", "[deploy] 2/5 upload",
+                                          "[deploy] 3/5 migrate", "[deploy] 4/5 switch traffic",
+                                          "[deploy] 5/5 verify"]
+    assert lines[-1] == "deploy> Version 2 is live on staging (live)."
+    lines = run(env, "deploy", "Deploy version 3 to production", "--approve")
+    assert lines[-1] == "deploy> Version 3 is live on production (live)."
+
+
+@pytest.mark.parametrize("how", [("--deny",), ()])
+def test_a_denied_deploy_never_runs(env: dict[str, str], how: tuple[str, ...]) -> None:
+    lines = run(env, "deploy", *how)  # no flag: asked, and the empty input is a no
+    assert "[denied] deploy" in lines[-3]
+    assert not any(line.startswith("[deploy]") for line in lines)
+    assert lines[-2] == ('[result] deploy -> {"error": "A human denied this call.", '
+                         '"code": "denied"}')
+    assert lines[-1] == ("deploy> Understood: the deploy call was denied, so I did not run it. "
+                         "Nothing changed.")
+
+
+def test_the_price_watcher_watches_live_then_stops(env: dict[str, str]) -> None:
+    lines = [re.sub(r"^\[t=\s*[\d.]+s\] ", "", line)
+             for line in run(env, "price_watcher", "--seconds", "0.5")]
+    assert lines[:3] == [
+        "user: Watch GOOG",
+        'market calls watch_price({"symbol": "GOOG", "min_move_pct": 0.5})',
+        '  watch_price answered: {"status": "The function is running asynchronously and the '
+        'results are pending."}']
+    told = [json.loads(line.split("returned: ", 1)[1]) for line in lines if "returned: " in line]
+    assert told[0] == {"symbol": "GOOG", "price": 171.2}
+    assert all(t["symbol"] == "GOOG" and "price" in t for t in told)
+    assert "market: GOOG is at 171.20." in lines
+    assert lines[-4:] == [
+        "user: Stop watching.",
+        'market calls stop_streaming({"function_name": "watch_price"})',
+        '  stop_streaming answered: {"result": "Successfully stopped streaming function '
+        'watch_price", "stopped": 1}',
+        "market: Stopped watching."]
+
+
+def test_the_people_counter_counts_the_bundled_frames_live_then_stops(
+        env: dict[str, str]) -> None:
+    lines = [re.sub(r"^\[t=\s*[\d.]+s\] ", "", line)
+             for line in run(env, "people_counter", "--speed", "8")]
+    assert lines[:2] == ["user: Count the people", "people calls count_people({})"]
+    counts = [json.loads(line.split("returned: ", 1)[1])["people"] for line in lines
+              if "count_people returned: " in line]
+    assert counts[0] == 0 and len(counts) >= 3  # real time: the sampled frames may vary a bit
+    assert set(counts) <= {0, 1, 2, 3}
+    assert all(a != b for a, b in itertools.pairwise(counts))  # only changes
+    assert "people: Nobody is in view." in lines
+    assert lines[-1] == "people: Stopped counting."
+
+
+@pytest.mark.parametrize("name", ["price_watcher", "people_counter"])
+def test_the_virtual_sessions_run_as_scripts(env: dict[str, str], name: str) -> None:
+    lines = run(env, name, "--virtual")
+    assert lines[0].startswith(f"{name.replace('_', ' ')}: demo model (scripted), virtual clock")
+    assert lines[-1].startswith(("quote polls: 151", "frames sent: 41"))
+
+
+def test_main_in_process_is_the_script(env: dict[str, str],
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    assert support.main(["Where is order 2001?"]) == 0
+    assert capsys.readouterr().out.splitlines() == run(env, "support", "Where is order 2001?")
+
+
+def test_a_bad_argument_is_a_usage_error(env: dict[str, str]) -> None:
+    done = subprocess.run([sys.executable, str(ROOT / "examples" / "people_counter.py"),
+                           "--speed", "0"], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert done.returncode == 2
+    assert "--speed must be positive" in done.stderr

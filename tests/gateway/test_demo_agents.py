@@ -1,0 +1,114 @@
+"""``headwater demo``'s app serves every example agent: over HTTP, and live over the WebSocket.
+
+The app is the one ``headwater demo`` builds (``headwater.cli.demo_app``), on
+the demo model and a fresh SQLite file, under a real uvicorn server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from websockets.asyncio.client import connect
+
+from headwater.examples.people_counter import FPS, scene_frames
+from headwater.settings import reload_settings
+
+from .conftest import Serve
+
+
+@pytest.fixture
+def demo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    from headwater.cli import demo_app
+    from headwater.models.demo import DemoModel
+
+    monkeypatch.setenv("HEADWATER_DEMO_WORD_DELAY", "0")
+    reload_settings()
+    yield demo_app(f"sqlite+aiosqlite:///{tmp_path / 'demo.db'}", DemoModel())
+    monkeypatch.undo()
+    reload_settings()
+
+
+def config_of(html: str) -> Any:
+    start = html.index('id="headwater-config">') + len('id="headwater-config">')
+    return json.loads(html[start:html.index("</script>", start)])
+
+
+async def ask(client: httpx.AsyncClient, agent: str, message: str) -> str:
+    sid = (await client.post("/sessions", json={"agent": agent})).json()["id"]
+    body = (await client.post(f"/sessions/{sid}/runs", json={"message": message})).text
+    finals = [json.loads(line[6:]) for line in body.splitlines()
+              if line.startswith("data: ") and '"final":true' in line]
+    text: str = finals[-1]["text"]
+    return text
+
+
+async def test_the_demo_serves_the_five_examples_and_offers_their_prompts(
+        serve: Serve, demo: Any) -> None:
+    async with httpx.AsyncClient(base_url=await serve(demo, lifespan="on"), timeout=10) as client:
+        config = config_of((await client.get("/")).text)
+        assert [a["name"] for a in config["agents"]] == [
+            "support", "docs", "deploy", "market", "people"]
+        assert {s["text"]: (s["agent"], s["live"]) for s in config["suggestions"]} == {
+            "Where is order 1042?": ("support", False),
+            "Search the docs for streaming": ("docs", False),
+            "Deploy version 2 to staging": ("deploy", False), "Watch GOOG": ("market", True),
+            "Count the people": ("people", True), "Tell me a long story": ("support", False)}
+        assert config["sample_frames"] == len(scene_frames()) == 40
+        frames = (await client.get("/page/frames")).json()
+        assert frames["fps"] == FPS
+        assert [(f["mime_type"], base64.b64decode(f["data"])) for f in frames["frames"]] == [
+            (blob.mime_type, blob.data) for blob in scene_frames()]
+        assert await ask(client, "support", "Where is order 1042?") == (
+            "Order 1042 shipped on 30 September and is due Monday.")
+        assert (await ask(client, "docs", "Search the docs for streaming")).startswith(
+            "I found 3 pages about streaming")
+
+
+async def test_the_people_counter_counts_frames_sent_over_the_websocket(
+        serve: Serve, demo: Any) -> None:
+    base = await serve(demo, lifespan="on")
+    async with httpx.AsyncClient(base_url=base, timeout=10) as client:
+        sid = (await client.post("/sessions", json={"agent": "people"})).json()["id"]
+    emitted: list[str] = []
+    said: list[str] = []
+
+    def take(text: str) -> None:
+        frame = json.loads(text)
+        if frame["type"] == "message":
+            said.append(frame["data"]["text"])
+        elif frame["type"] == "tool_emission":
+            emitted.append(frame["data"]["text"])
+
+    async with connect(f"ws://{base[len('http://'):]}/live/{sid}") as socket:
+        assert json.loads(await socket.recv())["type"] == "ready"
+        await socket.send(json.dumps({"type": "content", "text": "Count the people"}))
+        while "Counting. I'll tell you when the number changes." not in said:
+            take(await socket.recv())
+        # The tool samples one frame a second of real time: send each second's first frame.
+        for blob in scene_frames()[::FPS][:4]:  # 0, 1, 1, 2 people
+            await socket.send(json.dumps({"type": "realtime", "mime_type": blob.mime_type,
+                                          "data": base64.b64encode(blob.data).decode()}))
+            while True:  # wait a sampling period, reading what comes
+                try:
+                    take(await _recv(socket, 1.05))
+                except TimeoutError:
+                    break
+        await socket.send(json.dumps({"type": "content", "text": "Stop counting."}))
+        while "Stopped counting." not in said:
+            take(await socket.recv())
+        await socket.send(json.dumps({"type": "close"}))
+    assert emitted == [f'Function count_people returned: {{"people": {n}}}' for n in (0, 1, 2)]
+    assert said[-4:-1] == ["Nobody is in view.", "I can see 1 person.", "I can see 2 people."]
+
+
+async def _recv(socket: Any, seconds: float) -> str:
+    async with asyncio.timeout(seconds):
+        message: str = await socket.recv()
+        return message
