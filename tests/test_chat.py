@@ -34,7 +34,7 @@ _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|[\x01\x02]")
 def env(child_env: dict[str, str]) -> dict[str, str]:
     """No HEADWATER_* or provider keys from outside; the demo model quick; a colour terminal."""
     clean = {k: v for k, v in child_env.items()
-             if not k.startswith("HEADWATER_") and not k.endswith("_API_KEY")}
+             if not k.startswith(("HEADWATER_", "GOOGLE_")) and not k.endswith("_API_KEY")}
     return {**clean, "HEADWATER_DEMO_WORD_DELAY": "0.002", "TERM": "xterm-256color",
             "COLUMNS": "120", "LINES": "40"}
 
@@ -311,6 +311,7 @@ def one_line_error(result: subprocess.CompletedProcess[str]) -> str:
     (["--model", "nope:x"], "unknown model provider 'nope'"),
     (["--model", "openai:gpt-4o-mini"], "set OPENAI_API_KEY"),
     (["--model", "anthropic:claude-3-5-haiku-latest"], "set ANTHROPIC_API_KEY"),
+    (["--model", "gemini:gemini-2.0-flash"], "set GEMINI_API_KEY"),
     (["--agent", "nobody"], "no agent named 'nobody'; this gateway serves support, docs, "
                             "deploy, market"),
     (["--session", "0123"], "(not_found)"),

@@ -61,6 +61,7 @@ def test_help_is_quick_and_documents_every_option(command: list[str], tmp_path: 
     assert "--help" in result.stdout
     if command in ([], ["demo"], ["chat"], ["run"], ["serve"]):
         assert "OPENAI_API_KEY" in result.stdout and "ANTHROPIC_API_KEY" in result.stdout
+        assert "GEMINI_API_KEY" in result.stdout
 
 
 def test_every_command_and_option_has_help() -> None:

@@ -20,7 +20,11 @@ from ._demo import demo_app as demo_app
 
 MODEL_STRINGS = """\
     openai:gpt-4o-mini                 needs OPENAI_API_KEY (OPENAI_BASE_URL: another root)
+    openai-responses:gpt-4o-mini       the Responses API; needs OPENAI_API_KEY
     anthropic:claude-3-5-haiku-latest  needs ANTHROPIC_API_KEY
+    gemini:gemini-2.0-flash            needs GEMINI_API_KEY (or GOOGLE_API_KEY)
+    vertex:<model>[@<project>/<loc>]   needs GOOGLE_CLOUD_ACCESS_TOKEN (project and
+                                       location else GOOGLE_CLOUD_PROJECT/_LOCATION)
     openai-compatible:<model>@<url>    Ollama, vLLM, llama.cpp, …
                                        (OPENAI_COMPATIBLE_API_KEY if the server wants one)
     demo                               the offline demo model (scripted, no key)
