@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 from typing import Any
 
 from pydantic_core import from_json
 
-from ..errors import MalformedChunk, UserError
+from ..errors import MalformedChunk
 from ..types import Content, Part, Usage
-from ._http import HttpStreamingModel, StreamParser
+from ._http import HttpStreamingModel, StreamParser, env_base_url, env_key
 from ._sse import ServerSentEvent
 from ._wire import bad, obj, opt_int, opt_obj, opt_str, req_int, req_str
 from .llm_request import LlmRequest
@@ -233,8 +232,6 @@ def from_spec(name: str) -> AnthropicModel:
     Raises:
         UserError: ``ANTHROPIC_API_KEY`` is not set.
     """
-    key = os.environ.get("ANTHROPIC_API_KEY")
-    if not key:
-        raise UserError(f"model 'anthropic:{name}' needs an API key: set ANTHROPIC_API_KEY")
-    return AnthropicModel(name, base_url=os.environ.get("ANTHROPIC_BASE_URL") or DEFAULT_BASE_URL,
+    key = env_key(f"anthropic:{name}", "ANTHROPIC_API_KEY")
+    return AnthropicModel(name, base_url=env_base_url(DEFAULT_BASE_URL, "ANTHROPIC_BASE_URL"),
                           api_key=key)

@@ -35,7 +35,7 @@ from pydantic_core import from_json
 from ..errors import MalformedChunk, ToolCallAssemblyError, UserError
 from ..events import new_id
 from ..types import Content, Part, Usage
-from ._http import HttpStreamingModel, StreamParser
+from ._http import HttpStreamingModel, StreamParser, env_base_url, env_key
 from ._jsonpath import ArgsBuilder
 from ._sse import ServerSentEvent
 from ._wire import bad, obj, opt_int, opt_list, opt_obj, opt_str
@@ -408,12 +408,11 @@ def from_spec(name: str) -> GeminiModel:
     Raises:
         UserError: neither key variable is set.
     """
-    key = os.environ.get("GOOGLE_API_KEY") or os.environ.get("GEMINI_API_KEY")
-    if not key:
-        raise UserError(f"model 'gemini:{name}' needs an API key: set GEMINI_API_KEY "
-                        "(or GOOGLE_API_KEY)")
-    base_url = (os.environ.get("GEMINI_BASE_URL") or os.environ.get("GOOGLE_GEMINI_BASE_URL")
-                or DEFAULT_BASE_URL)
+    if not os.environ.get("GOOGLE_API_KEY"):  # GOOGLE_API_KEY wins; the hint names GEMINI_
+        key = env_key(f"gemini:{name}", "GEMINI_API_KEY", "GOOGLE_API_KEY")
+    else:
+        key = os.environ["GOOGLE_API_KEY"]
+    base_url = env_base_url(DEFAULT_BASE_URL, "GEMINI_BASE_URL", "GOOGLE_GEMINI_BASE_URL")
     return GeminiModel(name, base_url=base_url, api_key=key)
 
 

@@ -23,7 +23,7 @@ from pydantic_core import from_json
 
 from ..errors import MalformedChunk, UserError
 from ..types import Content, Usage
-from ._http import HttpStreamingModel, StreamParser
+from ._http import HttpStreamingModel, StreamParser, env_base_url, env_key
 from ._sse import ServerSentEvent
 from ._wire import bad, obj, opt_int, opt_list, opt_obj, opt_str
 from .llm_request import LlmRequest
@@ -233,10 +233,8 @@ def from_spec(name: str) -> OpenAIChatModel:
     Raises:
         UserError: ``OPENAI_API_KEY`` is not set.
     """
-    key = os.environ.get("OPENAI_API_KEY")
-    if not key:
-        raise UserError(f"model 'openai:{name}' needs an API key: set OPENAI_API_KEY")
-    return OpenAIChatModel(name, base_url=os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL,
+    key = env_key(f"openai:{name}", "OPENAI_API_KEY")
+    return OpenAIChatModel(name, base_url=env_base_url(DEFAULT_BASE_URL, "OPENAI_BASE_URL"),
                            api_key=key)
 
 

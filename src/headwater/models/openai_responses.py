@@ -18,14 +18,13 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 from typing import Any
 
 from pydantic_core import from_json
 
 from ..errors import MalformedChunk, UserError
 from ..types import Blob, Content, Part, Usage
-from ._http import HttpStreamingModel, StreamParser
+from ._http import HttpStreamingModel, StreamParser, env_base_url, env_key
 from ._sse import ServerSentEvent
 from ._wire import bad, obj, opt_int, opt_obj, opt_str, req_str
 from .llm_request import LlmRequest
@@ -409,8 +408,6 @@ def from_spec(name: str) -> OpenAIResponsesModel:
     Raises:
         UserError: ``OPENAI_API_KEY`` is not set.
     """
-    key = os.environ.get("OPENAI_API_KEY")
-    if not key:
-        raise UserError(f"model 'openai-responses:{name}' needs an API key: set OPENAI_API_KEY")
+    key = env_key(f"openai-responses:{name}", "OPENAI_API_KEY")
     return OpenAIResponsesModel(
-        name, base_url=os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL, api_key=key)
+        name, base_url=env_base_url(DEFAULT_BASE_URL, "OPENAI_BASE_URL"), api_key=key)

@@ -71,12 +71,13 @@ def _event(name: str, payload: Any) -> bytes:  # Any: raw wire JSON
     return f"event: {name}\n".encode() + _data(payload)
 
 
-def _arguments(call: ToolCallSpec) -> str:
+def arguments_json(call: ToolCallSpec) -> str:
+    """A call's arguments as the JSON text a provider streams."""
     arguments = call.get("arguments", "{}")
     return arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
 
 
-def _fragments(text: str, count: int) -> list[str]:
+def fragments(text: str, count: int) -> list[str]:
     """Splits ``text`` into ``count`` pieces of near-equal length (fewer if it is short)."""
     count = max(1, min(count, len(text)))
     size, extra = divmod(len(text), count)
@@ -145,7 +146,7 @@ def render_openai(
         opening = {"index": n, "id": call.get("id", f"call_{n}"), "type": "function",
                    "function": function}
         events.append(chunk({"tool_calls": [opening]}))
-        for piece in _fragments(_arguments(call), call.get("fragments", 1)):
+        for piece in fragments(arguments_json(call), call.get("fragments", 1)):
             events.append(chunk({"tool_calls": [{"index": n, "function": {"arguments": piece}}]}))
     if error is not None:
         payload = dict(error) if set(error) == {"error"} else {"error": dict(error)}
@@ -222,7 +223,7 @@ def render_anthropic(
     for n, call in enumerate(tool_calls):
         block = {"type": "tool_use", "id": call.get("id", f"toolu_{n}"), "name": call["name"],
                  "input": {}}
-        pieces = ["", *_fragments(_arguments(call), call.get("fragments", 1))]
+        pieces = ["", *fragments(arguments_json(call), call.get("fragments", 1))]
         blocks.append((block, [{"type": "input_json_delta", "partial_json": p} for p in pieces]))
     for index, (block, deltas) in enumerate(blocks):
         events.append(_event("content_block_start",

@@ -20,6 +20,7 @@ from types import MappingProxyType
 from typing import Any
 
 from ._render import ToolCallSpec
+from ._render import fragments as split_text
 
 DEFAULT_GEMINI_USAGE: Mapping[str, int] = MappingProxyType(
     {"promptTokenCount": 10, "candidatesTokenCount": 5}
@@ -44,17 +45,6 @@ def _arguments(call: ToolCallSpec) -> dict[str, Any]:  # raw JSON object
     return value
 
 
-def _pieces(text: str, count: int) -> list[str]:
-    count = max(1, min(count, len(text)))
-    size, extra = divmod(len(text), count)
-    pieces, start = [], 0
-    for n in range(count):
-        end = start + size + (1 if n < extra else 0)
-        pieces.append(text[start:end])
-        start = end
-    return pieces
-
-
 def _leaves(value: Any, path: str) -> list[tuple[str, Any]]:  # Any: raw JSON
     if isinstance(value, dict) and value:
         return [leaf for key, item in value.items() for leaf in _leaves(item, f"{path}.{key}")]
@@ -70,7 +60,7 @@ def _partial_args(arguments: dict[str, Any], fragments: int) -> list[list[dict[s
         if path == "$":  # no arguments: nothing to stream
             continue
         if isinstance(value, str):
-            pieces = _pieces(value, fragments) if value else []
+            pieces = split_text(value, fragments) if value else []
             chunks += [[{"jsonPath": path, "stringValue": p, "willContinue": True}]
                        for p in pieces]
             chunks.append([{"jsonPath": path, "stringValue": ""}])

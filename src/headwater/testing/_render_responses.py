@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
-from ._render import ToolCallSpec
+from ._render import ToolCallSpec, arguments_json, fragments
 
 DEFAULT_RESPONSES_USAGE: Mapping[str, Any] = MappingProxyType({
     "input_tokens": 10, "input_tokens_details": {"cached_tokens": 0},
@@ -47,22 +47,6 @@ class _Stream:
     def item(self, index: int, item: dict[str, Any], done: dict[str, Any]) -> None:
         self.emit("response.output_item.added", output_index=index, item=item)
         self.emit("response.output_item.done", output_index=index, item=done)
-
-
-def _arguments(call: ToolCallSpec) -> str:
-    arguments = call.get("arguments", "{}")
-    return arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
-
-
-def _pieces(text: str, count: int) -> list[str]:
-    count = max(1, min(count, len(text)))
-    size, extra = divmod(len(text), count)
-    pieces, start = [], 0
-    for n in range(count if text else 0):
-        end = start + size + (1 if n < extra else 0)
-        pieces.append(text[start:end])
-        start = end
-    return pieces
 
 
 def render_openai_responses(
@@ -189,12 +173,12 @@ def _message(stream: _Stream, index: int, text: Sequence[str],
 def _function_call(stream: _Stream, index: int, n: int,
                    call: ToolCallSpec) -> dict[str, Any]:  # raw wire JSON
     item_id = f"fc_fake{index:04d}"
-    arguments = _arguments(call)
+    arguments = arguments_json(call)
     opened = {"id": item_id, "type": "function_call", "status": "in_progress", "arguments": "",
               "call_id": call.get("id", f"call_{n}"), "name": call["name"]}
     stream.emit("response.output_item.added", output_index=index, item=opened)
     where = {"item_id": item_id, "output_index": index}
-    for piece in _pieces(arguments, call.get("fragments", 1)):
+    for piece in fragments(arguments, call.get("fragments", 1)):
         stream.emit("response.function_call_arguments.delta", **where, delta=piece)
     stream.emit("response.function_call_arguments.done", **where, arguments=arguments)
     done = {**opened, "status": "completed", "arguments": arguments}
