@@ -28,6 +28,7 @@ from headwater.testing import (
     cut_inside_utf8,
     render_anthropic,
     render_openai,
+    split_inside_characters,
 )
 from headwater.types import Content, Usage
 
@@ -88,17 +89,6 @@ def expected_usage(folder: str, usage: dict[str, Any] | None) -> Usage | None:
 
 def load_fixture(sse: Path) -> tuple[bytes, dict[str, Any]]:
     return sse.read_bytes(), json.loads(sse.with_suffix(".json").read_text())["expected"]
-
-
-def split_inside_characters(body: bytes) -> list[bytes]:
-    """Network reads cut inside every multi-byte UTF-8 character."""
-    pieces, start = [], 0
-    for i in range(1, len(body)):
-        if 0x80 <= body[i] < 0xC0 and body[i - 1] >= 0xC0:
-            pieces.append(body[start:i])
-            start = i
-    pieces.append(body[start:])
-    return pieces
 
 
 @pytest.mark.parametrize(("folder", "sse"), fixture_cases())

@@ -46,6 +46,7 @@ from headwater.testing import (
     check_stream_contract,
     render_gemini,
     split_events,
+    split_inside_characters,
 )
 from headwater.types import Blob, Content, FunctionCall, FunctionResponse, Part, ToolDeclaration
 
@@ -72,17 +73,6 @@ async def responses(model: GeminiModel, request: LlmRequest = REQUEST,
 
 def fixtures() -> list[Any]:
     return [pytest.param(sse, id=sse.stem) for sse in sorted(FIXTURES.glob("*.sse"))]
-
-
-def split_inside_characters(body: bytes) -> list[bytes]:
-    """Network reads cut inside every multi-byte UTF-8 character and every CRLF."""
-    pieces, start = [], 0
-    for i in range(1, len(body)):
-        if (0x80 <= body[i] < 0xC0 and body[i - 1] >= 0xC0) or body[i - 1:i + 1] == b"\r\n":
-            pieces.append(body[start:i])
-            start = i
-    pieces.append(body[start:])
-    return pieces
 
 
 def load(sse: Path) -> tuple[bytes, dict[str, Any]]:

@@ -41,6 +41,7 @@ from headwater.testing import (
     check_stream_contract,
     render_openai_responses,
     split_events,
+    split_inside_characters,
 )
 from headwater.types import Blob, Content, FunctionCall, FunctionResponse, Part, ToolDeclaration
 
@@ -71,17 +72,6 @@ def ok(text: str = "fine") -> Scenario:
 
 def load(sse: Path) -> tuple[bytes, dict[str, Any]]:
     return sse.read_bytes(), json.loads(sse.with_suffix(".json").read_text())["expected"]
-
-
-def split_inside_characters(body: bytes) -> list[bytes]:
-    """Network reads cut inside every multi-byte UTF-8 character."""
-    pieces, start = [], 0
-    for i in range(1, len(body)):
-        if 0x80 <= body[i] < 0xC0 and body[i - 1] >= 0xC0:
-            pieces.append(body[start:i])
-            start = i
-    pieces.append(body[start:])
-    return pieces
 
 
 def expected_usage(raw: dict[str, Any] | None) -> Any:

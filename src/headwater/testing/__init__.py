@@ -20,6 +20,7 @@ from ._render import load_transcript as load_transcript
 from ._render import render_anthropic as render_anthropic
 from ._render import render_openai as render_openai
 from ._render import split_events as split_events
+from ._render import split_inside_characters as split_inside_characters
 from ._render_gemini import render_gemini as render_gemini
 from ._render_responses import render_openai_responses as render_openai_responses
 from .clock import VirtualClock as VirtualClock
@@ -69,5 +70,6 @@ __all__ = (
     "render_openai",
     "render_openai_responses",
     "split_events",
+    "split_inside_characters",
     "wait_until",
 )

@@ -273,6 +273,21 @@ def split_events(body: bytes) -> list[bytes]:
     return [match.group() for match in _EVENT_END.finditer(body)]
 
 
+def split_inside_characters(body: bytes) -> list[bytes]:
+    """``body`` as network reads cut inside every multi-byte UTF-8 character.
+
+    Serve the pieces as one scenario's body: an adapter that decodes each read
+    on its own, instead of the stream, garbles every such character.
+    """
+    pieces, start = [], 0
+    for i in range(1, len(body)):
+        if 0x80 <= body[i] < 0xC0 and body[i - 1] >= 0xC0:
+            pieces.append(body[start:i])
+            start = i
+    pieces.append(body[start:])
+    return pieces
+
+
 def cut_inside_utf8(body: Sequence[bytes], after_events: int) -> list[bytes]:
     """Keeps events whole up to a cut in the middle of a multi-byte UTF-8 character.
 
