@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from headwater.cli import _parser
+from headwater.cli import CommandError, _parser
 
 pytestmark = pytest.mark.slow
 
@@ -286,6 +286,42 @@ def test_run_bad_files(tmp_path: Path, env: dict[str, str]) -> None:
 
 
 # -- demo: the gateway on 127.0.0.1 ----------------------------------------------------------------
+
+@pytest.mark.parametrize("command", [["demo", "--no-browser"], ["serve", "shop:app"]])
+@pytest.mark.parametrize("port", ["99999", "-1", "http"])
+def test_a_bad_port_is_a_usage_error(command: list[str], port: str, tmp_path: Path,
+                                     env: dict[str, str]) -> None:
+    result = hw(*command, "--port", port, cwd=tmp_path, env=env)
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    assert "argument --port:" in result.stderr.strip().splitlines()[-1]
+
+
+def test_a_port_left_in_time_wait_by_a_stopped_server_is_free() -> None:
+    """A server killed with connections open leaves its port in TIME_WAIT; uvicorn can listen
+    there again (SO_REUSEADDR), so the demo's check must not call it "in use"."""
+    import socket
+
+    from headwater.cli._demo import _check_port
+
+    with socket.socket() as server:
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port = server.getsockname()[1]
+        client = socket.create_connection(("127.0.0.1", port))
+        accepted, _ = server.accept()
+        accepted.close()  # the server side closes first: its end waits in TIME_WAIT
+        client.close()
+    with socket.socket() as plain, pytest.raises(OSError):
+        plain.bind(("127.0.0.1", port))  # the state this test is about
+    _check_port(port)
+    with socket.socket() as other:  # a port another server listens on is still refused
+        other.bind(("127.0.0.1", 0))
+        other.listen()
+        with pytest.raises(CommandError, match="cannot listen on"):
+            _check_port(other.getsockname()[1])
+
 
 def test_demo_serves_the_example_agents_and_stops_on_sigterm(tmp_path: Path,
                                                              env: dict[str, str]) -> None:
