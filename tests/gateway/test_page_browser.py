@@ -379,3 +379,39 @@ async def test_the_demo_suggestions_ask_their_agents(
     await page.get_by_role("button", name="Stop", exact=True).click()
     await page.get_by_role("button", name="Go live", exact=True).wait_for()
     assert await page.locator("#sessions li").count() == 3
+    # Switching to a session selects its agent: New session then asks that agent again.
+    await page.locator("#sessions li button.open", has_text="support").click()
+    await page.wait_for_function("() => document.querySelector('#agent').value === 'support'")
+    assert await page.locator("#agent-info").inner_text() == (
+        "agent support · model demo · scripted model")
+
+
+async def test_a_narrow_window_keeps_the_composer_in_view_and_nothing_sideways(
+        serve: Serve, open_page: Any) -> None:
+    """At 400 px (a phone) the sessions go above the chat: the message box is usable, Send,
+    Stop and Go live are on screen, nothing scrolls sideways, and the page itself does not
+    scroll (the conversation does)."""
+    model = ScriptedModel()
+    for n in range(4):
+        model.call("lookupOrder", {"order_id": f"10{n}"}).reply(*ANSWER)
+    app, _ = served(Agent(name="support", model=model, tools=[tool(name="lookupOrder")(
+        lookup_order)]))
+    page = await open_page(await serve(app))
+    await page.set_viewport_size({"width": 400, "height": 700})
+    await ask(page, "Where is order 1042? " * 8)
+    await run_ended(page)
+    for _ in range(3):
+        await page.get_by_label("Message", exact=True).fill("And order 1043?")
+        await page.get_by_role("button", name="Send", exact=True).click()
+        await run_ended(page)
+    assert await page.evaluate(
+        "() => [document.documentElement.scrollWidth, document.documentElement.scrollHeight]"
+    ) == [400, 700]
+    boxes = [await page.get_by_label("Message", exact=True).bounding_box()]
+    for name in ("Send", "Stop", "Go live", "New session"):
+        boxes.append(await page.get_by_role("button", name=name, exact=True).bounding_box())
+    for box in boxes:
+        assert box is not None
+        assert box["x"] >= 0 and box["x"] + box["width"] <= 400, boxes
+        assert box["y"] >= 0 and box["y"] + box["height"] <= 700, boxes
+    assert boxes[0]["width"] >= 300  # the message box takes the width, not a sliver

@@ -538,6 +538,7 @@ function markCurrent() {
   }
   const name = known.get(sessionId)?.agent ?? AGENTS[0]?.name;
   const agent = AGENTS.find((a) => a.name === name);
+  if (agent && AGENTS.length > 1) $("agent").value = agent.name;  // New session: this agent
   const parts = agent ? [`agent ${agent.name}`, `model ${agent.model}`] : [];
   if (CONFIG.note) parts.push(CONFIG.note);
   $("agent-info").textContent = parts.join(" · ");
