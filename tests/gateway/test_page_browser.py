@@ -179,22 +179,32 @@ async def test_stop_ends_a_long_answer_and_the_server_records_cancelled(
 
 async def test_a_reload_mid_answer_shows_the_history_no_stale_draft_and_the_rest(
         serve: Serve, open_page: Any) -> None:
-    model = ScriptedModel().reply(*STORY[:30], delay=0.08)
-    app, _ = served(Agent(name="storyteller", model=model))
+    model = (ScriptedModel().call("lookupOrder", {"order_id": "1042"})
+             .reply(*STORY[:30], delay=0.08))
+    app, _ = served(Agent(name="storyteller", model=model, tools=[tool(name="lookupOrder")(
+        lookup_order)]))
     page = await open_page(await serve(app))
     await ask(page, "Tell me a long story")
     await page.wait_for_function(
         "() => (document.querySelector('[data-draft]')?.textContent ?? '').includes('word3 ')")
+    resumed: list[str | None] = []
+    page.on("request", lambda request: resumed.append(request.headers.get("last-event-id"))
+            if "/stream" in request.url else None)
     await page.reload()
     await page.wait_for_selector('[data-author="user"]')  # the history, from the server
     assert await shown(page, "user") == ["Tell me a long story"]
-    await page.wait_for_selector("[data-draft]")  # the rest streams in again…
-    assert all("word0 " not in d for d in await drafts(page))  # …but not what was shown before
+    await page.wait_for_selector("[data-draft]")  # the answer streams in again, whole:
+    await page.wait_for_function(  # not only the words after the reload
+        "() => (document.querySelector('[data-draft] .text')?.textContent ?? '').startsWith("
+        "'word0 word1 word2 word3 ')")
     await page.wait_for_selector('[data-author="storyteller"]:not([data-draft])')
     await run_ended(page)
     assert await shown(page, "storyteller") == ["".join(STORY[:30]).strip()]
     assert await drafts(page) == []
-    assert len(model.requests) == 1  # followed again, not run again
+    assert await page.get_by_role("region", name="Tool lookupOrder").count() == 1
+    # Followed again after the last stored frame (tool_call 1, tool_result 2), not run again.
+    assert resumed[:1] == ["2"]
+    assert len(model.requests) == 2  # the call's turn and the answer's
 
 
 ran: list[str] = []
