@@ -425,3 +425,26 @@ async def test_a_narrow_window_keeps_the_composer_in_view_and_nothing_sideways(
         assert box["x"] >= 0 and box["x"] + box["width"] <= 400, boxes
         assert box["y"] >= 0 and box["y"] + box["height"] <= 700, boxes
     assert boxes[0]["width"] >= 300  # the message box takes the width, not a sliver
+
+
+async def test_a_lost_server_keeps_the_session_list_and_says_so_once(
+        serve: Serve, open_page: Any) -> None:
+    model = ScriptedModel().reply(*ANSWER)
+    app, _ = served(Agent(name="support", model=model))
+    page = await open_page(await serve(app))
+    await ask(page, "Where is order 1042?")
+    await run_ended(page)
+    sessions = page.locator("#sessions li")
+    assert await sessions.count() == 1
+    # The server goes away: every request fails as a refused connection would.
+    await page.route("**/*", lambda route: route.abort("connectionrefused"))
+    await page.get_by_label("Message", exact=True).fill("And order 1043?")
+    async with page.expect_event(  # the run fails, then the list is asked for again
+            "requestfailed", lambda request: request.url.endswith("/sessions")):
+        await page.get_by_role("button", name="Send", exact=True).click()
+    alert = page.get_by_role("alert")
+    await run_ended(page)
+    assert await alert.inner_text() == "The connection to the server was lost. (network)"
+    await page.evaluate("() => new Promise(requestAnimationFrame)")  # the list's answer is in
+    assert await sessions.count() == 1
+    assert "(network)" not in await page.locator("#status").inner_text()  # said once

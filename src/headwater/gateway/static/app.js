@@ -302,7 +302,7 @@ async function send(text) {
   if (!sessionId) return;
   dispatch({ type: "user", data: { text } });
   await startRun({ message: text });
-  await loadSessions();
+  await loadSessions({ quiet: true });  // the run shows its own error, once
 }
 
 function answer(card, approved) {
@@ -525,12 +525,14 @@ function sessionLabel(session) {
   return `${session.agent} · ${when} · ${session.id.slice(0, 6)}`;
 }
 
-async function loadSessions() {
-  let sessions = [];
+async function loadSessions({ quiet = false } = {}) {
+  // A list that cannot be read keeps the one shown (a lost server empties nothing).
+  let sessions;
   try {
     sessions = (await api("GET", "/sessions")).items;
   } catch (error) {
-    showProblem(error);
+    if (!quiet) showProblem(error);
+    return [...known.values()];
   }
   known = new Map(sessions.map((session) => [session.id, session]));
   $("sessions").replaceChildren(...sessions.map((session) => {
