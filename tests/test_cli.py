@@ -274,6 +274,20 @@ def test_run_exits_1_on_an_error_event(tmp_path: Path, env: dict[str, str]) -> N
     assert last["type"] == "error" and last["error_code"]
 
 
+@pytest.mark.parametrize(("example", "message", "answer"), [
+    ("support", "Where is order 1042?", "support> Order 1042 shipped on 30 September"),
+    ("docs_search", "Search the docs for streaming", "docs> I found 3 pages about streaming"),
+    ("deploy", "Deploy version 2 to staging", "[approval required] deploy("),
+])
+def test_run_takes_the_request_response_examples(example: str, message: str, answer: str,
+                                                  tmp_path: Path, env: dict[str, str]) -> None:
+    """What a new user tries first: ``headwater run examples/support.py "…"``."""
+    script = Path(__file__).resolve().parents[1] / "examples" / f"{example}.py"
+    result = hw("run", str(script), message, cwd=tmp_path, env=env)
+    assert result.returncode == 0, result.stderr
+    assert answer in result.stdout
+
+
 def test_run_bad_files(tmp_path: Path, env: dict[str, str]) -> None:
     line = one_line_error(hw("run", "missing.py", "hi", cwd=tmp_path, env=env))
     assert "no such file: missing.py" in line
