@@ -7,7 +7,11 @@ Its one home is ``headwater.examples.deploy``::
 
 import sys
 
-from headwater.examples.deploy import main
+from headwater.examples.deploy import build_agent, main
+from headwater.models import DemoModel
+
+# For `headwater run examples/deploy.py "message"` (`--model M` puts it on another model).
+agent = build_agent(DemoModel())
 
 if __name__ == "__main__":
     sys.exit(main())

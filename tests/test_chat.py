@@ -119,6 +119,7 @@ def test_an_answer_is_shown_once(tmp_path: Path, env: dict[str, str],
     assert re.search(r"tokens: \d+ in, \d+ out", shown)
     term.child.sendeof()
     assert term.exit_code() == 0
+    assert "Task was destroyed" not in term.shown and "Traceback" not in term.shown
     assert (tmp_path / ".headwater" / "sessions.db").is_file()
     assert f"headwater chat --session {session_of(term.shown)}" in term.shown.replace("\n", " ")
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from headwater.cli import _parser
+from headwater.cli import CommandError, _parser
 
 pytestmark = pytest.mark.slow
 
@@ -274,6 +274,20 @@ def test_run_exits_1_on_an_error_event(tmp_path: Path, env: dict[str, str]) -> N
     assert last["type"] == "error" and last["error_code"]
 
 
+@pytest.mark.parametrize(("example", "message", "answer"), [
+    ("support", "Where is order 1042?", "support> Order 1042 shipped on 30 September"),
+    ("docs_search", "Search the docs for streaming", "docs> I found 3 pages about streaming"),
+    ("deploy", "Deploy version 2 to staging", "[approval required] deploy("),
+])
+def test_run_takes_the_request_response_examples(example: str, message: str, answer: str,
+                                                  tmp_path: Path, env: dict[str, str]) -> None:
+    """What a new user tries first: ``headwater run examples/support.py "…"``."""
+    script = Path(__file__).resolve().parents[1] / "examples" / f"{example}.py"
+    result = hw("run", str(script), message, cwd=tmp_path, env=env)
+    assert result.returncode == 0, result.stderr
+    assert answer in result.stdout
+
+
 def test_run_bad_files(tmp_path: Path, env: dict[str, str]) -> None:
     line = one_line_error(hw("run", "missing.py", "hi", cwd=tmp_path, env=env))
     assert "no such file: missing.py" in line
@@ -286,6 +300,42 @@ def test_run_bad_files(tmp_path: Path, env: dict[str, str]) -> None:
 
 
 # -- demo: the gateway on 127.0.0.1 ----------------------------------------------------------------
+
+@pytest.mark.parametrize("command", [["demo", "--no-browser"], ["serve", "shop:app"]])
+@pytest.mark.parametrize("port", ["99999", "-1", "http"])
+def test_a_bad_port_is_a_usage_error(command: list[str], port: str, tmp_path: Path,
+                                     env: dict[str, str]) -> None:
+    result = hw(*command, "--port", port, cwd=tmp_path, env=env)
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    assert "argument --port:" in result.stderr.strip().splitlines()[-1]
+
+
+def test_a_port_left_in_time_wait_by_a_stopped_server_is_free() -> None:
+    """A server killed with connections open leaves its port in TIME_WAIT; uvicorn can listen
+    there again (SO_REUSEADDR), so the demo's check must not call it "in use"."""
+    import socket
+
+    from headwater.cli._demo import _check_port
+
+    with socket.socket() as server:
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port = server.getsockname()[1]
+        client = socket.create_connection(("127.0.0.1", port))
+        accepted, _ = server.accept()
+        accepted.close()  # the server side closes first: its end waits in TIME_WAIT
+        client.close()
+    with socket.socket() as plain, pytest.raises(OSError):
+        plain.bind(("127.0.0.1", port))  # the state this test is about
+    _check_port(port)
+    with socket.socket() as other:  # a port another server listens on is still refused
+        other.bind(("127.0.0.1", 0))
+        other.listen()
+        with pytest.raises(CommandError, match="cannot listen on"):
+            _check_port(other.getsockname()[1])
+
 
 def test_demo_serves_the_example_agents_and_stops_on_sigterm(tmp_path: Path,
                                                              env: dict[str, str]) -> None:

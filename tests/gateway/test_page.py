@@ -50,10 +50,12 @@ async def test_the_page_and_its_modules_come_from_this_origin(client_for: Any) -
     assert config_of(page.text) == {
         "auth": "none", "agents": [{"name": "support", "model": "scripted"}],
         "suggestions": [], "note": "", "sample_frames": 0}
+    # The browser asks for an icon: one is named (no 404 in the console on a fresh load).
+    assert '<link rel="icon" href="/static/icon.svg"' in page.text
     assert 'src="/static/app.js"' in page.text and "http" not in page.text.split("<body>")[0]
     for name, kind in (("app.js", "text/javascript"), ("reducer.js", "text/javascript"),
                        ("sse.js", "text/javascript"), ("media.js", "text/javascript"),
-                       ("style.css", "text/css")):
+                       ("style.css", "text/css"), ("icon.svg", "image/svg+xml")):
         asset = await client.get(f"/static/{name}")
         assert asset.status_code == 200, name
         assert asset.headers["content-type"].startswith(kind)

@@ -179,22 +179,32 @@ async def test_stop_ends_a_long_answer_and_the_server_records_cancelled(
 
 async def test_a_reload_mid_answer_shows_the_history_no_stale_draft_and_the_rest(
         serve: Serve, open_page: Any) -> None:
-    model = ScriptedModel().reply(*STORY[:30], delay=0.08)
-    app, _ = served(Agent(name="storyteller", model=model))
+    model = (ScriptedModel().call("lookupOrder", {"order_id": "1042"})
+             .reply(*STORY[:30], delay=0.08))
+    app, _ = served(Agent(name="storyteller", model=model, tools=[tool(name="lookupOrder")(
+        lookup_order)]))
     page = await open_page(await serve(app))
     await ask(page, "Tell me a long story")
     await page.wait_for_function(
         "() => (document.querySelector('[data-draft]')?.textContent ?? '').includes('word3 ')")
+    resumed: list[str | None] = []
+    page.on("request", lambda request: resumed.append(request.headers.get("last-event-id"))
+            if "/stream" in request.url else None)
     await page.reload()
     await page.wait_for_selector('[data-author="user"]')  # the history, from the server
     assert await shown(page, "user") == ["Tell me a long story"]
-    await page.wait_for_selector("[data-draft]")  # the rest streams in again…
-    assert all("word0 " not in d for d in await drafts(page))  # …but not what was shown before
+    await page.wait_for_selector("[data-draft]")  # the answer streams in again, whole:
+    await page.wait_for_function(  # not only the words after the reload
+        "() => (document.querySelector('[data-draft] .text')?.textContent ?? '').startsWith("
+        "'word0 word1 word2 word3 ')")
     await page.wait_for_selector('[data-author="storyteller"]:not([data-draft])')
     await run_ended(page)
     assert await shown(page, "storyteller") == ["".join(STORY[:30]).strip()]
     assert await drafts(page) == []
-    assert len(model.requests) == 1  # followed again, not run again
+    assert await page.get_by_role("region", name="Tool lookupOrder").count() == 1
+    # Followed again after the last stored frame (tool_call 1, tool_result 2), not run again.
+    assert resumed[:1] == ["2"]
+    assert len(model.requests) == 2  # the call's turn and the answer's
 
 
 ran: list[str] = []
@@ -379,3 +389,62 @@ async def test_the_demo_suggestions_ask_their_agents(
     await page.get_by_role("button", name="Stop", exact=True).click()
     await page.get_by_role("button", name="Go live", exact=True).wait_for()
     assert await page.locator("#sessions li").count() == 3
+    # Switching to a session selects its agent: New session then asks that agent again.
+    await page.locator("#sessions li button.open", has_text="support").click()
+    await page.wait_for_function("() => document.querySelector('#agent').value === 'support'")
+    assert await page.locator("#agent-info").inner_text() == (
+        "agent support · model demo · scripted model")
+
+
+async def test_a_narrow_window_keeps_the_composer_in_view_and_nothing_sideways(
+        serve: Serve, open_page: Any) -> None:
+    """At 400 px (a phone) the sessions go above the chat: the message box is usable, Send,
+    Stop and Go live are on screen, nothing scrolls sideways, and the page itself does not
+    scroll (the conversation does)."""
+    model = ScriptedModel()
+    for n in range(4):
+        model.call("lookupOrder", {"order_id": f"10{n}"}).reply(*ANSWER)
+    app, _ = served(Agent(name="support", model=model, tools=[tool(name="lookupOrder")(
+        lookup_order)]))
+    page = await open_page(await serve(app))
+    await page.set_viewport_size({"width": 400, "height": 700})
+    await ask(page, "Where is order 1042? " * 8)
+    await run_ended(page)
+    for _ in range(3):
+        await page.get_by_label("Message", exact=True).fill("And order 1043?")
+        await page.get_by_role("button", name="Send", exact=True).click()
+        await run_ended(page)
+    assert await page.evaluate(
+        "() => [document.documentElement.scrollWidth, document.documentElement.scrollHeight]"
+    ) == [400, 700]
+    boxes = [await page.get_by_label("Message", exact=True).bounding_box()]
+    for name in ("Send", "Stop", "Go live", "New session"):
+        boxes.append(await page.get_by_role("button", name=name, exact=True).bounding_box())
+    for box in boxes:
+        assert box is not None
+        assert box["x"] >= 0 and box["x"] + box["width"] <= 400, boxes
+        assert box["y"] >= 0 and box["y"] + box["height"] <= 700, boxes
+    assert boxes[0]["width"] >= 300  # the message box takes the width, not a sliver
+
+
+async def test_a_lost_server_keeps_the_session_list_and_says_so_once(
+        serve: Serve, open_page: Any) -> None:
+    model = ScriptedModel().reply(*ANSWER)
+    app, _ = served(Agent(name="support", model=model))
+    page = await open_page(await serve(app))
+    await ask(page, "Where is order 1042?")
+    await run_ended(page)
+    sessions = page.locator("#sessions li")
+    assert await sessions.count() == 1
+    # The server goes away: every request fails as a refused connection would.
+    await page.route("**/*", lambda route: route.abort("connectionrefused"))
+    await page.get_by_label("Message", exact=True).fill("And order 1043?")
+    async with page.expect_event(  # the run fails, then the list is asked for again
+            "requestfailed", lambda request: request.url.endswith("/sessions")):
+        await page.get_by_role("button", name="Send", exact=True).click()
+    alert = page.get_by_role("alert")
+    await run_ended(page)
+    assert await alert.inner_text() == "The connection to the server was lost. (network)"
+    await page.evaluate("() => new Promise(requestAnimationFrame)")  # the list's answer is in
+    assert await sessions.count() == 1
+    assert "(network)" not in await page.locator("#status").inner_text()  # said once

@@ -60,6 +60,17 @@ _DB_HELP = ("session store URL, e.g. sqlite+aiosqlite:///path.db or postgresql:/
             "(default: HEADWATER_DATABASE_URL or sqlite+aiosqlite:///.headwater/sessions.db)")
 
 
+def _port(text: str) -> int:
+    """An argparse type: a TCP port, 0 to 65535 (a bad one is a usage error, exit code 2)."""
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is 0 to 65535, not {port}")
+    return port
+
+
 def _add_db(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--db", default=None, metavar="URL", help=_DB_HELP)
 
@@ -82,9 +93,9 @@ def _parser() -> argparse.ArgumentParser:
         "demo", formatter_class=formatter, epilog=MODELS_EPILOG,
         help="serve the example agents and their web page on 127.0.0.1",
         description="Start the gateway on 127.0.0.1 with the example agents (support, docs, "
-                    "deploy, market) on the offline demo model and SQLite under .headwater/, "
-                    "print the URL and open a browser. Ctrl-C stops it.")
-    demo.add_argument("--port", type=int, default=8000, help="port to listen on (default 8000)")
+                    "deploy, market, people) on the offline demo model and SQLite under "
+                    ".headwater/, print the URL and open a browser. Ctrl-C stops it.")
+    demo.add_argument("--port", type=_port, default=8000, help="port to listen on (default 8000)")
     demo.add_argument("--no-browser", action="store_true", help="do not open a browser")
     _add_db(demo)
     _add_model(demo)
@@ -99,14 +110,14 @@ def _parser() -> argparse.ArgumentParser:
         "chat", formatter_class=formatter, epilog=CHAT_EPILOG + "\n" + MODELS_EPILOG,
         help="chat with the agents in the terminal (the demo's, or a gateway's at --url)",
         description="An interactive chat in the terminal. Without --url it serves the demo's\n"
-                    "agents (support, docs, deploy, market; SQLite under .headwater/; the\n"
+                    "agents (support, docs, deploy, market, people; SQLite under .headwater/; the\n"
                     "offline demo model or --model) on a free 127.0.0.1 port and talks to\n"
                     "them over HTTP; with --url it talks to a running gateway. Answers\n"
                     "stream as they come, tools show their progress, approvals are asked\n"
                     "inline.")
     chat.add_argument("--agent", default=None, metavar="NAME",
                       help="the agent to talk to (default: the gateway's first; the demo's "
-                           "are support, docs, deploy and market)")
+                           "are support, docs, deploy, market and people)")
     chat.add_argument("--url", default=None, metavar="URL",
                       help="a running gateway, e.g. http://127.0.0.1:8000 (default: serve "
                            "the demo's agents in this process)")
@@ -149,7 +160,7 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("target", help="module:attr naming a FastAPI/ASGI app, an Agent "
                                       "or a list of agents")
     serve.add_argument("--host", default="127.0.0.1", help="address (default: %(default)s)")
-    serve.add_argument("--port", type=int, default=8000, help="port (default: %(default)s)")
+    serve.add_argument("--port", type=_port, default=8000, help="port (default: %(default)s)")
     serve.add_argument("--reload", action="store_true", help="restart on code changes")
     serve.add_argument("--insecure-dev", action="store_true",
                        help="allow a gateway without auth on a non-loopback address")

@@ -93,8 +93,13 @@ def _chat(args: Any, url: str, server: str | None) -> int:
         loop.run_until_complete(chat.open(args.agent, args.session, embedded=server))
         return chat.repl()
     finally:
-        loop.run_until_complete(client.aclose())
-        loop.close()
+        try:
+            loop.run_until_complete(client.aclose())
+            # Close what is left the way asyncio.run does: an HTTP stream read up to its
+            # terminal frame leaves async generators to finalize (else "Task was destroyed").
+            loop.run_until_complete(loop.shutdown_asyncgens())
+        finally:
+            loop.close()
 
 
 class Chat:

@@ -66,7 +66,10 @@ async def _probe_and_close(service: Any, shown: str, probe: Any) -> None:
 
 
 def _check_port(port: int) -> None:
+    # SO_REUSEADDR, as uvicorn binds: a port held only by connections of a server that just
+    # stopped (TIME_WAIT) is free to listen on; one another process listens on is not.
     with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind(("127.0.0.1", port))
         except OSError as exc:

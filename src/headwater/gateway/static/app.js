@@ -14,6 +14,7 @@ const RUN_KEY = "headwater.run";
 const SESSION_KEY = "headwater.session";
 const TOKEN_KEY = "headwater.token";
 const TERMINAL = new Set(["done", "error"]);
+const DRAFT_TYPES = new Set(["delta", "tool_progress"]);  // shown, never stored
 
 const $ = (id) => document.getElementById(id);
 let sessionId = null;
@@ -187,8 +188,14 @@ async function readFrames(response, run) {
       for (const frame of decoder.feed(text.decode(value, { stream: true }))) {
         if (run.sessionId !== sessionId) return true;
         dispatch(frame);
-        if (frame.id) saveRun({ session_id: run.sessionId, run_id: run.runId,
-                                last_id: Number(frame.id) });
+        if (frame.id) {
+          // record_id: the last frame the history holds (a delta or progress is not stored);
+          // a reload shows the history, then replays after it, so its draft is whole.
+          const saved = savedRun();
+          const record = DRAFT_TYPES.has(frame.type) ? (saved?.record_id ?? 0) : Number(frame.id);
+          saveRun({ session_id: run.sessionId, run_id: run.runId, last_id: Number(frame.id),
+                    record_id: record });
+        }
         if (TERMINAL.has(frame.type)) {  // exactly one per run: nothing else will come
           reader.cancel().catch(() => {});
           return true;
@@ -266,7 +273,7 @@ function startRun(body) {
     });
     if (!response.ok) throw await apiError(response);
     run.runId = response.headers.get("X-Run-Id");
-    saveRun({ session_id: run.sessionId, run_id: run.runId, last_id: 0 });
+    saveRun({ session_id: run.sessionId, run_id: run.runId, last_id: 0, record_id: 0 });
     return readFrames(response, run);
   });
 }
@@ -295,7 +302,7 @@ async function send(text) {
   if (!sessionId) return;
   dispatch({ type: "user", data: { text } });
   await startRun({ message: text });
-  await loadSessions();
+  await loadSessions({ quiet: true });  // the run shows its own error, once
 }
 
 function answer(card, approved) {
@@ -481,7 +488,13 @@ async function openSession(id) {
   }
   render();
   const saved = savedRun();
-  if (saved && saved.session_id === id && saved.run_id) resumeRun(saved);
+  if (saved && saved.session_id === id && saved.run_id) {
+    // The drafts went with the old page: follow on from the last stored frame, so the
+    // draft being written is rebuilt whole (a replayed record replaces itself, by id).
+    const resumed = { ...saved, last_id: saved.record_id ?? saved.last_id };
+    saveRun(resumed);
+    resumeRun(resumed);
+  }
 }
 
 async function newSession() {
@@ -512,12 +525,14 @@ function sessionLabel(session) {
   return `${session.agent} · ${when} · ${session.id.slice(0, 6)}`;
 }
 
-async function loadSessions() {
-  let sessions = [];
+async function loadSessions({ quiet = false } = {}) {
+  // A list that cannot be read keeps the one shown (a lost server empties nothing).
+  let sessions;
   try {
     sessions = (await api("GET", "/sessions")).items;
   } catch (error) {
-    showProblem(error);
+    if (!quiet) showProblem(error);
+    return [...known.values()];
   }
   known = new Map(sessions.map((session) => [session.id, session]));
   $("sessions").replaceChildren(...sessions.map((session) => {
@@ -538,6 +553,7 @@ function markCurrent() {
   }
   const name = known.get(sessionId)?.agent ?? AGENTS[0]?.name;
   const agent = AGENTS.find((a) => a.name === name);
+  if (agent && AGENTS.length > 1) $("agent").value = agent.name;  // New session: this agent
   const parts = agent ? [`agent ${agent.name}`, `model ${agent.model}`] : [];
   if (CONFIG.note) parts.push(CONFIG.note);
   $("agent-info").textContent = parts.join(" · ");
