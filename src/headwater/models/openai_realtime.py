@@ -159,9 +159,11 @@ class OpenAIRealtimeConnection(SocketConnection):
         if blob.mime_type.startswith("audio/"):
             await self.send_json({"type": "input_audio_buffer.append", "audio": data})
         elif blob.mime_type.startswith("image/"):
-            await self.send_json({"type": "conversation.item.create", "item": {
-                "type": "message", "role": "user", "content": [
-                    {"type": "input_image", "image_url": f"data:{blob.mime_type};base64,{data}"}]}})
+            async with self.lock:  # never between a turn's items and its response.create
+                await self.send_json({"type": "conversation.item.create", "item": {
+                    "type": "message", "role": "user", "content": [{
+                        "type": "input_image",
+                        "image_url": f"data:{blob.mime_type};base64,{data}"}]}})
         else:
             logger.debug("OpenAI Realtime takes no %s input; dropped", blob.mime_type)
 
