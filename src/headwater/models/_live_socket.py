@@ -83,6 +83,8 @@ class SocketConnection(BaseLlmConnection):
         self.broken: ErrorCode | None = None
         self.active = False
         """A model turn is in progress (started by us or by the server)."""
+        self.turns_ended = 0
+        """Model turns ended so far (normally, interrupted or failed)."""
         self.going_away_at: float | None = None
         """Loop time by which the socket must be left (a planned move), or ``None``."""
         self._fresh = False  # the next socket starts a new session (send_history)
@@ -118,6 +120,10 @@ class SocketConnection(BaseLlmConnection):
 
     def can_start(self) -> bool:
         """Whether a new turn may be started now."""
+        return not self.active
+
+    def ready_to_move(self) -> bool:
+        """Whether a planned move may happen now (before the deadline forces it)."""
         return not self.active
 
     # -- the connection's interface -------------------------------------------------------------
@@ -271,6 +277,8 @@ class SocketConnection(BaseLlmConnection):
     async def flush_locked(self) -> None:
         if not self._held or not self.can_start() or self.broken is not None:
             return
+        if self.going_away_at is not None:
+            return  # held for the socket the connection is moving to
         if self._ws is None or not self._ready.is_set():
             return  # the reader flushes once the socket is ready
         contents, self._held = self._held, []
@@ -363,7 +371,7 @@ class SocketConnection(BaseLlmConnection):
         timeout = self.settings.live_idle_timeout if self.active else None
         if self.going_away_at is not None:
             left = self.going_away_at - self.settings.live_go_away_margin - loop.time()
-            if not self.active or left <= 0:
+            if self.ready_to_move() or left <= 0:
                 await self._move()
                 return
             timeout = left if timeout is None else min(timeout, left)
@@ -380,7 +388,7 @@ class SocketConnection(BaseLlmConnection):
             logger.debug("live socket of %s closed: %s", self.model, exc)
             raise ProviderUnavailable("the provider closed the live socket") from None
         await self.handle(decode(raw))
-        if self.going_away_at is not None and not self.active:
+        if self.going_away_at is not None and self.ready_to_move():
             await self._move()
 
     async def _move(self) -> None:
@@ -432,6 +440,7 @@ class SocketConnection(BaseLlmConnection):
         return Content("model", parts) if parts else None
 
     def _end_turn(self) -> None:
+        self.turns_ended += 1
         self.active = False
         self._text.clear()
         self._thoughts.clear()

@@ -114,6 +114,12 @@ class GeminiLiveConnection(SocketConnection):
         self.sockets = 0
         self._discarding = False
         self._calls: list[FunctionCall] = []
+        self._handle_turn = -1  # turns_ended when the newest handle came
+
+    def ready_to_move(self) -> bool:
+        # Resume from a handle given after the last turn ended, so the new
+        # session remembers that turn (else wait for one until the deadline).
+        return not self.active and self._handle_turn == self.turns_ended
 
     async def _open(self) -> ClientConnection:
         self.sockets += 1
@@ -200,6 +206,7 @@ class GeminiLiveConnection(SocketConnection):
             handle = opt_str(update, "newHandle", "sessionResumptionUpdate")
             if handle and update.get("resumable") is not False:
                 self.resume_handle = handle
+                self._handle_turn = self.turns_ended
         if (away := opt_obj(message, "goAway", "message")) is not None:
             self._go_away(away)
         if (call := opt_obj(message, "toolCall", "message")) is not None:

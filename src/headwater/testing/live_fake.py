@@ -357,9 +357,10 @@ class _Gemini(_Session):
             await self._setup(message["setup"])
         elif "clientContent" in message:
             body = message["clientContent"]
+            if body.get("turnComplete"):
+                await self._interrupt()  # the cut answer stays in the conversation, first
             self.conversation += [_from_gemini(t) for t in body.get("turns", [])]
             if body.get("turnComplete"):
-                await self._interrupt()
                 self.start()
         elif "toolResponse" in message:
             responses = [FunctionResponse(r.get("id", ""), r.get("name", ""), r.get("response", {}))
