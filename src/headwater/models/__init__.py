@@ -4,9 +4,11 @@ from .aggregator import StreamAggregator as StreamAggregator
 from .anthropic import AnthropicModel as AnthropicModel
 from .base import BaseLlm as BaseLlm
 from .demo import DemoModel as DemoModel
+from .gemini_live import GeminiLiveModel as GeminiLiveModel
 from .llm_request import LlmRequest as LlmRequest
 from .llm_response import LlmResponse as LlmResponse
 from .openai import OpenAIChatModel as OpenAIChatModel
+from .openai_realtime import OpenAIRealtimeModel as OpenAIRealtimeModel
 from .registry import get_model as get_model
 from .registry import register_model as register_model
 from .registry import registered_model as registered_model
@@ -15,9 +17,11 @@ __all__ = (
     "AnthropicModel",
     "BaseLlm",
     "DemoModel",
+    "GeminiLiveModel",
     "LlmRequest",
     "LlmResponse",
     "OpenAIChatModel",
+    "OpenAIRealtimeModel",
     "StreamAggregator",
     "get_model",
     "register_model",
