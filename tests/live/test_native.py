@@ -302,6 +302,7 @@ async def test_an_abrupt_close_is_an_error_code_and_later_turns_fail_fast(protoc
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 async def test_provider_text_never_reaches_an_event(protocol: str,
                                                     caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
     secret = "SECRET provider detail sk-live-123"
     turn = (LiveTurn(close=(1011, secret)) if protocol == "gemini"
             else LiveTurn(error=("invalid_request_error", secret)))
@@ -315,11 +316,15 @@ async def test_provider_text_never_reaches_an_event(protocol: str,
     assert all(secret not in json.dumps([e.text, e.error_message]) for e in live.events)
     assert secret not in caplog.text or all(r.levelno <= logging.DEBUG for r in caplog.records
                                             if secret in r.getMessage())
+    client_side = [r.getMessage() for r in caplog.records if r.name != "websockets.server"]
+    assert not any("test-key" in m for m in client_side)  # no handshake trace is logged
+    assert fake.sessions[0].closed.is_set()
 
 
-async def test_a_turn_that_goes_quiet_fails_with_provider_timeout() -> None:
+@pytest.mark.parametrize("said", [["thinking"], []])
+async def test_a_turn_that_goes_quiet_fails_with_provider_timeout(said: list[str]) -> None:
     settings = Settings(live_idle_timeout=0.2)
-    quiet = LiveTurn(text=["thinking"], hold=True)
+    quiet = LiveTurn(text=said, hold=True)  # silent after a piece, or from the start
     async with (FakeLiveProvider(turns=[quiet]) as fake,
                 Voice(native("gemini", fake, settings=settings)) as live):
         await live.say("hello")
@@ -446,6 +451,31 @@ async def test_tool_results_are_sent_by_call_id_and_wait_for_the_answer(protocol
     finals = [r for r in seen if not r.partial]
     assert [f.content.text for f in finals] == ["", "found it", "and more"]
     assert not any(f.interrupted for f in finals)
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_send_history_replaces_the_conversation_with_a_fresh_session(protocol: str) -> None:
+    async with FakeLiveProvider(turns=[LiveTurn(text=["first answer"]),
+                                       LiveTurn(text=["second answer"])]) as fake:
+        conn = native(protocol, fake).connect(LlmRequest(contents=[Content.from_text("old")]))
+        seen: list[Any] = []
+
+        async def read() -> None:
+            async for response in conn.receive():
+                seen.append(response)
+
+        reader = asyncio.create_task(read())
+        await conn.send_content(Content.from_text("one"))
+        await wait_until(lambda: any(not r.partial for r in seen))
+        await conn.send_history([Content.from_text("replaced"),
+                                 Content.from_text("ok", role="model")])
+        await conn.send_content(Content.from_text("two"))
+        await wait_until(lambda: sum(1 for r in seen if not r.partial) == 2)
+        await conn.close()
+        await reader
+    assert [c.text for c in fake.requests[0].contents] == ["old", "one"]
+    assert [c.text for c in fake.requests[1].contents] == ["replaced", "ok", "two"]
+    assert len(fake.sessions) == 2 and fake.sessions[1].resumed is None
 
 
 # -- model strings ------------------------------------------------------------------------------

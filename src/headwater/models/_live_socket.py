@@ -58,6 +58,17 @@ logger = logging.getLogger("headwater.models")
 Json = Any  # raw wire JSON
 
 
+class _NoWireDebug(logging.LoggerAdapter):  # type: ignore[type-arg]  # generic at runtime only on 3.11+
+    """websockets' logger without its DEBUG trace: that trace holds the handshake (the
+    API key in the URL or a header) and the frames (tool payloads), which never get logged."""
+
+    def isEnabledFor(self, level: int) -> bool:
+        return level > logging.DEBUG and self.logger.isEnabledFor(level)
+
+
+_WIRE_LOGGER = _NoWireDebug(logging.getLogger("websockets.client"), {})
+
+
 class SocketConnection(BaseLlmConnection):
     """A live connection over one WebSocket at a time (see the module docstring).
 
@@ -84,6 +95,8 @@ class SocketConnection(BaseLlmConnection):
         self.active = False
         """A model turn is in progress (started by us or by the server)."""
         self.turns_ended = 0
+        self.heard_at = 0.0
+        """Loop time of the last server message, or of the turn's start if later."""
         """Model turns ended so far (normally, interrupted or failed)."""
         self.going_away_at: float | None = None
         """Loop time by which the socket must be left (a planned move), or ``None``."""
@@ -218,20 +231,22 @@ class SocketConnection(BaseLlmConnection):
 
     def begin(self) -> None:
         """A model turn starts (we asked for one, or the server began answering)."""
+        if not self.active:
+            self.heard_at = asyncio.get_running_loop().time()
         self.active = True
 
     def text(self, text: str, *, thought: bool = False) -> None:
         """A text (or thought) delta of the answer: one partial."""
         if not text:
             return
-        self.active = True
+        self.begin()
         (self._thoughts if thought else self._text).append(text)
         self._put(LlmResponse(content=Content("model", [Part(text=text, thought=thought)]),
                               partial=True))
 
     def audio(self, blob: Blob) -> None:
         """An audio (or other media) chunk of the answer: one partial with an inline blob."""
-        self.active = True
+        self.begin()
         self._put(LlmResponse(content=Content("model", [Part(inline_data=blob)]), partial=True))
 
     @property
@@ -283,7 +298,7 @@ class SocketConnection(BaseLlmConnection):
             return  # the reader flushes once the socket is ready
         contents, self._held = self._held, []
         self.history.extend(contents)
-        self.active = True
+        self.begin()
         await self.start_turn(contents)
 
     async def open_socket(self, url: str, headers: Mapping[str, str]) -> ClientConnection:
@@ -295,7 +310,7 @@ class SocketConnection(BaseLlmConnection):
         """
         settings = self.settings
         try:
-            return await connect(url, additional_headers=dict(headers),
+            return await connect(url, additional_headers=dict(headers), logger=_WIRE_LOGGER,
                                  open_timeout=settings.live_connect_timeout,
                                  max_size=settings.live_max_message_bytes,
                                  close_timeout=settings.live_close_timeout)
@@ -367,26 +382,32 @@ class SocketConnection(BaseLlmConnection):
     async def _read_one(self) -> None:
         ws = self._ws
         assert ws is not None
-        loop = asyncio.get_running_loop()
-        timeout = self.settings.live_idle_timeout if self.active else None
+        now = asyncio.get_running_loop().time()
+        idle = self.settings.live_idle_timeout
+        if self.active:
+            timeout = self.heard_at + idle - now
+            if timeout <= 0:
+                raise ProviderTimeout("the live model went quiet mid-turn")
+        else:
+            timeout = idle / 4  # look again soon: a turn may start while this read waits
         if self.going_away_at is not None:
-            left = self.going_away_at - self.settings.live_go_away_margin - loop.time()
+            left = self.going_away_at - self.settings.live_go_away_margin - now
             if self.ready_to_move() or left <= 0:
                 await self._move()
                 return
-            timeout = left if timeout is None else min(timeout, left)
+            timeout = min(timeout, left)
         try:
+            # Cancelling a websockets recv() loses nothing: the next one returns the message.
             raw = await asyncio.wait_for(ws.recv(), timeout)
         except TimeoutError:
-            if self.going_away_at is not None:
-                return  # the deadline came first: move on the next round
-            raise ProviderTimeout("the live model went quiet mid-turn") from None
+            return  # the next round decides: quiet turn, deadline, or just no news
         except ConnectionClosed as exc:
             if self.going_away_at is not None:
                 await self._move()
                 return
             logger.debug("live socket of %s closed: %s", self.model, exc)
             raise ProviderUnavailable("the provider closed the live socket") from None
+        self.heard_at = asyncio.get_running_loop().time()
         await self.handle(decode(raw))
         if self.going_away_at is not None and self.ready_to_move():
             await self._move()
