@@ -250,8 +250,8 @@ def pw_price(symbol: str, value: float) -> str:
 
 
 async def test_content_sent_while_moving_is_held_and_answered_on_the_new_socket() -> None:
-    async with FakeLiveProvider(turns=[LiveTurn(text=["one"], hold=True),
-                                       LiveTurn(text=["two"])]) as fake:
+    turns = [LiveTurn(text=["one"], hold=True), LiveTurn(text=["two"])]
+    async with asyncio.timeout(10), FakeLiveProvider(turns=turns) as fake:
         model = native("gemini", fake)
         conn = model.connect(LlmRequest())
         seen: list[Any] = []

@@ -210,13 +210,14 @@ class SocketConnection(BaseLlmConnection):
         self._closed = True
         if self.active:
             self.interrupted()
+        ws, self._ws = self._ws, None
+        await self._close_socket(ws)  # the reader sees the close and ends (it checks _closed)
         task, self._task = self._task, None
         if task is not None and not task.done():
             task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        await self._close_socket(self._ws)
-        self._ws = None
+            done, _ = await asyncio.wait([task], timeout=self.settings.live_close_timeout)
+            if not done:
+                logger.warning("the reader of a live connection of %s did not end", self.model)
         self._out.put_nowait(None)
 
     # -- what a protocol calls ------------------------------------------------------------------
@@ -331,7 +332,8 @@ class SocketConnection(BaseLlmConnection):
             MalformedChunk: the message is not a JSON object.
         """
         try:
-            raw = await asyncio.wait_for(ws.recv(), self.settings.live_setup_timeout)
+            async with asyncio.timeout(self.settings.live_setup_timeout):
+                raw = await ws.recv()
         except TimeoutError:
             raise ProviderTimeout("live session setup timed out") from None
         except ConnectionClosed as exc:
@@ -355,12 +357,16 @@ class SocketConnection(BaseLlmConnection):
     async def _read(self) -> None:
         try:
             await self._connect(resume=False)
-            while self.broken is None:
+            while self.broken is None and not self._closed:
                 await self._read_one()
         except ModelError as exc:
+            if self._closed:
+                return  # the socket went because close() closed it
             logger.info("live connection of %s failed: %s", self.model, exc)
             await self._break(exc.code)
         except Exception as exc:  # an adapter bug must not leave the live run waiting forever
+            if self._closed:
+                return
             logger.error("live connection of %s failed", self.model, exc_info=exc)
             await self._break("internal")
 
@@ -381,7 +387,8 @@ class SocketConnection(BaseLlmConnection):
 
     async def _read_one(self) -> None:
         ws = self._ws
-        assert ws is not None
+        if ws is None:
+            return  # closed meanwhile: the loop ends
         now = asyncio.get_running_loop().time()
         idle = self.settings.live_idle_timeout
         if self.active:
@@ -398,7 +405,10 @@ class SocketConnection(BaseLlmConnection):
             timeout = min(timeout, left)
         try:
             # Cancelling a websockets recv() loses nothing: the next one returns the message.
-            raw = await asyncio.wait_for(ws.recv(), timeout)
+            # asyncio.timeout, not wait_for: on 3.11 wait_for swallows a cancellation that
+            # comes as the message does, and close() would wait for this reader forever.
+            async with asyncio.timeout(timeout):
+                raw = await ws.recv()
         except TimeoutError:
             return  # the next round decides: quiet turn, deadline, or just no news
         except ConnectionClosed as exc:
@@ -445,7 +455,8 @@ class SocketConnection(BaseLlmConnection):
         if ws is None:
             return
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(ws.close(), self.settings.live_close_timeout)
+            async with asyncio.timeout(self.settings.live_close_timeout):
+                await ws.close()
 
     # -- turn bookkeeping -----------------------------------------------------------------------
 

@@ -269,6 +269,7 @@ class _Session:
         self.model = ""
         self.playing: asyncio.Task[None] | None = None
         self.said: list[str] = []
+        self.answering = False  # between a turn's start and its end marker
         self.release = asyncio.Event()
         self.tasks: set[asyncio.Task[None]] = set()
 
@@ -283,8 +284,11 @@ class _Session:
         raise NotImplementedError
 
     async def send(self, payload: dict[str, Json]) -> None:
+        """Send one message; an answer interrupted meanwhile never leaves half a send."""
         self.fake.activity += 1
-        await self.ws.send(json.dumps(payload))
+        sending = asyncio.ensure_future(self.ws.send(json.dumps(payload)))
+        sending.add_done_callback(_retrieve)
+        await asyncio.shield(sending)
 
     async def stop(self) -> None:
         for task in [self.playing, *self.tasks]:
@@ -308,12 +312,16 @@ class _Session:
         turn = self.fake.next_turn(self.request())
         self.said = []
         self.release.clear()
-        await self.play(turn)
+        self.answering = True
+        try:
+            await self.play(turn)
+        finally:
+            self.answering = False
 
     async def interrupt(self) -> bool:
-        """Stop the answer playing; ``True`` if one was."""
+        """Stop the answer playing; ``True`` if one was (not yet at its end marker)."""
         task = self.playing
-        if task is None or task.done():
+        if task is None or task.done() or not self.answering:
             return False
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
@@ -326,6 +334,7 @@ class _Session:
         """Hold, drop or close as the turn says; ``False`` if the socket is gone."""
         if turn.hold:
             await self.release.wait()
+        self.answering = False  # what follows ends the turn: nothing left to interrupt
         if turn.drop:
             self.ws.transport.abort()
             return False
@@ -586,6 +595,11 @@ def _from_gemini(turn: dict[str, Json]) -> Content:
             parts.append(Part(function_response=FunctionResponse(
                 res.get("id", ""), res["name"], res.get("response", {}))))
     return Content("model" if turn.get("role") == "model" else "user", parts)
+
+
+def _retrieve(future: asyncio.Future[None]) -> None:
+    if not future.cancelled():
+        future.exception()  # a send to a socket that closed meanwhile: nothing to report
 
 
 def _speech(data: str) -> bool:
