@@ -38,7 +38,7 @@ from headwater.testing import (
     VirtualClock,
     wait_until,
 )
-from headwater.types import Blob, FunctionResponse, Part
+from headwater.types import Blob, FunctionResponse, Part, Usage
 
 ROOT = Path(__file__).resolve().parents[2]
 PROTOCOLS = ("gemini", "openai")
@@ -476,6 +476,86 @@ async def test_send_history_replaces_the_conversation_with_a_fresh_session(proto
     assert [c.text for c in fake.requests[0].contents] == ["old", "one"]
     assert [c.text for c in fake.requests[1].contents] == ["replaced", "ok", "two"]
     assert len(fake.sessions) == 2 and fake.sessions[1].resumed is None
+
+
+async def read_all(conn: Any) -> tuple[list[Any], asyncio.Task[None]]:
+    seen: list[Any] = []
+
+    async def read() -> None:
+        async for response in conn.receive():
+            seen.append(response)
+
+    return seen, asyncio.create_task(read())
+
+
+async def test_gemini_activity_marks_and_realtime_text() -> None:
+    speech = b"\x01\x02" * 8
+    async with FakeLiveProvider(turns=[LiveTurn(text=["long ", "answer"], hold=True),
+                                       LiveTurn(text=["heard you"]),
+                                       LiveTurn(text=["read you"])]) as fake:
+        model = native("gemini", fake, realtime_input_config={
+            "automaticActivityDetection": {"disabled": True}})
+        assert isinstance(model, GeminiLiveModel)
+        conn = model.connect(LlmRequest())
+        seen, reader = await read_all(conn)
+        await conn.send_content(Content.from_text("talk"))
+        await wait_until(lambda: sum(1 for r in seen if r.partial) == 2)
+        await conn.activity(start=True)  # the user starts speaking: the server cuts the answer
+        await wait_until(lambda: any(r.interrupted for r in seen))
+        await conn.send_realtime(Blob("audio/pcm;rate=16000", speech))
+        await conn.activity(start=False)
+        await wait_until(lambda: any(r.content and r.content.text == "heard you" and not r.partial
+                                     for r in seen))
+        await conn.send_text("typed")
+        await wait_until(lambda: sum(1 for r in seen if not r.partial) == 3)
+        await conn.close()
+        await reader
+    finals = [(r.content.text if r.content else None, r.interrupted) for r in seen
+              if not r.partial]
+    assert finals == [("long answer", True), ("heard you", False), ("read you", False)]
+    setup = fake.sessions[0].received[0]["setup"]
+    assert setup["realtimeInputConfig"] == {"automaticActivityDetection": {"disabled": True}}
+    heard = fake.requests[1].contents[-1].parts[0].inline_data
+    assert heard is not None and heard.data == speech
+    assert fake.requests[2].contents[-1].text == "typed"
+
+
+async def test_openai_committed_audio_is_answered() -> None:
+    speech = b"\x03\x04" * 8
+    async with FakeLiveProvider(turns=[LiveTurn(text=["heard you"])], vad=False) as fake:
+        model = native("openai", fake)
+        assert isinstance(model, OpenAIRealtimeModel)
+        conn = model.connect(LlmRequest())
+        seen, reader = await read_all(conn)
+        await conn.send_realtime(Blob("audio/pcm;rate=24000", speech))
+        await conn.commit_audio()
+        await wait_until(lambda: any(not r.partial for r in seen))
+        await conn.close()
+        await reader
+    assert [r.content.text for r in seen if not r.partial] == ["heard you"]
+    assert fake.sessions[0].kinds()[1:] == ["input_audio_buffer.append",
+                                            "input_audio_buffer.commit", "response.create"]
+    heard = fake.requests[0].contents[-1].parts[0].inline_data
+    assert heard is not None and heard.data == speech
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_usage_is_on_the_final_and_a_message_not_json_is_bad_response(
+        protocol: str) -> None:
+    async with FakeLiveProvider(turns=[
+            LiveTurn(text=["a"], usage=Usage(input_tokens=7, output_tokens=3, total_tokens=10)),
+            LiveTurn(raw=["<html>proxy error</html>"])]) as fake:
+        conn = native(protocol, fake).connect(LlmRequest())
+        seen, reader = await read_all(conn)
+        await conn.send_content(Content.from_text("one"))
+        await wait_until(lambda: any(not r.partial for r in seen))
+        await conn.send_content(Content.from_text("two"))
+        await wait_until(lambda: sum(1 for r in seen if not r.partial) == 2)
+        await conn.close()
+        await reader
+    first, second = [r for r in seen if not r.partial]
+    assert first.usage == Usage(input_tokens=7, output_tokens=3, total_tokens=10)
+    assert second.error_code == "provider_bad_response" and "proxy" not in str(second)
 
 
 # -- model strings ------------------------------------------------------------------------------

@@ -186,10 +186,7 @@ class SocketConnection(BaseLlmConnection):
 
     async def send_realtime(self, blob: Blob) -> None:
         """Send realtime media now (dropped, with a DEBUG log, once the connection broke)."""
-        self._check_open()
-        self._start()
-        await self._wait_ready()
-        if self.broken is not None:
+        if not await self.wait_open():
             logger.debug("live connection of %s is broken; realtime %s dropped",
                          self.model, blob.mime_type)
             return
@@ -221,6 +218,17 @@ class SocketConnection(BaseLlmConnection):
         self._out.put_nowait(None)
 
     # -- what a protocol calls ------------------------------------------------------------------
+
+    async def wait_open(self) -> bool:
+        """Open the socket if needed and wait for it; ``False`` once the connection broke.
+
+        Raises:
+            ModelError: the connection was closed by :meth:`close`.
+        """
+        self._check_open()
+        self._start()
+        await self._wait_ready()
+        return self.broken is None
 
     async def send_json(self, payload: dict[str, Json]) -> None:
         """Send one message; a socket that is gone is left to the reader to notice."""

@@ -59,11 +59,15 @@ class GeminiLiveModel(BaseLlm):
         api_key: sent as the ``key`` query parameter.
         response_modality: ``"TEXT"`` or ``"AUDIO"`` (the model speaks; audio
             chunks arrive as inline blobs, the transcript as text).
+        realtime_input_config: sent as the setup's ``realtimeInputConfig``, e.g.
+            ``{"automaticActivityDetection": {"disabled": True}}`` to mark speech
+            by hand with :meth:`GeminiLiveConnection.activity`.
         settings: timeouts and the message size bound (default: from the env).
     """
 
     def __init__(self, model: str, *, base_url: str = DEFAULT_BASE_URL,
                  api_key: str | None = None, response_modality: str = "TEXT",
+                 realtime_input_config: dict[str, Any] | None = None,  # raw wire JSON
                  settings: Settings | None = None) -> None:
         super().__init__(model)
         if response_modality not in ("TEXT", "AUDIO"):
@@ -72,6 +76,7 @@ class GeminiLiveModel(BaseLlm):
         self.base_url = base_url.rstrip("/")
         self._api_key = api_key
         self.response_modality = response_modality
+        self.realtime_input_config = realtime_input_config
         self.settings = settings or get_settings()
 
     @property
@@ -154,6 +159,8 @@ class GeminiLiveConnection(SocketConnection):
         body["sessionResumption"] = {"handle": handle} if handle else {}
         if self._owner.response_modality == "AUDIO":
             body["outputAudioTranscription"] = {}
+        if self._owner.realtime_input_config is not None:
+            body["realtimeInputConfig"] = self._owner.realtime_input_config
         return body
 
     async def start_turn(self, contents: list[Content]) -> None:
@@ -190,11 +197,14 @@ class GeminiLiveConnection(SocketConnection):
     async def activity(self, *, start: bool) -> None:
         """Mark the user's speech by hand (``activityStart``/``activityEnd``), for sessions
         set up with automatic activity detection off."""
-        await self.send_json({"realtimeInput": {"activityStart" if start else "activityEnd": {}}})
+        if await self.wait_open():
+            await self.send_json({"realtimeInput": {
+                "activityStart" if start else "activityEnd": {}}})
 
     async def send_text(self, text: str) -> None:
         """Send text as realtime input (answered like speech, not as a ``clientContent`` turn)."""
-        await self.send_json({"realtimeInput": {"text": text}})
+        if await self.wait_open():
+            await self.send_json({"realtimeInput": {"text": text}})
 
     # -- server messages ------------------------------------------------------------------------
 

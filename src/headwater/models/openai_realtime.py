@@ -169,6 +169,8 @@ class OpenAIRealtimeConnection(SocketConnection):
 
     async def commit_audio(self) -> None:
         """End the user's spoken turn by hand and ask for an answer (no server VAD)."""
+        if not await self.wait_open():
+            return
         await self.send_json({"type": "input_audio_buffer.commit"})
         async with self.lock:
             if self.can_start():

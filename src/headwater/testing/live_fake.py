@@ -19,7 +19,9 @@ Like the real services it interrupts an answer when new user content arrives
 (Gemini: ``clientContent``, ``activityStart`` or audio while it speaks, then
 ``interrupted``; OpenAI: ``response.cancel``, then ``response.done`` with
 ``cancelled``), sends ``input_audio_buffer.speech_started`` on audio (OpenAI),
-refuses a second ``response.create`` while a response is active, hands out
+answers the user's audio once it ends (Gemini ``activityEnd``/``audioStreamEnd``,
+OpenAI ``input_audio_buffer.commit`` then ``response.create``), refuses a
+second ``response.create`` while a response is active, hands out
 Gemini session-resumption handles after each finished turn and restores the
 conversation from one, and can send ``goAway``, close abruptly (no close frame)
 or close with a code. Every message a client sent is recorded per socket.
@@ -70,6 +72,7 @@ class LiveTurn:
         close: after the pieces, close with this ``(code, reason)``.
         error: OpenAI: answer ``response.create`` with an ``error`` event of
             this ``(type, message)`` instead of a response.
+        raw: text frames sent as they are before the pieces (a broken provider).
     """
 
     text: Sequence[str] = ()
@@ -81,6 +84,7 @@ class LiveTurn:
     drop: bool = False
     close: tuple[int, str] | None = None
     error: tuple[str, str] | None = None
+    raw: Sequence[str] = ()
 
 
 LiveResponder = Callable[[LlmRequest], "LiveTurn | ScriptedTurn"]
@@ -129,6 +133,8 @@ class FakeLiveProvider:
         responder: builds a turn from the conversation when no turn is queued.
         turns: turns to play first, in order.
         handles: hand out Gemini resumption handles after each finished turn.
+        vad: detect speech in the user's audio (anything but silence): Gemini
+            interrupts an answer, OpenAI sends ``input_audio_buffer.speech_started``.
 
     Attributes:
         sessions: every socket accepted, in order.
@@ -137,9 +143,11 @@ class FakeLiveProvider:
     """
 
     def __init__(self, responder: LiveResponder | None = None, *,
-                 turns: Sequence[LiveTurn] = (), handles: bool = True) -> None:
+                 turns: Sequence[LiveTurn] = (), handles: bool = True,
+                 vad: bool = True) -> None:
         self.responder = responder
         self.handles = handles
+        self.vad = vad
         self.sessions: list[LiveSocketRecord] = []
         self.requests: list[LlmRequest] = []
         self.activity = 0
@@ -290,6 +298,11 @@ class _Session:
         sending.add_done_callback(_retrieve)
         await asyncio.shield(sending)
 
+    async def send_raw(self, frames: Sequence[str]) -> None:
+        for frame in frames:
+            self.fake.activity += 1
+            await self.ws.send(frame)
+
     async def stop(self) -> None:
         for task in [self.playing, *self.tasks]:
             if task is not None and not task.done():
@@ -359,7 +372,11 @@ class _Session:
 
 
 class _Gemini(_Session):
-    setup_done = False
+    def __init__(self, fake: FakeLiveProvider, ws: ServerConnection,
+                 record: LiveSocketRecord) -> None:
+        super().__init__(fake, ws, record)
+        self.heard = bytearray()  # the user's audio since the last answer it started
+        self.heard_mime = "audio/pcm;rate=16000"
 
     async def on_message(self, message: dict[str, Json]) -> None:
         if "setup" in message:
@@ -405,8 +422,16 @@ class _Gemini(_Session):
 
     async def _realtime(self, body: dict[str, Json]) -> None:
         audio = body.get("audio")
-        if "activityStart" in body or (audio and _speech(audio.get("data", ""))):
+        if "activityStart" in body or (audio and self.fake.vad and _speech(audio.get("data", ""))):
             await self._interrupt()  # the user speaks: barge-in
+        if audio:
+            self.heard += base64.b64decode(audio.get("data", ""))
+            self.heard_mime = audio.get("mimeType", self.heard_mime)
+        if ("activityEnd" in body or body.get("audioStreamEnd")) and self.heard:
+            blob = Blob(self.heard_mime, bytes(self.heard))
+            self.heard.clear()
+            self.conversation.append(Content("user", [Part(inline_data=blob)]))
+            self.start()  # the user stopped speaking: answer
         if "text" in body:
             await self._interrupt()
             self.conversation.append(Content.from_text(body["text"]))
@@ -427,6 +452,7 @@ class _Gemini(_Session):
         self.tasks.add(task)
 
     async def play(self, turn: LiveTurn) -> None:
+        await self.send_raw(turn.raw)
         for piece in turn.text:
             self.said.append(piece)
             await self.send({"serverContent": {"modelTurn": {"parts": [{"text": piece}]}}})
@@ -495,7 +521,7 @@ class _Realtime(_Session):
                              "response": {"id": rid, "status": "cancelled", "output": []}})
         elif kind == "input_audio_buffer.append":
             self.audio += base64.b64decode(message.get("audio", ""))
-            if not self.speaking and _speech(message.get("audio", "")):
+            if not self.speaking and self.fake.vad and _speech(message.get("audio", "")):
                 self.speaking = True
                 await self.send({"type": "input_audio_buffer.speech_started"})
         elif kind == "input_audio_buffer.commit":
@@ -539,6 +565,7 @@ class _Realtime(_Session):
             return
         await self.send({"type": "response.created",
                          "response": {"id": rid, "status": "in_progress"}})
+        await self.send_raw(turn.raw)
         item = self.fake.new_id("item")
         for piece in turn.text:
             self.said.append(piece)
