@@ -58,7 +58,7 @@ logger = logging.getLogger("headwater.models")
 Json = Any  # raw wire JSON
 
 
-class _NoWireDebug(logging.LoggerAdapter):  # type: ignore[type-arg]  # generic at runtime only on 3.11+
+class _NoWireDebug(logging.LoggerAdapter[logging.Logger]):
     """websockets' logger without its DEBUG trace: that trace holds the handshake (the
     API key in the URL or a header) and the frames (tool payloads), which never get logged."""
 
@@ -95,9 +95,9 @@ class SocketConnection(BaseLlmConnection):
         self.active = False
         """A model turn is in progress (started by us or by the server)."""
         self.turns_ended = 0
+        """Model turns ended so far (normally, interrupted or failed)."""
         self.heard_at = 0.0
         """Loop time of the last server message, or of the turn's start if later."""
-        """Model turns ended so far (normally, interrupted or failed)."""
         self.going_away_at: float | None = None
         """Loop time by which the socket must be left (a planned move), or ``None``."""
         self._fresh = False  # the next socket starts a new session (send_history)
