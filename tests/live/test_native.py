@@ -280,6 +280,22 @@ async def test_content_sent_while_moving_is_held_and_answered_on_the_new_socket(
     assert [c.text for c in fake.requests[-1].contents] == ["first", "one", "second"]
 
 
+async def test_a_go_away_after_a_turn_moves_at_once_and_the_next_turn_runs_resumed() -> None:
+    async with FakeLiveProvider(turns=[LiveTurn(text=["one"], go_away=0.5),
+                                       LiveTurn(text=["two"])]) as fake:
+        conn = native("gemini", fake).connect(LlmRequest())
+        seen, reader = await read_all(conn)
+        await conn.send_content(Content.from_text("first"))
+        await wait_until(lambda: len(fake.sessions) == 2 and fake.sessions[0].closed.is_set())
+        await conn.send_content(Content.from_text("second"))
+        await wait_until(lambda: sum(1 for r in seen if not r.partial) == 2)
+        await conn.close()
+        await reader
+    assert [r.content.text for r in seen if not r.partial] == ["one", "two"]
+    assert fake.sessions[0].close_code == 1000  # the client left before the deadline (1001)
+    assert [c.text for c in fake.requests[-1].contents] == ["first", "one", "second"]
+
+
 # -- failures -----------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)

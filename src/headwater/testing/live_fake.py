@@ -446,7 +446,7 @@ class _Gemini(_Session):
 
         async def close_later() -> None:
             await asyncio.sleep(time_left)
-            await self.ws.close(1000, "session time is up")
+            await self.ws.close(1001, "session time is up")
 
         task = asyncio.create_task(close_later())
         self.tasks.add(task)
