@@ -150,3 +150,15 @@ def test_names_exported_in_two_places_are_the_same_objects() -> None:
     assert (AnthropicModel, OpenAIChatModel) == (FromAnthropic, FromOpenai)
     assert OpenAIResponsesModel is ResponsesFromOpenai is FromResponses
     assert (LlmRequest, LlmResponse) == (BaseRequest, BaseResponse)
+
+
+def test_native_live_names_are_the_same_objects_everywhere() -> None:
+    from headwater.models import GeminiLiveModel, OpenAIRealtimeModel
+    from headwater.models.gemini_live import GeminiLiveModel as FromGemini
+    from headwater.models.openai_realtime import OpenAIRealtimeModel as FromRealtime
+    from headwater.testing import FakeLiveProvider, LiveTurn
+    from headwater.testing.live_fake import FakeLiveProvider as FromFake
+    from headwater.testing.live_fake import LiveTurn as FromFakeTurn
+
+    assert (GeminiLiveModel, OpenAIRealtimeModel) == (FromGemini, FromRealtime)
+    assert (FakeLiveProvider, LiveTurn) == (FromFake, FromFakeTurn)

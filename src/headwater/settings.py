@@ -126,6 +126,20 @@ class Settings(BaseSettings):
         ws_queue_size: requests of a live WebSocket waiting for the run
             (``LiveRequestQueue`` bound; past it realtime media drops the
             oldest, other messages get ``rate_limited``).
+        live_connect_timeout: seconds to open a native live connection's
+            WebSocket (Gemini Live, OpenAI Realtime), handshake included.
+        live_setup_timeout: seconds a native live connection waits for the
+            provider to accept its session setup (``setupComplete``,
+            ``session.updated``).
+        live_idle_timeout: seconds without a message from the provider while a
+            model turn is in progress before the turn fails with
+            ``provider_timeout`` (a quiet connection between turns never times out).
+        live_max_message_bytes: largest message a native live connection takes
+            from the provider (audio chunks included).
+        live_close_timeout: seconds the WebSocket closing handshake may take.
+        live_go_away_margin: seconds before a ``goAway`` deadline at which a
+            native live connection moves to its resumed session even with a
+            model turn in progress (that turn ends ``interrupted``).
     """
 
     model_config = SettingsConfigDict(env_prefix="HEADWATER_", extra="ignore",
@@ -186,6 +200,12 @@ class Settings(BaseSettings):
     ws_queue_size: int = Field(default=256, ge=1)
     model: str | None = None
     demo_word_delay: float = Field(default=0.03, ge=0)
+    live_connect_timeout: float = Field(default=10.0, gt=0)
+    live_setup_timeout: float = Field(default=10.0, gt=0)
+    live_idle_timeout: float = Field(default=60.0, gt=0)
+    live_max_message_bytes: int = Field(default=16 << 20, ge=1024)
+    live_close_timeout: float = Field(default=2.0, gt=0)
+    live_go_away_margin: float = Field(default=1.0, ge=0)
 
 
 _settings: Settings | None = None

@@ -5,7 +5,9 @@
 ``FakeProvider`` is a loopback HTTP server that speaks OpenAI (Chat Completions
 and Responses), Anthropic and Gemini SSE at the byte level (and can stall, cut,
 reset and trickle), with renderers that build provider streams from an abstract
-turn; ``VirtualClock`` and ``LiveHarness`` test live runs and time-based tools in virtual time;
+turn; ``FakeLiveProvider`` is a loopback WebSocket server that speaks Gemini
+Live and OpenAI Realtime, scripted by :class:`LiveTurn` s; ``VirtualClock`` and
+``LiveHarness`` test live runs and time-based tools in virtual time;
 ``wait_until`` waits on a condition instead of a count of event-loop turns;
 ``SSEParser`` and ``aiter_sse`` read an event stream as a browser does.
 """
@@ -36,6 +38,10 @@ from .fake_provider import Sleep as Sleep
 from .fake_provider import Stall as Stall
 from .fake_provider import Trickle as Trickle
 from .harness import LiveHarness as LiveHarness
+from .live_fake import FakeLiveProvider as FakeLiveProvider
+from .live_fake import LiveResponder as LiveResponder
+from .live_fake import LiveSocketRecord as LiveSocketRecord
+from .live_fake import LiveTurn as LiveTurn
 from .sse import SSEMessage as SSEMessage
 from .sse import SSEParser as SSEParser
 from .sse import aiter_sse as aiter_sse
@@ -44,8 +50,12 @@ from .waiting import wait_until as wait_until
 __all__ = (
     "Close",
     "ConnectionRecord",
+    "FakeLiveProvider",
     "FakeProvider",
     "LiveHarness",
+    "LiveResponder",
+    "LiveSocketRecord",
+    "LiveTurn",
     "RecordedRequest",
     "Reset",
     "SSEMessage",

@@ -1,0 +1,601 @@
+"""Native live connections (Gemini Live, OpenAI Realtime) over a real loopback WebSocket.
+
+The seed-000 examples run over ``FakeLiveProvider`` speaking each protocol,
+with the examples' own scripted responders playing the model's side, and must
+print the same conversation as over the emulated connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import importlib
+import json
+import logging
+import tomllib
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from examples.test_examples import PRICE_WATCHER_EMISSIONS, pc, people, pw
+from headwater import Agent, Content, Runner
+from headwater.errors import ERROR_MESSAGES, UserError
+from headwater.models import BaseLlm, LlmRequest
+from headwater.models.gemini_live import GeminiLiveModel
+from headwater.models.gemini_live import from_spec as gemini_from_spec
+from headwater.models.openai_realtime import OpenAIRealtimeModel
+from headwater.models.openai_realtime import from_spec as realtime_from_spec
+from headwater.sessions import InMemorySessionService
+from headwater.settings import Settings
+from headwater.testing import (
+    FakeLiveProvider,
+    LiveHarness,
+    LiveTurn,
+    ScriptedCall,
+    VirtualClock,
+    wait_until,
+)
+from headwater.types import Blob, FunctionResponse, Part, Usage
+
+ROOT = Path(__file__).resolve().parents[2]
+PROTOCOLS = ("gemini", "openai")
+
+
+def native(protocol: str, fake: FakeLiveProvider, **options: Any) -> BaseLlm:
+    if protocol == "gemini":
+        return GeminiLiveModel("gemini-live-test", base_url=fake.gemini_base_url,
+                               api_key="test-key", **options)
+    return OpenAIRealtimeModel("gpt-realtime-test", base_url=fake.openai_base_url,
+                               api_key="test-key", **options)
+
+
+async def transcript(module: Any, monkeypatch: pytest.MonkeyPatch,
+                     model: Callable[[], BaseLlm] | None = None,
+                     clock: Callable[[], VirtualClock] | None = None) -> list[str]:
+    """An example's printed demo; with ``model``, its agent runs on that model instead."""
+    lines: list[str] = []
+    if model is not None:
+        original = module.build_runner
+
+        def build_runner(*args: Any) -> Runner:
+            runner: Runner = original(*args)
+            agent = runner.agent
+            runner.agent = Agent(name=agent.name, model=model(), instruction=agent.instruction,
+                                 tools=agent.tools)
+            return runner
+
+        monkeypatch.setattr(module, "build_runner", build_runner)
+    if clock is not None:
+        monkeypatch.setattr(module, "VirtualClock", clock)
+    await module.demo(lines.append)
+    return lines
+
+
+def same_conversation(native_lines: list[str], emulated: list[str]) -> None:
+    """The same lines at the same virtual times, each speaker's in the same order.
+
+    Only the interleaving of independent lines may differ: over the emulation a
+    scripted model answers in zero time, so its answer to a tool's pending
+    status is printed before the tool's first emission (committed in the same
+    instant); over a socket that answer takes a round trip and comes second.
+    """
+    assert Counter(native_lines) == Counter(emulated)
+    for speaker in ("-> model: ", "(scripted model): ", " user: ", " calls ", " answered: "):
+        assert ([line for line in native_lines if speaker in line]
+                == [line for line in emulated if speaker in line]), speaker
+
+
+# -- the seed-000 examples over both protocols --------------------------------------------------
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_price_watcher_timeline_is_the_same_as_over_the_emulation(
+        protocol: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    emulated = await transcript(pw, monkeypatch)
+    async with FakeLiveProvider(responder=pw.scripted_market_model) as fake:
+        lines = await transcript(pw, monkeypatch, lambda: native(protocol, fake),
+                                 fake.virtual_clock)
+    same_conversation(lines, emulated)
+    told = [line.split("-> model: ", 1)[1] for line in lines if "-> model: " in line]
+    assert told == PRICE_WATCHER_EMISSIONS
+    assert "[00:04:10] market_watch (scripted model): GOOG fell 1.1% to 169.38." in lines
+    # The model side really heard everything over the socket.
+    assert len(fake.sessions) == 1
+    heard = [r.contents[-1].text for r in fake.requests]
+    assert all(e in heard for e in PRICE_WATCHER_EMISSIONS)
+    record = fake.sessions[0]
+    if protocol == "gemini":
+        setup = record.received[0]["setup"]
+        assert setup["model"] == "models/gemini-live-test"
+        assert setup["systemInstruction"] == {"parts": [{"text": pw.INSTRUCTION}]}
+        names = [d["name"] for d in setup["tools"][0]["functionDeclarations"]]
+        assert names == ["watch_price", "stop_streaming"]
+        assert "key=test-key" in record.query
+        assert len(record.of_kind("toolResponse")) == 3  # watch, stop, watch
+    else:
+        session = record.received[0]["session"]
+        assert session["instructions"] == pw.INSTRUCTION
+        assert [t["name"] for t in session["tools"]] == ["watch_price", "stop_streaming"]
+        assert record.headers["authorization"] == "Bearer test-key"
+        assert "model=gpt-realtime-test" in record.query
+        outputs = [m["item"] for m in record.of_kind("conversation.item.create")
+                   if m["item"]["type"] == "function_call_output"]
+        assert len(outputs) == 3
+    assert record.closed.is_set() and record.close_code == 1000  # the run closed its socket
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_people_counter_timeline_is_the_same_as_over_the_emulation(
+        protocol: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    emulated = await transcript(pc, monkeypatch)
+    async with FakeLiveProvider(responder=pc.scripted_camera_model) as fake:
+        lines = await transcript(pc, monkeypatch, lambda: native(protocol, fake),
+                                 fake.virtual_clock)
+    assert lines == emulated
+    told = [line.split("-> model: ", 1)[1] for line in lines if "-> model: " in line]
+    assert told == [people(0), people(1), people(2), people(3), people(1)]
+    record = fake.sessions[0]
+    # Unlike the emulation, a native session sends the camera and the microphone to the model.
+    if protocol == "gemini":
+        frames = [m["realtimeInput"]["video"] for m in record.of_kind("realtimeInput")
+                  if "video" in m["realtimeInput"]]
+        audio = [m for m in record.of_kind("realtimeInput") if "audio" in m["realtimeInput"]]
+        assert (len(frames), len(audio)) == (41, 40)
+        assert frames[0]["mimeType"] == pc.PGM_MIME
+        assert base64.b64decode(frames[0]["data"]) == pc.make_frame(pc.spread(4))
+    else:
+        assert len(record.of_kind("input_audio_buffer.append")) == 40
+        images = [m for m in record.of_kind("conversation.item.create")
+                  if m["item"].get("content", [{}])[0].get("type") == "input_image"]
+        assert len(images) == 41
+
+
+# -- barge-in -----------------------------------------------------------------------------------
+
+class Voice(LiveHarness):
+    """A live run of a tool-less agent on a native model, with its own session store."""
+
+    def __init__(self, model: BaseLlm) -> None:
+        self.service = InMemorySessionService()
+        super().__init__(Runner(agent=Agent(name="voice", model=model), app_name="app",
+                                session_service=self.service, auto_create_session=True))
+
+    async def stored(self) -> list[tuple[str, str, bool]]:
+        session = await self.service.get_session(app_name="app", user_id="u", session_id="s")
+        assert session is not None
+        return [(e.author, e.text, e.interrupted) for e in session.events]
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_new_user_content_interrupts_the_answer_and_the_server_closes_its_turn(
+        protocol: str) -> None:
+    turns = [LiveTurn(text=["Once ", "upon ", "a time"], hold=True),
+             LiveTurn(text=["Sure, ", "stopping."])]
+    async with FakeLiveProvider(turns=turns) as fake, Voice(native(protocol, fake)) as live:
+        live.queue.send_content(Content.from_text("tell me a long story"))
+        await wait_until(lambda: sum(1 for e in live.events if e.partial) >= 3)
+        live.queue.send_content(Content.from_text("stop, please"))
+        await wait_until(lambda: "Sure, stopping." in live.texts())
+        assert await live.stored() == [
+            ("user", "tell me a long story", False), ("voice", "Once upon a time", True),
+            ("user", "stop, please", False), ("voice", "Sure, stopping.", False)]
+        record = fake.sessions[0]
+        if protocol == "openai":
+            assert "response.cancel" in record.kinds()  # the server was told to stop
+        # The server's view: the cut answer, then the new question.
+        assert [c.text for c in fake.requests[1].contents] == [
+            "tell me a long story", "Once upon a time", "stop, please"]
+    interrupted = [e for e in live.events if e.interrupted]
+    assert len(interrupted) == 1 and interrupted[0].turn_complete
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_the_user_speaking_over_the_answer_is_a_barge_in(protocol: str) -> None:
+    long = LiveTurn(text=["Let me ", "explain"], hold=True)
+    async with FakeLiveProvider(turns=[long]) as fake, Voice(native(protocol, fake)) as live:
+        live.queue.send_content(Content.from_text("explain it"))
+        await wait_until(lambda: sum(1 for e in live.events if e.partial) >= 2)
+        live.queue.send_realtime(Blob("audio/pcm;rate=16000", bytes(64)))  # silence
+        await asyncio.sleep(0.05)
+        assert not any(e.interrupted for e in live.events)
+        live.queue.send_realtime(Blob("audio/pcm;rate=16000", b"\x10\x20" * 32))  # speech
+        await wait_until(lambda: any(e.interrupted for e in live.events))
+        assert await live.stored() == [("user", "explain it", False),
+                                       ("voice", "Let me explain", True)]
+        if protocol == "openai":
+            await wait_until(lambda: "response.cancel" in fake.sessions[0].kinds())
+
+
+# -- goAway and session resumption --------------------------------------------------------------
+
+async def test_go_away_moves_to_a_resumed_session_without_losing_the_price_stream() -> None:
+    source = pw.QuoteSource({"GOOG": 100.0}, volatility_pct=0)
+    async with FakeLiveProvider(responder=pw.scripted_market_model) as fake:
+        clock = fake.virtual_clock()
+        runner = pw.build_runner(source, clock)
+        model = GeminiLiveModel("gemini-live-test", base_url=fake.gemini_base_url)
+        runner.agent = Agent(name="market_watch", model=model, instruction=pw.INSTRUCTION,
+                             tools=runner.agent.tools)
+        async with LiveHarness(runner, clock) as live:
+            await live.say("Watch GOOG and tell me about 1% moves.")
+            source.prices["GOOG"] = 102.0
+            await clock.advance(5)
+            await fake.go_away(time_left=30)
+            await wait_until(lambda: len(fake.sessions) == 2 and fake.sessions[0].closed.is_set())
+            await clock.settle()
+            for value in (104.0, 101.0):
+                source.prices["GOOG"] = value
+                await clock.advance(5)
+            await live.say("Stop watching.")
+            first, second = fake.sessions
+            assert second.resumed is not None and second.resumed.startswith("handle_")
+            assert "sessionResumption" in second.received[0]["setup"]
+            assert "clientContent" not in second.kinds()[:1]  # no history replayed on resume
+            told = live.told("Function watch_price")
+            assert told == [pw_price("GOOG", 100.0), pw_price("GOOG", 102.0),
+                            pw_price("GOOG", 104.0), pw_price("GOOG", 101.0)]
+            said = [t for t in live.texts() if t.startswith("GOOG")]
+            assert said == ["GOOG is at 100.00.", "GOOG rose 2.0% to 102.00.",
+                            "GOOG rose 2.0% to 104.00.", "GOOG fell 2.9% to 101.00."]
+            assert live.texts()[-1] == "Stopped watching."
+            # The resumed session remembered the conversation from before the move.
+            assert fake.requests[-1].contents[0].text == "Watch GOOG and tell me about 1% moves."
+            assert first.close_code == 1000
+
+
+def pw_price(symbol: str, value: float) -> str:
+    return f'Function watch_price returned: {{"symbol": "{symbol}", "price": {value}}}'
+
+
+async def test_content_sent_while_moving_is_held_and_answered_on_the_new_socket() -> None:
+    turns = [LiveTurn(text=["one"], hold=True), LiveTurn(text=["two"])]
+    async with asyncio.timeout(10), FakeLiveProvider(turns=turns) as fake:
+        model = native("gemini", fake)
+        conn = model.connect(LlmRequest())
+        seen: list[Any] = []
+
+        async def read() -> None:
+            async for response in conn.receive():
+                seen.append(response)
+
+        reader = asyncio.create_task(read())
+        await conn.send_content(Content.from_text("first"))
+        await wait_until(lambda: any(r.partial for r in seen))
+        await fake.go_away(time_left=30)  # mid-turn: the answer is not cut
+        await conn.send_content(Content.from_text("second"), interrupt=False)
+        await asyncio.sleep(0.05)
+        fake.release()
+        await wait_until(lambda: sum(1 for r in seen if not r.partial) == 2)
+        first, second = fake.sessions
+        await conn.close()
+        await reader
+    finals = [r for r in seen if not r.partial]
+    assert [f.content.text for f in finals] == ["one", "two"]
+    assert not any(f.interrupted or f.error_code for f in finals)
+    assert first.kinds() == ["setup", "clientContent"]  # "second" waited for the new socket
+    assert second.resumed is not None and second.kinds() == ["setup", "clientContent"]
+    # Resumed with the handle given after "one": the new socket's model remembers it.
+    assert [c.text for c in fake.requests[-1].contents] == ["first", "one", "second"]
+
+
+async def test_a_go_away_after_a_turn_moves_at_once_and_the_next_turn_runs_resumed() -> None:
+    async with FakeLiveProvider(turns=[LiveTurn(text=["one"], go_away=0.5),
+                                       LiveTurn(text=["two"])]) as fake:
+        conn = native("gemini", fake).connect(LlmRequest())
+        seen, reader = await read_all(conn)
+        await conn.send_content(Content.from_text("first"))
+        await wait_until(lambda: len(fake.sessions) == 2 and fake.sessions[0].closed.is_set())
+        await conn.send_content(Content.from_text("second"))
+        await wait_until(lambda: sum(1 for r in seen if not r.partial) == 2)
+        await conn.close()
+        await reader
+    assert [r.content.text for r in seen if not r.partial] == ["one", "two"]
+    assert fake.sessions[0].close_code == 1000  # the client left before the deadline (1001)
+    assert [c.text for c in fake.requests[-1].contents] == ["first", "one", "second"]
+
+
+# -- failures -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_an_abrupt_close_is_an_error_code_and_later_turns_fail_fast(protocol: str) -> None:
+    dropped = LiveTurn(text=["half an ans"], drop=True)
+    async with FakeLiveProvider(turns=[dropped]) as fake, Voice(native(protocol, fake)) as live:
+        await live.say("hello")
+        await wait_until(lambda: any(e.error_code for e in live.events))
+        await live.say("are you there?")
+        await wait_until(lambda: sum(1 for e in live.events if e.error_code) == 2)
+        stored = await live.stored()
+    errors = [e for e in live.events if e.error_code]
+    assert [(e.error_code, e.turn_complete) for e in errors] == [
+        ("provider_unavailable", True)] * 2
+    assert all(e.error_message == ERROR_MESSAGES["provider_unavailable"] for e in errors)
+    assert ("voice", "half an ans", False) not in stored  # nothing of the broken turn is kept
+    assert fake.sessions[0].close_code == 1006
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_provider_text_never_reaches_an_event(protocol: str,
+                                                    caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    secret = "SECRET provider detail sk-live-123"
+    turn = (LiveTurn(close=(1011, secret)) if protocol == "gemini"
+            else LiveTurn(error=("invalid_request_error", secret)))
+    async with FakeLiveProvider(turns=[turn]) as fake, Voice(native(protocol, fake)) as live:
+        await live.say("hello")
+        await wait_until(lambda: any(e.error_code for e in live.events))
+    error = next(e for e in live.events if e.error_code)
+    expected = "provider_unavailable" if protocol == "gemini" else "provider_rejected"
+    assert error.error_code == expected
+    assert error.error_message == ERROR_MESSAGES[expected]
+    assert all(secret not in json.dumps([e.text, e.error_message]) for e in live.events)
+    assert secret not in caplog.text or all(r.levelno <= logging.DEBUG for r in caplog.records
+                                            if secret in r.getMessage())
+    client_side = [r.getMessage() for r in caplog.records if r.name != "websockets.server"]
+    assert not any("test-key" in m for m in client_side)  # no handshake trace is logged
+    assert fake.sessions[0].closed.is_set()
+
+
+@pytest.mark.parametrize("said", [["thinking"], []])
+async def test_a_turn_that_goes_quiet_fails_with_provider_timeout(said: list[str]) -> None:
+    settings = Settings(live_idle_timeout=0.2)
+    quiet = LiveTurn(text=said, hold=True)  # silent after a piece, or from the start
+    async with (FakeLiveProvider(turns=[quiet]) as fake,
+                Voice(native("gemini", fake, settings=settings)) as live):
+        await live.say("hello")
+        await wait_until(lambda: any(e.error_code for e in live.events))
+    assert [e.error_code for e in live.events if e.error_code] == ["provider_timeout"]
+
+
+async def test_a_refused_setup_is_an_error_final() -> None:
+    async with FakeLiveProvider() as fake:
+        model = GeminiLiveModel("m", base_url=fake.base_url + "/wrong")
+        conn = model.connect(LlmRequest())
+        await conn.send_content(Content.from_text("hi"))
+        responses = conn.receive()
+        first = await anext(responses)
+        await conn.close()
+    assert first.error_code == "provider_unavailable" and first.turn_complete
+
+
+# -- closing ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_cancelling_the_consumer_closes_the_socket(protocol: str) -> None:
+    held = LiveTurn(text=["a ", "long ", "answer"], hold=True)
+    async with FakeLiveProvider(turns=[held]) as fake:
+        live = Voice(native(protocol, fake))
+        await live.__aenter__()
+        live.queue.send_content(Content.from_text("go"))
+        await wait_until(lambda: any(e.partial for e in live.events))
+        assert live.task is not None
+        live.task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await live.task
+        await asyncio.wait_for(fake.sessions[0].closed.wait(), 2)
+        assert fake.sessions[0].close_code == 1000
+
+
+# -- audio as blobs -----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_audio_goes_in_and_comes_out_as_inline_blobs(protocol: str) -> None:
+    chunks = [b"\x01\x02\x03\x04", b"\x05\x06"]
+    options = {"response_modality": "AUDIO"} if protocol == "gemini" else {
+        "output_modality": "audio"}
+    async with FakeLiveProvider(turns=[LiveTurn(text=["Hi there"], audio=chunks)]) as fake:
+        async with Voice(native(protocol, fake, **options)) as live:
+            spoken = b"\x00\x01" * 16
+            live.queue.send_realtime(Blob("audio/pcm;rate=16000", spoken))
+            await wait_until(lambda: len(fake.sessions) == 1 and len(fake.sessions[0].received) > 1)
+            live.queue.send_content(Content.from_text("say hi"))
+            await wait_until(lambda: "Hi there" in live.texts())
+        record = fake.sessions[0]
+    blobs = [p.inline_data for e in live.events if e.partial and e.content
+             for p in e.content.parts if p.inline_data is not None]
+    assert [b.data for b in blobs] == chunks
+    assert all(b.mime_type.startswith("audio/pcm") for b in blobs)
+    if protocol == "gemini":
+        sent = record.of_kind("realtimeInput")[0]["realtimeInput"]["audio"]
+        assert sent["mimeType"] == "audio/pcm;rate=16000"
+        assert record.received[0]["setup"]["generationConfig"]["responseModalities"] == ["AUDIO"]
+    else:
+        sent = record.of_kind("input_audio_buffer.append")[0]
+        assert record.received[0]["session"]["output_modalities"] == ["audio"]
+    assert base64.b64decode(sent["audio"] if protocol == "openai" else sent["data"]) == spoken
+
+
+# -- one-turn calls, tool results, history ------------------------------------------------------
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_generate_content_runs_one_turn_over_its_own_session(protocol: str) -> None:
+    async with FakeLiveProvider(turns=[LiveTurn(text=["4"], calls=[
+            ScriptedCall("add", {"a": 2, "b": 2}, id="c1")])]) as fake:
+        model = native(protocol, fake)
+        request = LlmRequest(system_instruction="be brief", contents=[
+            Content.from_text("earlier"), Content.from_text("earlier answer", role="model"),
+            Content.from_text("2+2?")])
+        responses = [r async for r in model.generate_content(request, stream=True)]
+        await asyncio.wait_for(fake.sessions[0].closed.wait(), 2)
+    assert [r.partial for r in responses] == [True, False]
+    final = responses[-1]
+    assert final.content is not None and final.content.text == "4"
+    assert [(c.id, c.name, c.args) for c in final.content.function_calls] == [
+        ("c1", "add", {"a": 2, "b": 2})]
+    assert [c.text for c in fake.requests[0].contents] == ["earlier", "earlier answer", "2+2?"]
+    assert [c.role for c in fake.requests[0].contents] == ["user", "model", "user"]
+    assert fake.requests[0].system_instruction == "be brief"
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_tool_results_are_sent_by_call_id_and_wait_for_the_answer(protocol: str) -> None:
+    async with FakeLiveProvider(turns=[
+            LiveTurn(calls=[ScriptedCall("lookup", {"q": "x"}, id="call-7")]),
+            LiveTurn(text=["found ", "it"], hold=True), LiveTurn(text=["and more"])]) as fake:
+        conn = native(protocol, fake).connect(LlmRequest())
+        seen: list[Any] = []
+
+        async def read() -> None:
+            async for response in conn.receive():
+                seen.append(response)
+
+        reader = asyncio.create_task(read())
+        await conn.send_content(Content.from_text("look it up"))
+        await wait_until(lambda: any(r.content and r.content.function_calls for r in seen))
+        result = FunctionResponse("call-7", "lookup", {"value": 42})
+        await conn.send_content(Content("user", [Part(function_response=result)]),
+                                interrupt=False)
+        await wait_until(lambda: sum(1 for r in seen if r.partial) == 2)
+        await conn.send_content(Content.from_text("Function lookup returned: 43"),
+                                interrupt=False)  # waits for the held answer's end
+        await asyncio.sleep(0.05)
+        assert len(fake.requests) == 2  # not sent yet
+        fake.release()
+        await wait_until(lambda: sum(1 for r in seen if not r.partial) == 3)
+        await conn.close()
+        await reader
+    record = fake.sessions[0]
+    if protocol == "gemini":
+        assert record.of_kind("toolResponse")[0]["toolResponse"] == {"functionResponses": [
+            {"id": "call-7", "name": "lookup", "response": {"value": 42}}]}
+    else:
+        output = [m["item"] for m in record.of_kind("conversation.item.create")
+                  if m["item"]["type"] == "function_call_output"]
+        assert output == [{"type": "function_call_output", "call_id": "call-7",
+                           "output": '{"value": 42}'}]
+    finals = [r for r in seen if not r.partial]
+    assert [f.content.text for f in finals] == ["", "found it", "and more"]
+    assert not any(f.interrupted for f in finals)
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_send_history_replaces_the_conversation_with_a_fresh_session(protocol: str) -> None:
+    async with FakeLiveProvider(turns=[LiveTurn(text=["first answer"]),
+                                       LiveTurn(text=["second answer"])]) as fake:
+        conn = native(protocol, fake).connect(LlmRequest(contents=[Content.from_text("old")]))
+        seen: list[Any] = []
+
+        async def read() -> None:
+            async for response in conn.receive():
+                seen.append(response)
+
+        reader = asyncio.create_task(read())
+        await conn.send_content(Content.from_text("one"))
+        await wait_until(lambda: any(not r.partial for r in seen))
+        await conn.send_history([Content.from_text("replaced"),
+                                 Content.from_text("ok", role="model")])
+        await conn.send_content(Content.from_text("two"))
+        await wait_until(lambda: sum(1 for r in seen if not r.partial) == 2)
+        await conn.close()
+        await reader
+    assert [c.text for c in fake.requests[0].contents] == ["old", "one"]
+    assert [c.text for c in fake.requests[1].contents] == ["replaced", "ok", "two"]
+    assert len(fake.sessions) == 2 and fake.sessions[1].resumed is None
+
+
+async def read_all(conn: Any) -> tuple[list[Any], asyncio.Task[None]]:
+    seen: list[Any] = []
+
+    async def read() -> None:
+        async for response in conn.receive():
+            seen.append(response)
+
+    return seen, asyncio.create_task(read())
+
+
+async def test_gemini_activity_marks_and_realtime_text() -> None:
+    speech = b"\x01\x02" * 8
+    async with FakeLiveProvider(turns=[LiveTurn(text=["long ", "answer"], hold=True),
+                                       LiveTurn(text=["heard you"]),
+                                       LiveTurn(text=["read you"])]) as fake:
+        model = native("gemini", fake, realtime_input_config={
+            "automaticActivityDetection": {"disabled": True}})
+        assert isinstance(model, GeminiLiveModel)
+        conn = model.connect(LlmRequest())
+        seen, reader = await read_all(conn)
+        await conn.send_content(Content.from_text("talk"))
+        await wait_until(lambda: sum(1 for r in seen if r.partial) == 2)
+        await conn.activity(start=True)  # the user starts speaking: the server cuts the answer
+        await wait_until(lambda: any(r.interrupted for r in seen))
+        await conn.send_realtime(Blob("audio/pcm;rate=16000", speech))
+        await conn.activity(start=False)
+        await wait_until(lambda: any(r.content and r.content.text == "heard you" and not r.partial
+                                     for r in seen))
+        await conn.send_text("typed")
+        await wait_until(lambda: sum(1 for r in seen if not r.partial) == 3)
+        await conn.close()
+        await reader
+    finals = [(r.content.text if r.content else None, r.interrupted) for r in seen
+              if not r.partial]
+    assert finals == [("long answer", True), ("heard you", False), ("read you", False)]
+    setup = fake.sessions[0].received[0]["setup"]
+    assert setup["realtimeInputConfig"] == {"automaticActivityDetection": {"disabled": True}}
+    heard = fake.requests[1].contents[-1].parts[0].inline_data
+    assert heard is not None and heard.data == speech
+    assert fake.requests[2].contents[-1].text == "typed"
+
+
+async def test_openai_committed_audio_is_answered() -> None:
+    speech = b"\x03\x04" * 8
+    async with FakeLiveProvider(turns=[LiveTurn(text=["heard you"])], vad=False) as fake:
+        model = native("openai", fake)
+        assert isinstance(model, OpenAIRealtimeModel)
+        conn = model.connect(LlmRequest())
+        seen, reader = await read_all(conn)
+        await conn.send_realtime(Blob("audio/pcm;rate=24000", speech))
+        await conn.commit_audio()
+        await wait_until(lambda: any(not r.partial for r in seen))
+        await conn.close()
+        await reader
+    assert [r.content.text for r in seen if not r.partial] == ["heard you"]
+    assert fake.sessions[0].kinds()[1:] == ["input_audio_buffer.append",
+                                            "input_audio_buffer.commit", "response.create"]
+    heard = fake.requests[0].contents[-1].parts[0].inline_data
+    assert heard is not None and heard.data == speech
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_usage_is_on_the_final_and_a_message_not_json_is_bad_response(
+        protocol: str) -> None:
+    async with FakeLiveProvider(turns=[
+            LiveTurn(text=["a"], usage=Usage(input_tokens=7, output_tokens=3, total_tokens=10)),
+            LiveTurn(raw=["<html>proxy error</html>"])]) as fake:
+        conn = native(protocol, fake).connect(LlmRequest())
+        seen, reader = await read_all(conn)
+        await conn.send_content(Content.from_text("one"))
+        await wait_until(lambda: any(not r.partial for r in seen))
+        await conn.send_content(Content.from_text("two"))
+        await wait_until(lambda: sum(1 for r in seen if not r.partial) == 2)
+        await conn.close()
+        await reader
+    first, second = [r for r in seen if not r.partial]
+    assert first.usage == Usage(input_tokens=7, output_tokens=3, total_tokens=10)
+    assert second.error_code == "provider_bad_response" and "proxy" not in str(second)
+
+
+# -- model strings ------------------------------------------------------------------------------
+
+def test_model_strings_and_their_keys(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("GEMINI_API_KEY", "GOOGLE_API_KEY", "OPENAI_API_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(UserError, match="GEMINI_API_KEY"):
+        gemini_from_spec("gemini-live-2.5-flash-preview")
+    with pytest.raises(UserError, match="OPENAI_API_KEY"):
+        realtime_from_spec("gpt-realtime")
+    monkeypatch.setenv("GOOGLE_API_KEY", "g-key")
+    monkeypatch.setenv("OPENAI_API_KEY", "o-key")
+    gemini = gemini_from_spec("gemini-live-2.5-flash-preview")
+    assert gemini.url == ("wss://generativelanguage.googleapis.com/ws/google.ai."
+                          "generativelanguage.v1beta.GenerativeService.BidiGenerateContent"
+                          "?key=g-key")
+    realtime = realtime_from_spec("gpt-realtime")
+    assert realtime.url == "wss://api.openai.com/v1/realtime?model=gpt-realtime"
+    assert realtime.auth_headers() == {"Authorization": "Bearer o-key"}
+    points = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["entry-points"]
+    for prefix, factory in (("gemini-live", gemini_from_spec),
+                            ("openai-realtime", realtime_from_spec)):
+        module, _, attr = points["headwater.models"][prefix].partition(":")
+        assert getattr(importlib.import_module(module), attr) is factory
+    with pytest.raises(UserError, match="response_modality"):
+        GeminiLiveModel("m", response_modality="VIDEO")
