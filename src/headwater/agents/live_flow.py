@@ -139,8 +139,11 @@ class LiveFlow:
         if not done:
             logger.warning("live run tasks did not end within %g s of the run's end", timeout)
         if self._conn is not None:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._conn.close(), timeout)
+            with contextlib.suppress(Exception):  # TimeoutError included: the close is bounded
+                # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancel
+                # that lands as the close completes.
+                async with asyncio.timeout(timeout):
+                    await self._conn.close()
         self._streams.clear()
 
     async def _emit(self, event: Event) -> None:
