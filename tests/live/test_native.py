@@ -1,8 +1,9 @@
 """Native live connections (Gemini Live, OpenAI Realtime) over a real loopback WebSocket.
 
-The seed-000 examples run over ``FakeLiveProvider`` speaking each protocol,
-with the examples' own scripted responders playing the model's side, and must
-print the same conversation as over the emulated connection.
+The seed examples' virtual-clock sessions (``examples/price_watcher.py``,
+``examples/people_counter.py``) run over ``FakeLiveProvider`` speaking each
+protocol, with the offline demo model's responder playing the model's side, and
+must print the same conversation as over the emulated connection.
 """
 
 from __future__ import annotations
@@ -20,10 +21,10 @@ from typing import Any
 
 import pytest
 
-from examples.test_examples import PRICE_WATCHER_EMISSIONS, pc, people, pw
+from examples.test_examples import PRICE_WATCHER_EMISSIONS, pc, pc_script, people, pw, pw_script
 from headwater import Agent, Content, Runner
 from headwater.errors import ERROR_MESSAGES, UserError
-from headwater.models import BaseLlm, LlmRequest
+from headwater.models import BaseLlm, DemoModel, LlmRequest
 from headwater.models.gemini_live import GeminiLiveModel
 from headwater.models.gemini_live import from_spec as gemini_from_spec
 from headwater.models.openai_realtime import OpenAIRealtimeModel
@@ -35,6 +36,7 @@ from headwater.testing import (
     LiveHarness,
     LiveTurn,
     ScriptedCall,
+    ScriptedTurn,
     VirtualClock,
     wait_until,
 )
@@ -42,6 +44,11 @@ from headwater.types import Blob, FunctionResponse, Part, Usage
 
 ROOT = Path(__file__).resolve().parents[2]
 PROTOCOLS = ("gemini", "openai")
+
+
+def demo_responder() -> Callable[[LlmRequest], ScriptedTurn]:
+    """The model's side the seed sessions run on: the offline demo model's turns."""
+    return DemoModel(word_delay=0).respond
 
 
 def native(protocol: str, fake: FakeLiveProvider, **options: Any) -> BaseLlm:
@@ -52,13 +59,13 @@ def native(protocol: str, fake: FakeLiveProvider, **options: Any) -> BaseLlm:
                                api_key="test-key", **options)
 
 
-async def transcript(module: Any, monkeypatch: pytest.MonkeyPatch,
+async def transcript(script: Any, monkeypatch: pytest.MonkeyPatch,
                      model: Callable[[], BaseLlm] | None = None,
                      clock: Callable[[], VirtualClock] | None = None) -> list[str]:
-    """An example's printed demo; with ``model``, its agent runs on that model instead."""
+    """An example script's printed virtual session; with ``model``, its agent runs on that model."""
     lines: list[str] = []
     if model is not None:
-        original = module.build_runner
+        original = script.build_runner
 
         def build_runner(*args: Any) -> Runner:
             runner: Runner = original(*args)
@@ -67,40 +74,42 @@ async def transcript(module: Any, monkeypatch: pytest.MonkeyPatch,
                                  tools=agent.tools)
             return runner
 
-        monkeypatch.setattr(module, "build_runner", build_runner)
+        monkeypatch.setattr(script, "build_runner", build_runner)
     if clock is not None:
-        monkeypatch.setattr(module, "VirtualClock", clock)
-    await module.demo(lines.append)
+        monkeypatch.setattr(script, "VirtualClock", clock)
+    await script.virtual_session(lines.append)
     return lines
 
 
-def same_conversation(native_lines: list[str], emulated: list[str]) -> None:
+def same_conversation(native_lines: list[str], emulated: list[str], agent: str) -> None:
     """The same lines at the same virtual times, each speaker's in the same order.
 
     Only the interleaving of independent lines may differ: over the emulation a
     scripted model answers in zero time, so its answer to a tool's pending
     status is printed before the tool's first emission (committed in the same
     instant); over a socket that answer takes a round trip and comes second.
+    (Likewise its answer to a stream's error and the stream's end, committed in
+    the same instant.)
     """
     assert Counter(native_lines) == Counter(emulated)
-    for speaker in ("-> model: ", "(scripted model): ", " user: ", " calls ", " answered: "):
+    for speaker in ("-> model: ", f"] {agent}: ", "] user: ", " calls ", " answered: "):
         assert ([line for line in native_lines if speaker in line]
                 == [line for line in emulated if speaker in line]), speaker
 
 
-# -- the seed-000 examples over both protocols --------------------------------------------------
+# -- the seed examples over both protocols ------------------------------------------------------
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 async def test_price_watcher_timeline_is_the_same_as_over_the_emulation(
         protocol: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    emulated = await transcript(pw, monkeypatch)
-    async with FakeLiveProvider(responder=pw.scripted_market_model) as fake:
-        lines = await transcript(pw, monkeypatch, lambda: native(protocol, fake),
+    emulated = await transcript(pw_script, monkeypatch)
+    async with FakeLiveProvider(responder=demo_responder()) as fake:
+        lines = await transcript(pw_script, monkeypatch, lambda: native(protocol, fake),
                                  fake.virtual_clock)
-    same_conversation(lines, emulated)
+    same_conversation(lines, emulated, "market")
     told = [line.split("-> model: ", 1)[1] for line in lines if "-> model: " in line]
     assert told == PRICE_WATCHER_EMISSIONS
-    assert "[00:04:10] market_watch (scripted model): GOOG fell 1.1% to 169.38." in lines
+    assert "[00:04:10] market: GOOG fell 1.1% to 169.38." in lines
     # The model side really heard everything over the socket.
     assert len(fake.sessions) == 1
     heard = [r.contents[-1].text for r in fake.requests]
@@ -126,30 +135,59 @@ async def test_price_watcher_timeline_is_the_same_as_over_the_emulation(
     assert record.closed.is_set() and record.close_code == 1000  # the run closed its socket
 
 
+# What examples/people_counter.py's virtual session streams: one frame before the call,
+# then the scene's frames, each followed by a chunk of (silent) microphone audio.
+CAMERA = [pc.frame_blob(pc.spread(4)), *pc.scene_frames()]
+MICROPHONE = [Blob("audio/pcm;rate=16000", bytes(320))] * len(pc.scene_frames())
+
+
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 async def test_people_counter_timeline_is_the_same_as_over_the_emulation(
         protocol: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    emulated = await transcript(pc, monkeypatch)
-    async with FakeLiveProvider(responder=pc.scripted_camera_model) as fake:
-        lines = await transcript(pc, monkeypatch, lambda: native(protocol, fake),
+    emulated = await transcript(pc_script, monkeypatch)
+    async with FakeLiveProvider(responder=demo_responder()) as fake:
+        lines = await transcript(pc_script, monkeypatch, lambda: native(protocol, fake),
                                  fake.virtual_clock)
     assert lines == emulated
     told = [line.split("-> model: ", 1)[1] for line in lines if "-> model: " in line]
     assert told == [people(0), people(1), people(2), people(3), people(1)]
+    assert lines[-1].startswith(f"frames sent: {len(CAMERA)}; ")
+    assert len(fake.sessions) == 1
+    heard = [r.contents[-1].text for r in fake.requests]
+    assert all(e in heard for e in told)
     record = fake.sessions[0]
-    # Unlike the emulation, a native session sends the camera and the microphone to the model.
     if protocol == "gemini":
-        frames = [m["realtimeInput"]["video"] for m in record.of_kind("realtimeInput")
-                  if "video" in m["realtimeInput"]]
-        audio = [m for m in record.of_kind("realtimeInput") if "audio" in m["realtimeInput"]]
-        assert (len(frames), len(audio)) == (41, 40)
-        assert frames[0]["mimeType"] == pc.PGM_MIME
-        assert base64.b64decode(frames[0]["data"]) == pc.make_frame(pc.spread(4))
+        setup = record.received[0]["setup"]
+        assert setup["systemInstruction"] == {"parts": [{"text": pc.INSTRUCTION}]}
+        names = [d["name"] for d in setup["tools"][0]["functionDeclarations"]]
     else:
-        assert len(record.of_kind("input_audio_buffer.append")) == 40
-        images = [m for m in record.of_kind("conversation.item.create")
-                  if m["item"].get("content", [{}])[0].get("type") == "input_image"]
-        assert len(images) == 41
+        session = record.received[0]["session"]
+        assert session["instructions"] == pc.INSTRUCTION
+        names = [t["name"] for t in session["tools"]]
+    assert names == ["count_people", "stop_streaming"]
+    # Unlike the emulation, a native session sends the camera and the microphone to the model:
+    # every frame the session sends (the one before the call too) and every audio chunk, in order.
+    frames: list[tuple[str, bytes]]
+    if protocol == "gemini":
+        media = [m["realtimeInput"] for m in record.of_kind("realtimeInput")]
+        assert [next(iter(m)) for m in media] == ["video"] + ["video", "audio"] * len(MICROPHONE)
+        frames = [(m["video"]["mimeType"], base64.b64decode(m["video"]["data"]))
+                  for m in media if "video" in m]
+        audio = [(m["audio"]["mimeType"], base64.b64decode(m["audio"]["data"]))
+                 for m in media if "audio" in m]
+        assert audio == [(b.mime_type, b.data) for b in MICROPHONE]
+    else:
+        appended = record.of_kind("input_audio_buffer.append")
+        assert [base64.b64decode(m["audio"]) for m in appended] == [b.data for b in MICROPHONE]
+        images = [m["item"]["content"][0]["image_url"] for m in record.of_kind(
+            "conversation.item.create") if m["item"].get("content", [{}])[0].get("type")
+            == "input_image"]
+        frames = []
+        for url in images:
+            head, _, data = url.partition(";base64,")
+            frames.append((head.removeprefix("data:"), base64.b64decode(data)))
+    assert frames == [(b.mime_type, b.data) for b in CAMERA]
+    assert frames[0] == (pc.PGM_MIME, pc.make_frame(pc.spread(4)))
 
 
 # -- barge-in -----------------------------------------------------------------------------------
@@ -212,11 +250,11 @@ async def test_the_user_speaking_over_the_answer_is_a_barge_in(protocol: str) ->
 
 async def test_go_away_moves_to_a_resumed_session_without_losing_the_price_stream() -> None:
     source = pw.QuoteSource({"GOOG": 100.0}, volatility_pct=0)
-    async with FakeLiveProvider(responder=pw.scripted_market_model) as fake:
+    async with FakeLiveProvider(responder=demo_responder()) as fake:
         clock = fake.virtual_clock()
-        runner = pw.build_runner(source, clock)
+        runner = pw_script.build_runner(source, clock)
         model = GeminiLiveModel("gemini-live-test", base_url=fake.gemini_base_url)
-        runner.agent = Agent(name="market_watch", model=model, instruction=pw.INSTRUCTION,
+        runner.agent = Agent(name="market", model=model, instruction=pw.INSTRUCTION,
                              tools=runner.agent.tools)
         async with LiveHarness(runner, clock) as live:
             await live.say("Watch GOOG and tell me about 1% moves.")
