@@ -226,7 +226,7 @@ def test_sessions_lists_every_demo_agent_and_any_app_named(tmp_path: Path,
     from headwater.cli._common import DEMO_APPS
     from headwater.models import DemoModel
 
-    assert DEMO_APPS == tuple(agent.name for agent in demo_agents(DemoModel()))
+    assert tuple(agent.name for agent in demo_agents(DemoModel())) == DEMO_APPS
     examples = Path(__file__).resolve().parents[1] / "examples"
     for example, message in [("docs_search", "Search the docs for streaming"),
                              ("deploy", "Deploy version 2 to staging")]:
