@@ -196,18 +196,20 @@ def test_sessions_list_show_delete(tmp_path: Path, env: dict[str, str]) -> None:
     listed = hw("sessions", "list", cwd=tmp_path, env=env)
     assert listed.returncode == 0, listed.stderr
     header, row = listed.stdout.splitlines()
-    assert header.split() == ["ID", "CREATED", "UPDATED"]
-    session_id = row.split()[0]
+    assert header.split() == ["ID", "APP", "CREATED", "UPDATED"]
+    session_id, app = row.split()[:2]
+    assert app == "support"
     shown = hw("sessions", "show", session_id, cwd=tmp_path, env=env)
     assert shown.returncode == 0, shown.stderr
     lines = shown.stdout.splitlines()
-    assert lines[0] == f"session {session_id} (4 events)"
+    assert lines[0] == f"session {session_id} of support (4 events)"
     assert lines[1].endswith("user: Where is order 1042?")
     assert lines[2].endswith('support: calls lookup_order({"order_id": "1042"})')
     assert lines[3].endswith("support: result of lookup_order: ok")
     assert lines[4].endswith("support: Order 1042 shipped on 30 September and is due Monday.")
     other = hw("sessions", "--user", "someone-else", cwd=tmp_path, env=env)
     assert other.stdout == "no sessions\n"
+    assert hw("sessions", "--app", "docs", cwd=tmp_path, env=env).stdout == "no sessions\n"
     deleted = hw("sessions", "delete", session_id, cwd=tmp_path, env=env)
     assert deleted.stdout == f"deleted session {session_id}\n"
     assert hw("sessions", cwd=tmp_path, env=env).stdout == "no sessions\n"
@@ -215,6 +217,35 @@ def test_sessions_list_show_delete(tmp_path: Path, env: dict[str, str]) -> None:
     assert f"no session {session_id}" in line
     line = one_line_error(hw("sessions", "delete", cwd=tmp_path, env=env))
     assert "needs a session ID" in line
+
+
+def test_sessions_lists_every_demo_agent_and_any_app_named(tmp_path: Path,
+                                                           env: dict[str, str]) -> None:
+    """Without --app, the sessions of all the demo's agents; --app names others (or one)."""
+    from headwater.cli._agents import demo_agents
+    from headwater.cli._common import DEMO_APPS
+    from headwater.models import DemoModel
+
+    assert tuple(agent.name for agent in demo_agents(DemoModel())) == DEMO_APPS
+    examples = Path(__file__).resolve().parents[1] / "examples"
+    for example, message in [("docs_search", "Search the docs for streaming"),
+                             ("deploy", "Deploy version 2 to staging")]:
+        assert hw("run", str(examples / f"{example}.py"), message, cwd=tmp_path,
+                  env=env).returncode == 0
+    (tmp_path / "shop.py").write_text(AGENT_FILE)
+    assert hw("run", "shop.py", "Where is order 7001?", cwd=tmp_path, env=env).returncode == 0
+    rows = hw("sessions", cwd=tmp_path, env=env).stdout.splitlines()[1:]
+    assert sorted(row.split()[1] for row in rows) == ["deploy", "docs"]
+    shop = hw("sessions", "--app", "shop", cwd=tmp_path, env=env).stdout.splitlines()[1:]
+    assert [row.split()[1] for row in shop] == ["shop"]
+    both = hw("sessions", "--app", "shop", "--app", "docs", cwd=tmp_path, env=env)
+    assert sorted(row.split()[1] for row in both.stdout.splitlines()[1:]) == ["docs", "shop"]
+    docs_id = next(row.split()[0] for row in rows if row.split()[1] == "docs")
+    shown = hw("sessions", "show", docs_id, cwd=tmp_path, env=env)
+    assert shown.stdout.splitlines()[0].startswith(f"session {docs_id} of docs (")
+    line = one_line_error(hw("sessions", "show", docs_id, "--app", "shop", cwd=tmp_path,
+                             env=env))
+    assert f"no session {docs_id} for app 'shop'" in line
 
 
 # -- run ------------------------------------------------------------------------------------------
@@ -286,6 +317,24 @@ def test_run_takes_the_request_response_examples(example: str, message: str, ans
     result = hw("run", str(script), message, cwd=tmp_path, env=env)
     assert result.returncode == 0, result.stderr
     assert answer in result.stdout
+
+
+def test_run_uses_the_agent_files_model_unless_model_is_given(tmp_path: Path,
+                                                              env: dict[str, str]) -> None:
+    help_text = hw("run", "--help", cwd=tmp_path, env=env).stdout
+    model_help = " ".join(help_text[help_text.index("\n  --model M"):].split()[:20])
+    assert "default: the model the agent file gives it" in model_help
+    assert "HEADWATER_MODEL is not read here" in " ".join(help_text.split())
+    unreadable = {**env, "HEADWATER_MODEL": "no-such-provider:x"}  # never read by run
+    (tmp_path / "shop.py").write_text(AGENT_FILE)
+    result = hw("run", "shop.py", "Where is order 7001?", cwd=tmp_path, env=unreadable)
+    assert result.returncode == 0, result.stderr
+    (tmp_path / "broken.py").write_text(FAILING_FILE)
+    assert hw("run", "broken.py", "hi", cwd=tmp_path, env=unreadable).returncode == 1
+    fixed = hw("run", "broken.py", "Where is order 7001?", "--model", "demo", cwd=tmp_path,
+               env=unreadable)
+    assert fixed.returncode == 0, fixed.stderr
+    assert "broken> That is a job for the lookup_order tool" in fixed.stdout  # the demo model
 
 
 def test_run_bad_files(tmp_path: Path, env: dict[str, str]) -> None:

@@ -253,8 +253,17 @@ async def test_a_second_run_on_a_busy_session_is_409(client_for: Any) -> None:
     await _until(lambda: bool(model.requests))
     busy = await client.post(f"/sessions/{sid}/runs", json={"message": "again"}, headers=A)
     assert busy.status_code == 409 and busy.json()["error"]["code"] == "session_busy"
+    # The session says which run is going on in it (the page decides from it whether a
+    # last question without an answer may still get one).
+    running = (await client.get(f"/sessions/{sid}", headers=A)).json()["active_run"]
+    assert running and (await client.get("/sessions", headers=A)).json()["items"][0][
+        "active_run"] == running
+    assert (await client.get(f"/sessions/{sid}", headers=B)).status_code == 404  # alice's
     done = await first
     assert done.frames[-1][1] == "done"
+    assert done.headers["x-run-id"] == running
+    assert (await client.get(f"/sessions/{sid}", headers=A)).json()["active_run"] is None
+    assert (await client.get("/sessions", headers=A)).json()["items"][0]["active_run"] is None
     again = await post_run(client, sid, {"message": "again"})
     assert again.frames[-1][1] == "done" and again.frames[-2][2]["text"] == "second"
 

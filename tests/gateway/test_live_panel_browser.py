@@ -74,8 +74,10 @@ async def test_the_people_counter_plays_the_sample_frames_shows_the_counts_and_s
     await page.wait_for_function(
         f"() => document.querySelectorAll('[aria-label=\"{COUNTS}\"] li').length >= 3",
         timeout=20_000)
-    shown = [json.loads(t.split("returned: ", 1)[1])["people"] for t in await emissions(page)]
+    shown = [json.loads(t)["people"] for t in await emissions(page)]  # the values themselves
     assert shown[:3] == [0, 1, 2]
+    assert (await page.get_by_role("region", name="Tool count_people").locator(".state")
+            .inner_text()).startswith("streaming… (")
     latest = await page.get_by_label("Latest emission").inner_text()
     assert latest.startswith("count_people: {\"people\": ")
     assert await page.locator("#frame-preview").evaluate("c => [c.width, c.height]") == [32, 24]
@@ -93,6 +95,8 @@ async def test_the_people_counter_plays_the_sample_frames_shows_the_counts_and_s
     await asyncio.sleep(1.5)  # more than a sampling period: nothing more is counted
     assert len(await emissions(page)) == settled >= 3
     assert await page.get_by_role("alert").count() == 0
+    assert await page.get_by_role("region", name="Tool count_people").get_attribute(
+        "data-status") == "stopped"  # the run's end ended its stream
     async with httpx.AsyncClient(base_url=base) as client:
         [session] = [s for s in (await client.get("/sessions")).json()["items"]
                      if s["agent"] == "people"]

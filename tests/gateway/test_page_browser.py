@@ -16,11 +16,12 @@ import httpx
 import pytest
 
 from headwater import Agent, tool
-from headwater.events import ToolStreamEvent
+from headwater.events import Event, ToolStreamEvent
 from headwater.gateway import StaticTokenAuth, create_app
 from headwater.sessions import InMemorySessionService
 from headwater.settings import Settings, reload_settings
 from headwater.testing import ScriptedModel, ScriptedTurn
+from headwater.types import Content, Part, Usage
 
 from .conftest import unavailable
 from .test_gateway import lookup_order
@@ -193,6 +194,7 @@ async def test_a_reload_mid_answer_shows_the_history_no_stale_draft_and_the_rest
     await page.reload()
     await page.wait_for_selector('[data-author="user"]')  # the history, from the server
     assert await shown(page, "user") == ["Tell me a long story"]
+    assert await page.get_by_role("note").count() == 0  # a run going on: no "no answer"
     await page.wait_for_selector("[data-draft]")  # the answer streams in again, whole:
     await page.wait_for_function(  # not only the words after the reload
         "() => (document.querySelector('[data-draft] .text')?.textContent ?? '').startsWith("
@@ -205,6 +207,63 @@ async def test_a_reload_mid_answer_shows_the_history_no_stale_draft_and_the_rest
     # Followed again after the last stored frame (tool_call 1, tool_result 2), not run again.
     assert resumed[:1] == ["2"]
     assert len(model.requests) == 2  # the call's turn and the answer's
+
+
+async def test_token_usage_per_run_is_shown_again_after_a_reload_and_after_stop(
+        serve: Serve, open_page: Any) -> None:
+    model = (ScriptedModel()
+             .call("lookupOrder", {"order_id": "1042"}, usage=Usage(10, 2, 12))
+             .reply(*ANSWER, usage=Usage(20, 3, 23))
+             .call("lookupOrder", {"order_id": "1043"}, usage=Usage(7, 1, 8))
+             .reply(*STORY, delay=0.1, usage=Usage(99, 99, 198)))
+    app, _ = served(Agent(name="support", model=model, tools=[tool(name="lookupOrder")(
+        lookup_order)]))
+    page = await open_page(await serve(app))
+    usage = page.locator(".usage")
+    await ask(page, "Where is order 1042?")
+    await run_ended(page)
+    assert await usage.all_inner_texts() == ["Tokens this run: 30 in, 5 out"]  # from `done`
+    await page.get_by_label("Message", exact=True).fill("Tell me about order 1043")
+    await page.get_by_role("button", name="Send", exact=True).click()
+    await page.wait_for_function(
+        "() => (document.querySelector('[data-draft]')?.textContent ?? '').includes('word2 ')")
+    await page.get_by_role("button", name="Stop", exact=True).click()
+    await page.get_by_role("alert").wait_for()
+    await run_ended(page)
+    # The stopped run stored its tool call's model turn; the answer cut short stored none.
+    await page.wait_for_function("() => document.querySelectorAll('.usage').length === 2")
+    expected = ["Tokens this run: 30 in, 5 out", "Tokens this run: 7 in, 1 out"]
+    assert await usage.all_inner_texts() == expected
+    await page.reload()
+    await page.wait_for_selector('[data-author="support"]')
+    assert await usage.all_inner_texts() == expected  # from the history
+
+
+async def test_a_question_cut_off_by_a_crash_says_no_answer_was_stored(
+        serve: Serve, open_page: Any) -> None:
+    """What a crash leaves: the user's message stored, nothing after it, no run going on."""
+    app, service = served(Agent(name="support", model=ScriptedModel().reply("Yes.")))
+    base = await serve(app)
+    async with httpx.AsyncClient(base_url=base) as client:
+        sid = (await client.post("/sessions", json={})).json()["id"]
+    session = await service.get_session(app_name="support", user_id="local", session_id=sid)
+    assert session is not None
+    await service.append_event(session, Event(
+        invocation_id="crashed-run", author="user",
+        content=Content("user", [Part(text="Where is order 1042?")])))
+    page = await open_page(base)
+    notice = page.get_by_role("note")
+    await notice.wait_for()
+    assert await shown(page, "user") == ["Where is order 1042?"]
+    assert (await notice.inner_text()).startswith("No answer was stored for this message")
+    assert await page.get_by_role("alert").count() == 0
+    await page.get_by_label("Message", exact=True).fill("Are you there?")  # asked anew
+    await page.get_by_role("button", name="Send", exact=True).click()
+    await says(page, "support", "Yes.")
+    await run_ended(page)
+    await page.reload()
+    await says(page, "support", "Yes.")
+    assert await notice.count() == 0  # the last turn has its answer
 
 
 ran: list[str] = []
@@ -323,6 +382,13 @@ async def test_live_a_watcher_shows_its_emissions_and_stops_when_asked(
     emissions = page.get_by_role("list", name="ticker emissions").get_by_role("listitem")
     await page.wait_for_function(
         "() => document.querySelectorAll('.emissions li').length >= 3")
+    card = page.get_by_role("region", name="Tool ticker")
+    # Still emitting: the card says so, with its count, and lists the values themselves.
+    await page.wait_for_function(
+        "() => /^streaming… \\((?:[3-9]|\\d\\d+) values\\)$/.test("
+        "document.querySelector('[aria-label=\"Tool ticker\"] .state')?.textContent)")
+    assert await card.get_attribute("data-status") == "streaming"
+    assert (await emissions.all_inner_texts())[:3] == ["1", "2", "3"]
     await message.fill("stop")
     await page.get_by_role("button", name="Send", exact=True).click()
     await page.wait_for_function(
@@ -331,10 +397,16 @@ async def test_live_a_watcher_shows_its_emissions_and_stops_when_asked(
     settled = await emissions.count()
     await asyncio.sleep(0.3)
     assert await emissions.count() == settled  # the watcher stopped
+    assert await card.get_attribute("data-status") == "stopped"
+    assert await card.locator(".state").inner_text() == f"stopped streaming ({settled} values)"
     await page.get_by_role("button", name="Stop", exact=True).click()  # ends the live run
     await page.get_by_role("button", name="Go live", exact=True).wait_for()
     assert await page.get_by_role("alert").count() == 0
     assert await emissions.count() >= 3  # kept: the history has them too
+    await page.reload()  # from the history, the ended run's stream is over too
+    await emissions.first.wait_for()
+    assert await card.get_attribute("data-status") == "stopped"
+    assert (await emissions.all_inner_texts())[:2] == ["1", "2"]
 
 
 async def test_an_error_is_shown_in_words_with_its_code(serve: Serve, open_page: Any) -> None:

@@ -3,7 +3,7 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 
 import {
-  base64FromBytes, bytesFromBase64, emissionText, parsePnm, pgmFromRgba, rgbaFromLuma,
+  base64FromBytes, bytesFromBase64, parsePnm, pgmFromRgba, rgbaFromLuma,
 } from "../../src/headwater/gateway/static/media.js";
 
 const ascii = (text) => new TextEncoder().encode(text);
@@ -50,11 +50,4 @@ test("camera RGBA becomes a PGM the decoder reads back", () => {
 
 test("luminance is shown as opaque gray", () => {
   assert.deepEqual([...rgbaFromLuma(new Uint8Array([0, 200]))], [0, 0, 0, 255, 200, 200, 200, 255]);
-});
-
-test("an emission is shown without the words the model reads", () => {
-  assert.equal(emissionText('Function count_people returned: {"people": 2}'),
-               'count_people: {"people": 2}');
-  assert.equal(emissionText("Function count_people finished streaming."),
-               "Function count_people finished streaming.");
 });

@@ -3,7 +3,8 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 
 import {
-  dropDrafts, errorWords, fromHistory, initialState, progressOf, reduce,
+  dropDrafts, emissionText, emittedValues, errorWords, fromHistory, initialState, progressOf,
+  readEmission, reduce,
 } from "../../src/headwater/gateway/static/reducer.js";
 import { SSEDecoder } from "../../src/headwater/gateway/static/sse.js";
 
@@ -177,6 +178,118 @@ test("a live tool's emissions join its card, once each, live and from history", 
   ]);
   assert.deepEqual(stored.items.map((i) => i.kind), ["tool", "message"]);
   assert.deepEqual(stored.items[0].emissions, [{ id: "x1", text: "1" }]);
+});
+
+test("an emission is read as its value, or as its stream's end", () => {
+  assert.deepEqual(readEmission('Function watch_price returned: {"price": 2}'),
+                   { tool: "watch_price", value: '{"price": 2}' });
+  assert.deepEqual(readEmission("Function ticker finished streaming."),
+                   { tool: "ticker", end: "finished" });
+  assert.deepEqual(readEmission("Function ticker stopped streaming: it reached its maximum"),
+                   { tool: "ticker", end: "stopped" });
+  assert.deepEqual(readEmission("Function ticker failed: ValueError: no"),
+                   { tool: "ticker", end: "failed" });
+  assert.deepEqual(readEmission("hello"), {});
+  // the live panel's "Latest" line: the tool and its value, not the words the model reads
+  assert.equal(emissionText('Function count_people returned: {"people": 2}'),
+               'count_people: {"people": 2}');
+  assert.equal(emissionText("Function count_people finished streaming."),
+               "Function count_people finished streaming.");
+});
+
+test("a live tool's card streams while it emits, until its end, a stop or the run's end", () => {
+  const call = frame("tool_call", { names: ["ticker"], calls: [{ id: "t1", name: "ticker" }] });
+  const pending = frame("tool_result", { count: 1, results: [{ id: "t1", name: "ticker",
+                                                               status: "ok", size: 80 }] });
+  const emission = (id, text) => frame("tool_emission", { author: "voice", id, call_id: "t1",
+                                                          branch: "voice/t1", text });
+  const value = (id, n) => emission(id, `Function ticker returned: ${n}`);
+  const card = (state) => state.items.find((i) => i.kind === "tool" && i.call_id === "t1");
+  const streaming = play([call, pending, value("x1", 1), value("x2", 2)]);
+  assert.equal(card(streaming).status, "streaming");  // not "ok" (answered) while it emits
+  assert.equal(emittedValues(card(streaming)), 2);
+  const early = play([call, value("x1", 1), pending]);  // a value before its pending result
+  assert.equal(card(early).status, "streaming");
+  const ended = play([emission("x3", "Function ticker finished streaming.")], streaming);
+  assert.equal(card(ended).status, "finished");
+  assert.equal(emittedValues(card(ended)), 2);  // the end is not a value
+  const stop = [frame("tool_call", { names: ["stop_streaming"],
+                                     calls: [{ id: "s1", name: "stop_streaming" }] }),
+                frame("tool_result", { count: 1, results: [{ id: "s1", name: "stop_streaming",
+                                                             status: "ok", size: 60 }] })];
+  assert.equal(card(play(stop, streaming)).status, "stopped");
+  assert.equal(card(play([value("x9", 9)], play(stop, streaming))).status, "streaming");
+  for (const end of [frame("done", { usage: { input_tokens: 1, output_tokens: 1 } }),
+                     frame("error", { code: "cancelled", retryable: false })]) {
+    assert.equal(card(play([end], streaming)).status, "stopped");
+  }
+  const stored = [
+    { id: "e1", invocation_id: "i1", author: "voice", role: "model", text: "",
+      calls: [{ id: "t1", name: "ticker" }] },
+    { id: "r1", invocation_id: "i1", author: "voice", role: "user", text: "",
+      results: [{ id: "t1", name: "ticker", status: "ok", size: 80 }] },
+    { id: "x1", invocation_id: "i1", author: "voice", role: "user",
+      text: "Function ticker returned: 1", branch: "voice/t1" },
+  ];
+  assert.equal(card(fromHistory(stored)).status, "streaming");  // the run may go on
+  assert.equal(card(fromHistory(stored, { ended: true })).status, "stopped");
+});
+
+test("history shows each run's tokens: the sum of its stored model calls", () => {
+  const state = fromHistory([
+    { id: "u1", invocation_id: "i1", author: "user", role: "user", text: "Where?" },
+    { id: "c1", invocation_id: "i1", author: "support", role: "model", text: "",
+      calls: [{ id: "c", name: "lookup" }], usage: { input_tokens: 10, output_tokens: 2 } },
+    { id: "r1", invocation_id: "i1", author: "support", role: "user", text: "",
+      results: [{ id: "c", name: "lookup", status: "ok", size: 9 }] },
+    { id: "m1", invocation_id: "i1", author: "support", role: "model", text: "There.",
+      final: true, usage: { input_tokens: 20, output_tokens: 3 } },
+    { id: "u2", invocation_id: "i2", author: "user", role: "user", text: "A story?" },
+    { id: "m2", invocation_id: "i2", author: "support", role: "model", text: "Once",
+      interrupted: true },  // stopped mid-answer: that call stored no usage
+    { id: "x2", invocation_id: "i2", author: "support", role: null, text: "",
+      error: { code: "cancelled", message: "" } },
+    { id: "u3", invocation_id: "i3", author: "user", role: "user", text: "Again?" },
+    { id: "c3", invocation_id: "i3", author: "support", role: "model", text: "",
+      calls: [{ id: "d", name: "lookup" }], usage: { input_tokens: 7, output_tokens: 1 } },
+    { id: "m3", invocation_id: "i3", author: "support", role: "model", text: "Half",
+      interrupted: true },
+    { id: "x3", invocation_id: "i3", author: "support", role: null, text: "",
+      error: { code: "cancelled", message: "" } },
+  ]);
+  assert.deepEqual(state.items.map((i) => i.kind),
+                   ["message", "tool", "message", "usage", "message", "message", "error",
+                    "message", "tool", "message", "error", "usage"]);
+  const usages = state.items.filter((i) => i.kind === "usage").map((i) => i.usage);
+  assert.deepEqual(usages, [{ input_tokens: 30, output_tokens: 5 },
+                            { input_tokens: 7, output_tokens: 1 }]);  // the stopped run's
+});
+
+test("a last turn with no answer stored says so once no run is going on", () => {
+  const asked = { id: "u1", invocation_id: "i1", author: "user", role: "user", text: "Hi?" };
+  const notices = (events, options) =>
+    fromHistory(events, options).items.filter((i) => i.kind === "notice");
+  assert.deepEqual(notices([asked], { ended: true }), [{ kind: "notice", code: "no_answer" }]);
+  assert.deepEqual(notices([asked]), []);  // a run still going may answer yet
+  assert.deepEqual(fromHistory([asked], { ended: true }).items.at(-1).kind, "notice");
+  const call = { id: "c1", invocation_id: "i1", author: "a", role: "model", text: "",
+                 calls: [{ id: "c", name: "lookup" }] };
+  assert.equal(notices([asked, call], { ended: true }).length, 1);  // a call is no answer
+  const answers = [
+    { id: "m1", invocation_id: "i1", author: "a", role: "model", text: "Hello.", final: true },
+    { id: "m1", invocation_id: "i1", author: "a", role: "model", text: "Hel", interrupted: true },
+    { id: "x1", invocation_id: "i1", author: "a", role: null, text: "",
+      error: { code: "provider_error", message: "" } },
+    { id: "p1", invocation_id: "i1", author: "a", role: "model", text: "",
+      calls: [{ id: "d", name: "deploy" }],
+      approvals_requested: [{ call_id: "d", name: "deploy", args_sha256: "h" }] },
+  ];
+  for (const answer of answers) assert.deepEqual(notices([asked, answer], { ended: true }), []);
+  // an approval answered, then nothing: the run that took the answer ended before it finished
+  const decided = { id: "u2", invocation_id: "i2", author: "user", role: "user", text: "",
+                    approval_decisions: [{ call_id: "d", approved: true }] };
+  assert.equal(notices([asked, answers[3], decided], { ended: true }).length, 1);
+  assert.deepEqual(notices([], { ended: true }), []);
 });
 
 test("the reducer is pure: it never changes the state it is given", () => {

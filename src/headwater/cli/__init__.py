@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ._common import DEMO_APP, DEMO_USER
+from ._common import DEMO_APPS, DEMO_USER
 from ._common import CommandError as CommandError
 from ._demo import demo_app as demo_app
 
@@ -47,6 +47,12 @@ SERVE_EPILOG = """\
 models:
   Served agents run on their own models; --model puts every agent of an Agent or
   a list of agents on one model string instead (HEADWATER_MODEL is not read here).
+""" + MODEL_STRINGS
+
+RUN_EPILOG = """\
+models:
+  The agent runs on the model its file gives it; --model runs it on this model
+  string instead ("demo": the offline demo model). HEADWATER_MODEL is not read here.
 """ + MODEL_STRINGS
 
 CHAT_EPILOG = """\
@@ -131,7 +137,7 @@ def _parser() -> argparse.ArgumentParser:
     _add_db(chat)
 
     run = commands.add_parser(
-        "run", formatter_class=formatter, epilog=MODELS_EPILOG,
+        "run", formatter_class=formatter, epilog=RUN_EPILOG,
         help="stream one run of an agent file to stdout",
         description="Load path/to/agent.py (its `agent`, else `root_agent`) and stream one run "
                     "of MESSAGE to stdout. Exit code 1 when the run ends in an error.")
@@ -139,7 +145,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("message", help="the user's message")
     run.add_argument("--json", action="store_true",
                      help="one JSON object per event (type, author, text, partial, …)")
-    _add_model(run)
+    run.add_argument("--model", default=None, metavar="M",
+                     help="run the agent on this model string instead, e.g. "
+                          "openai:gpt-4o-mini (default: the model the agent file gives it)")
     _add_db(run)
 
     sessions = commands.add_parser(
@@ -150,7 +158,9 @@ def _parser() -> argparse.ArgumentParser:
     sessions.add_argument("session_id", nargs="?", metavar="ID",
                           help="the session (for show and delete)")
     _add_db(sessions)
-    sessions.add_argument("--app", default=DEMO_APP, help="app name (default: %(default)s)")
+    sessions.add_argument("--app", action="append", default=None, metavar="NAME",
+                          help="only this app's sessions (an agent's name; repeat for more; "
+                               "default: the demo's agents, " + ", ".join(DEMO_APPS) + ")")
     sessions.add_argument("--user", default=DEMO_USER, help="user id (default: %(default)s)")
 
     serve = commands.add_parser(

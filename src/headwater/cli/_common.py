@@ -4,7 +4,11 @@ from __future__ import annotations
 
 DEMO_APP = "support"
 """The app of the demo's support agent: the gateway names an agent's sessions' app after
-the agent (``headwater sessions --app``'s default)."""
+the agent."""
+
+DEMO_APPS = ("support", "docs", "deploy", "market", "people")
+"""The apps of the demo's agents, in their order: what ``headwater sessions`` reads
+without ``--app``."""
 
 DEMO_USER = "local"
 """The gateway's one user in dev mode (``headwater sessions --user``'s default)."""

@@ -9,12 +9,13 @@ import time
 from typing import Any, TextIO
 
 from ..events import Event
-from ._common import CommandError
+from ._common import DEMO_APPS, CommandError
 from ._store import open_store, probe
 
 
 def sessions_command(args: Any) -> int:  # argparse.Namespace
-    """List, show or delete sessions of ``--app``/``--user``; returns the exit code."""
+    """List, show or delete sessions of ``--app`` (default: the demo's agents) and
+    ``--user``; returns the exit code."""
     if args.action != "list" and not args.session_id:
         raise CommandError(f"sessions {args.action} needs a session ID "
                            "(see `headwater sessions list`)")
@@ -23,37 +24,44 @@ def sessions_command(args: Any) -> int:  # argparse.Namespace
 
 async def _sessions(args: Any, out: TextIO) -> int:
     service, shown = open_store(args.db)
+    apps: list[str] = list(dict.fromkeys(args.app or DEMO_APPS))
     try:
         await probe(service, shown)
-        key = {"app_name": args.app, "user_id": args.user}
         if args.action == "list":
-            sessions = await service.list_sessions(**key)
-            write_table(sorted(sessions, key=lambda s: s.last_update_time), out)
+            found = [(app, session) for app in apps
+                     for session in await service.list_sessions(app_name=app,
+                                                                 user_id=args.user)]
+            write_table(sorted(found, key=lambda pair: pair[1].last_update_time), out)
             return 0
-        session = await service.get_session(**key, session_id=args.session_id)
-        if session is None:
-            raise CommandError(f"no session {args.session_id} for app {args.app!r}, "
-                               f"user {args.user!r}")
+        for app in apps:
+            session = await service.get_session(app_name=app, user_id=args.user,
+                                                session_id=args.session_id)
+            if session is not None:
+                break
+        else:
+            raise CommandError(f"no session {args.session_id} for app "
+                               f"{' or '.join(map(repr, apps))}, user {args.user!r}")
         if args.action == "show":
-            out.write(f"session {session.id} ({len(session.events)} events)\n")
+            out.write(f"session {session.id} of {app} ({len(session.events)} events)\n")
             for event in session.events:
                 out.write(f"{_when(event.timestamp)}  {summary(event)}\n")
             return 0
-        await service.delete_session(**key, session_id=session.id)
+        await service.delete_session(app_name=app, user_id=args.user, session_id=session.id)
         out.write(f"deleted session {session.id}\n")
         return 0
     finally:
         await service.close()
 
 
-def write_table(sessions: list[Any], out: TextIO) -> None:
-    """One line per session: id, creation and last update (local time)."""
+def write_table(sessions: list[tuple[str, Any]], out: TextIO) -> None:
+    """One line per ``(app, session)``: id, app, creation and last update (local time)."""
     if not sessions:
         out.write("no sessions\n")
         return
-    out.write(f"{'ID':<34}  {'CREATED':<19}  {'UPDATED':<19}\n")
-    for session in sessions:
-        out.write(f"{session.id:<34}  {_when(session.create_time):<19}  "
+    width = max(len("APP"), *(len(app) for app, _ in sessions))
+    out.write(f"{'ID':<34}  {'APP':<{width}}  {'CREATED':<19}  {'UPDATED':<19}\n")
+    for app, session in sessions:
+        out.write(f"{session.id:<34}  {app:<{width}}  {_when(session.create_time):<19}  "
                   f"{_when(session.last_update_time):<19}\n")
 
 

@@ -34,6 +34,7 @@ from .limits import RequestLimits
 from .page import add_page_routes
 from .problems import ErrorBody, GatewayHTTPError, install_error_handlers, request_id_of
 from .runlog import InMemoryRunLog, RunLog
+from .runs import Run
 from .vercel import add_vercel_routes
 from .websocket import add_live_routes
 
@@ -61,6 +62,9 @@ class SessionOut(BaseModel):
     created_at: float
     updated_at: float
     state: dict[str, Any]
+    active_run: str | None = Field(
+        default=None, description="the id of the caller's run going on in this session (an SSE "
+                                  "or live run), else null")
 
 
 class SessionList(BaseModel):
@@ -223,7 +227,7 @@ def _routes(app: FastAPI, gw: Gateway) -> None:
         found: list[SessionOut] = []
         try:
             for name in gw.runners:
-                found += [_session_out(name, s) for s in
+                found += [_session_out(name, s, gw.runs.active(user, s.id)) for s in
                           await gw.service.list_sessions(app_name=name, user_id=user)]
         except SessionError as exc:
             raise store_error(exc) from None
@@ -238,15 +242,14 @@ def _routes(app: FastAPI, gw: Gateway) -> None:
     async def get_session(request: Request, session_id: str) -> SessionOut:
         user = await gw.user(request)
         agent, session = await gw.find_session(user, session_id)
-        return _session_out(agent, session)
+        return _session_out(agent, session, gw.runs.active(user, session_id))
 
     @app.delete("/sessions/{session_id}", status_code=204, tags=["sessions"],
                 responses={404: {"model": ErrorBody}, 409: {"model": ErrorBody}})
     async def delete_session(request: Request, session_id: str) -> Response:
         user = await gw.user(request)
         agent, _ = await gw.find_session(user, session_id)
-        if any(r.session_id == session_id and r.user_id == user and not r.ended
-               for r in gw.runs.runs.values()):
+        if gw.runs.active(user, session_id) is not None:
             raise GatewayHTTPError("session_busy", "a run is in progress on this session")
         try:
             await gw.service.delete_session(app_name=agent, user_id=user, session_id=session_id)
@@ -364,9 +367,10 @@ def _event_id(raw: str | None) -> int:
     return int(raw)
 
 
-def _session_out(agent: str, session: Session) -> SessionOut:
+def _session_out(agent: str, session: Session, active: Run | None = None) -> SessionOut:
     return SessionOut(id=session.id, agent=agent, created_at=session.create_time,
-                      updated_at=session.last_update_time, state=session.state)
+                      updated_at=session.last_update_time, state=session.state,
+                      active_run=active.id if active is not None else None)
 
 
 def _on_sigterm(callback: Any) -> Any:

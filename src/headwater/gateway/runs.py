@@ -96,6 +96,11 @@ class RunManager:
         run = self.runs.get(run_id)
         return run if run is not None and run.user_id == user_id else None
 
+    def active(self, user_id: str, session_id: str) -> Run | None:
+        """The user's run still going on that session (at most one: a second is refused)."""
+        return next((run for run in self.runs.values() if run.session_id == session_id
+                     and run.user_id == user_id and not run.ended), None)
+
     # -- following -----------------------------------------------------------------------------
 
     def follow(self, run: Run,

@@ -1,10 +1,12 @@
 // The page: sessions, the chat (reducer.js), runs over fetch + a streaming SSE reader.
 // Runs start resumable; the run id and the last frame id live in sessionStorage so
 // a reload picks a running run up again with Last-Event-ID.
-import { errorWords, fromHistory, initialState, reduce } from "./reducer.js";
+import {
+  emissionText, emittedValues, errorWords, fromHistory, initialState, readEmission, reduce,
+} from "./reducer.js";
 import { SSEDecoder } from "./sse.js";
 import {
-  base64FromBytes, bytesFromBase64, emissionText, parsePnm, pgmFromRgba, rgbaFromLuma,
+  base64FromBytes, bytesFromBase64, parsePnm, pgmFromRgba, rgbaFromLuma,
 } from "./media.js";
 
 const CONFIG = JSON.parse(document.getElementById("headwater-config")?.textContent || "{}");
@@ -103,13 +105,27 @@ function progressView(card) {
 }
 
 const TOOL_WORDS = { running: "running", ok: "answered", error: "failed", denied: "denied",
-                     awaiting_approval: "waiting for approval" };
+                     awaiting_approval: "waiting for approval", streaming: "streaming…",
+                     finished: "finished streaming", stopped: "stopped streaming",
+                     failed: "stream failed" };
+
+function toolWords(card) {
+  const words = TOOL_WORDS[card.status] ?? card.status;
+  if (!card.emissions) return words;
+  const values = emittedValues(card);
+  return `${words} (${values} ${values === 1 ? "value" : "values"})`;
+}
+
+function emissionView(emission) {
+  // A value as itself (the card names the tool); the stream's end in its own words.
+  return el("li", {}, readEmission(emission.text).value ?? emission.text);
+}
 
 function toolView(card) {
   const box = el("section", { class: "tool", "data-call-id": card.call_id,
                               "data-status": card.status, "aria-label": `Tool ${card.name}` },
                  el("strong", {}, card.name), " ",
-                 el("span", { class: "state" }, TOOL_WORDS[card.status] ?? card.status));
+                 el("span", { class: "state" }, toolWords(card)));
   // A bar for a call that reports progress, or is still running; none for a live tool's
   // answer ("watching"), whose emissions follow.
   if (card.progress || (card.status === "running" && !card.emissions)) {
@@ -118,7 +134,7 @@ function toolView(card) {
   if (card.lines.length) box.append(el("div", { class: "lines" }, card.lines.at(-1)));
   if (card.emissions?.length) {
     box.append(el("ol", { class: "emissions", "aria-label": `${card.name} emissions` },
-                  ...card.emissions.map((e) => el("li", {}, e.text))));
+                  ...card.emissions.map(emissionView)));
   }
   if (card.status === "awaiting_approval" && card.approval && !card.approval.decided) {
     box.append(el("button", { type: "button", onclick: () => answer(card, true) }, "Approve"), " ",
@@ -127,6 +143,11 @@ function toolView(card) {
   return box;
 }
 
+const NOTICE_WORDS = {
+  no_answer: "No answer was stored for this message: the run ended before it finished "
+    + "(the server may have stopped). Send it again to ask anew.",
+};
+
 function itemView(item) {
   switch (item.kind) {
     case "message": return messageView(item);
@@ -134,6 +155,9 @@ function itemView(item) {
     case "error":
       return el("p", { class: "error", role: "alert", "data-code": item.code },
                 `${errorWords(item.code)} (${item.code})`);
+    case "notice":
+      return el("p", { class: "notice", role: "note", "data-code": item.code },
+                NOTICE_WORDS[item.code] ?? item.code);
     case "usage":
       return el("p", { class: "usage" },
                 `Tokens this run: ${item.usage.input_tokens} in, ${item.usage.output_tokens} out`);
@@ -252,13 +276,15 @@ async function settle(id) {
   // the record is the server's, so the page shows the history, and the error it just saw.
   const seen = state.status === "error" ? state.error : null;
   try {
-    state = fromHistory(await history(id));
+    state = await stored(id);
   } catch {
     return;
   }
-  const last = state.items.at(-1);
+  const last = state.items.filter((i) => i.kind !== "usage").at(-1);
   if (seen && !(last?.kind === "error" && last.code === seen.code)) {
-    state = reduce(state, { type: "error", data: seen });
+    // The error says why the turn has no answer: it replaces the notice.
+    state = reduce({ ...state, items: state.items.filter((i) => i.kind !== "notice") },
+                   { type: "error", data: seen });
   }
   render();
 }
@@ -470,6 +496,12 @@ async function history(id) {
   return events;
 }
 
+async function stored(id) {
+  // The session first: with no run going on it, the history is all there will be.
+  const session = await api("GET", `/sessions/${id}`);
+  return fromHistory(await history(id), { ended: !session.active_run });
+}
+
 async function openSession(id) {
   detach();
   stopFeed();
@@ -481,7 +513,7 @@ async function openSession(id) {
   markCurrent();
   if (!id) return;
   try {
-    state = fromHistory(await history(id));
+    state = await stored(id);
   } catch (error) {
     showProblem(error);
     return;

@@ -82,9 +82,3 @@ export function rgbaFromLuma(luma) {
   }
   return rgba;
 }
-
-/** What a live tool said, without the "Function x returned: " the model reads. */
-export function emissionText(text) {
-  const match = /^Function (\w+) returned: ([\s\S]*)$/.exec(text ?? "");
-  return match ? `${match[1]}: ${match[2]}` : (text ?? "");
-}

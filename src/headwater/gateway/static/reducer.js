@@ -4,6 +4,7 @@
 //   items:  the record, in order: {kind: "message", author, id, text, final}
 //           | {kind: "tool", call_id, name, status, progress, approval, lines, emissions?}
 //           | {kind: "usage", usage} | {kind: "error", code, retryable}
+//           | {kind: "notice", code}: said about the record itself ("no_answer")
 //   drafts: {author: text}: what deltas built so far, one draft per author.
 //
 // The rule: a `delta` appends to its author's draft; a `message` (the aggregate,
@@ -83,6 +84,45 @@ export function progressOf(previous, delta) {
   return { value: (previous?.value ?? 0) + 1, max: null };
 }
 
+// What a live streaming tool tells the model and the user: "Function <name> returned: <value>"
+// for each value, then one end: "… finished streaming.", "… stopped streaming: <why>" or
+// "… failed: <why>". A stop asked for with stop_streaming ends it without a word.
+const EMITTED = /^Function (\w+) returned: ([\s\S]*)$/;
+const ENDED = /^Function (\w+) (finished streaming|stopped streaming|failed)\b/;
+const END_STATUS = { "finished streaming": "finished", "stopped streaming": "stopped",
+                     failed: "failed" };
+const STREAM_ENDS = new Set(Object.values(END_STATUS));
+
+/** A live tool's emission read: `{tool, value}` for a value, `{tool, end}` for its end
+ *  ("finished", "stopped" or "failed"), else `{}`. */
+export function readEmission(text) {
+  const value = EMITTED.exec(text ?? "");
+  if (value) return { tool: value[1], value: value[2] };
+  const end = ENDED.exec(text ?? "");
+  return end ? { tool: end[1], end: END_STATUS[end[2]] } : {};
+}
+
+/** An emission as a person reads it: "tool: value" (not the words the model reads). */
+export function emissionText(text) {
+  const { tool, value } = readEmission(text);
+  return value === undefined ? (text ?? "") : `${tool}: ${value}`;
+}
+
+/** The number of values a live tool's card has listed (its end is not a value). */
+export function emittedValues(card) {
+  return (card.emissions ?? []).filter((e) => readEmission(e.text).value !== undefined).length;
+}
+
+function isStream(card) {
+  return card.status === "streaming" || STREAM_ENDS.has(card.status);
+}
+
+// A run's end ends its live streams: a card still streaming then says "stopped".
+function endStreams(items) {
+  return items.map((i) => (i.kind === "tool" && i.status === "streaming"
+    ? { ...i, status: "stopped" } : i));
+}
+
 function addMessage(state, d) {
   const message = { kind: "message", author: d.author, id: d.id ?? null, text: d.text ?? "",
                     final: Boolean(d.final) };
@@ -112,13 +152,21 @@ function onToolProgress(state, d) {
 }
 
 // A denied call's result is the denial (status "error"): the card keeps saying "denied".
+// A live stream's card keeps saying what its stream does (its result, "pending", came at once).
 function resultStatus(card, result) {
-  if (card.status === "denied") return "denied";
+  if (card.status === "denied" || isStream(card)) return card.status;
   return result.status === "error" ? "error" : "ok";
 }
 
+// The model stopped a stream (stop_streaming): which one is not on the wire (arguments are
+// summaries), so every card still streaming says "stopped"; one that emits again streams again.
+function stopped(items, results) {
+  return results.some((r) => r.name === "stop_streaming" && r.status === "ok")
+    ? endStreams(items) : items;
+}
+
 function onToolResult(state, d) {
-  let items = state.items;
+  let items = stopped(state.items, d.results ?? []);
   for (const r of d.results ?? []) {
     items = updateTool(items, r.id, r.name, (card) => ({
       ...card, status: resultStatus(card, r),
@@ -134,7 +182,9 @@ function addEmission(items, callId, id, text) {
   return updateTool(items, callId, "", (card) => {
     const emissions = card.emissions ?? [];
     if (id && emissions.some((e) => e.id === id)) return card;
-    return { ...card, emissions: [...emissions, { id: id ?? null, text }] };
+    const { value, end } = readEmission(text);
+    const status = end ?? (value !== undefined ? "streaming" : card.status);
+    return { ...card, status, emissions: [...emissions, { id: id ?? null, text }] };
   });
 }
 
@@ -177,12 +227,13 @@ export function reduce(state, frame) {
       })) };
     case "error":
       return { ...state, drafts: {}, status: "error",
-               items: [...state.items, { kind: "error", code: d.code,
+               items: [...endStreams(state.items), { kind: "error", code: d.code,
                                          retryable: Boolean(d.retryable) }],
                error: { code: d.code, retryable: Boolean(d.retryable) } };
     case "done":
       return { ...state, drafts: {}, status: "done",
-               items: d.usage ? [...state.items, { kind: "usage", usage: d.usage }] : state.items };
+               items: d.usage ? [...endStreams(state.items), { kind: "usage", usage: d.usage }]
+                 : endStreams(state.items) };
     default:
       return state;
   }
@@ -190,6 +241,7 @@ export function reduce(state, frame) {
 
 function historyTool(items, item) {
   for (const call of item.calls ?? []) items = updateTool(items, call.id, call.name, (c) => c);
+  items = stopped(items, item.results ?? []);
   for (const r of item.results ?? []) {
     items = updateTool(items, r.id, r.name, (card) => ({ ...card, status: resultStatus(card, r) }));
   }
@@ -229,10 +281,45 @@ function historyItem(items, item) {
   return items;
 }
 
-/** The state a page shows from the server's history (stored events, oldest first). */
-export function fromHistory(events) {
+function addUsage(total, usage) {
+  if (!usage) return total;
+  return { input_tokens: (total?.input_tokens ?? 0) + (usage.input_tokens ?? 0),
+           output_tokens: (total?.output_tokens ?? 0) + (usage.output_tokens ?? 0) };
+}
+
+// A user's turn: what they said, or their answer to an approval or a pending call.
+function userTurn(item) {
+  return item.author === "user" && !item.branch
+    && Boolean(item.text || item.approval_decisions || item.results);
+}
+
+// The record's last user turn got nothing back: no words, no error, no approval asked.
+function unanswered(events) {
+  const at = events.findLastIndex(userTurn);
+  return at !== -1 && !events.slice(at + 1).some((i) => i.author !== "user"
+    && (i.text || i.error || i.approvals_requested?.length));
+}
+
+/** The state a page shows from the server's history (stored events, oldest first).
+ *
+ *  Each run (invocation) ends with the tokens its stored model calls used. `ended`: no run
+ *  is going on in the session, so nothing more will be stored: live streams are over, and a
+ *  last turn without an answer says so (the run ended before it finished: a crash, say). */
+export function fromHistory(events, { ended = false } = {}) {
   let items = [];
-  for (const item of events) items = historyItem(items, item);
+  let usage = null;
+  events.forEach((item, n) => {
+    items = historyItem(items, item);
+    usage = addUsage(usage, item.usage);
+    if (usage && events[n + 1]?.invocation_id !== item.invocation_id) {
+      items = [...items, { kind: "usage", usage }];
+      usage = null;
+    }
+  });
+  if (ended) {
+    items = endStreams(items);
+    if (unanswered(events)) items = [...items, { kind: "notice", code: "no_answer" }];
+  }
   return { ...initialState, items, status: "idle" };
 }
 
