@@ -24,8 +24,10 @@ import pytest
 from examples.test_examples import PRICE_WATCHER_EMISSIONS, pc, pc_script, people, pw, pw_script
 from headwater import Agent, Content, Runner
 from headwater.errors import ERROR_MESSAGES, UserError
-from headwater.models import BaseLlm, DemoModel, LlmRequest
-from headwater.models.gemini_live import GeminiLiveModel
+from headwater.models import BaseLlm, DemoModel, LlmRequest, get_model
+from headwater.models.connection import EmulatedLlmConnection
+from headwater.models.gemini import GeminiModel, is_live_model
+from headwater.models.gemini_live import GeminiLiveConnection, GeminiLiveModel
 from headwater.models.gemini_live import from_spec as gemini_from_spec
 from headwater.models.openai_realtime import OpenAIRealtimeModel
 from headwater.models.openai_realtime import from_spec as realtime_from_spec
@@ -637,3 +639,48 @@ def test_model_strings_and_their_keys(monkeypatch: pytest.MonkeyPatch) -> None:
         assert getattr(importlib.import_module(module), attr) is factory
     with pytest.raises(UserError, match="response_modality"):
         GeminiLiveModel("m", response_modality="VIDEO")
+
+
+# -- GeminiModel picks the native connection for Live API models ---------------------------------
+
+@pytest.mark.parametrize(("name", "live"), [
+    ("gemini-live-2.5-flash-preview", True), ("models/gemini-2.0-flash-live-001", True),
+    ("gemini-2.5-flash-native-audio-preview-09-2025", True), ("gemini-2.5-flash", False),
+    ("gemini-2.5-flash-lite", False), ("delivery-model", False)])
+def test_a_live_api_model_is_told_by_its_name(name: str, live: bool) -> None:
+    assert is_live_model(name) is live
+
+
+async def test_gemini_model_runs_a_live_api_model_natively_and_others_emulated() -> None:
+    async with FakeLiveProvider(turns=[LiveTurn(text=["native ", "hello"])]) as fake:
+        model = GeminiModel("gemini-live-2.5-flash-preview", api_key="test-key",
+                            base_url="http://127.0.0.1:9/unused",
+                            live_base_url=fake.gemini_base_url)
+        conn = model.connect(LlmRequest(system_instruction="be brief"))
+        assert isinstance(conn, GeminiLiveConnection)
+        try:
+            await conn.send_content(Content.from_text("hi"))
+            async with asyncio.timeout(5):
+                async for response in conn.receive():
+                    if not response.partial:
+                        break
+        finally:
+            await conn.close()
+        assert response.content is not None and response.content.text == "native hello"
+        record = fake.sessions[0]
+        assert record.received[0]["setup"]["model"] == "models/gemini-live-2.5-flash-preview"
+        assert "key=test-key" in record.query
+    emulated = GeminiModel("gemini-2.5-flash", api_key="k").connect(LlmRequest())
+    assert isinstance(emulated, EmulatedLlmConnection)
+    await emulated.close()
+    # Vertex AI (a bearer token) has no Live endpoint here: emulated.
+    vertex = GeminiModel("gemini-live-2.5-flash-preview", access_token="t").connect(LlmRequest())
+    assert isinstance(vertex, EmulatedLlmConnection)
+    await vertex.close()
+
+
+def test_the_gemini_string_reads_the_live_root(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GOOGLE_API_KEY", "g-key")
+    monkeypatch.setenv("GEMINI_LIVE_BASE_URL", "ws://127.0.0.1:1234")
+    model = get_model("gemini:gemini-live-2.5-flash-preview")
+    assert isinstance(model, GeminiModel) and model.live_base_url == "ws://127.0.0.1:1234"

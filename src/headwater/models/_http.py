@@ -27,7 +27,6 @@ import asyncio
 import email.utils
 import json
 import logging
-import os
 import random
 import re
 import time
@@ -47,7 +46,6 @@ from ..errors import (
     ProviderTimeout,
     ProviderTruncated,
     ProviderUnavailable,
-    UserError,
 )
 from ..settings import Settings, get_settings
 from ._sse import ServerSentEvent, SSEDecoder
@@ -131,25 +129,6 @@ class StreamParser(ABC):
     def finish(self) -> LlmResponse:
         """The aggregate of the attempt (raises ``ToolCallAssemblyError`` on broken calls)."""
         return self.agg.finish()
-
-
-def env_key(model: str, *variables: str) -> str:
-    """The API key for model string ``model`` from the first of ``variables`` that is set.
-
-    Raises:
-        UserError: none is set (the message names them, never a value).
-    """
-    for variable in variables:
-        key = os.environ.get(variable)
-        if key:
-            return key
-    others = f" (or {', '.join(variables[1:])})" if variables[1:] else ""
-    raise UserError(f"model {model!r} needs an API key: set {variables[0]}{others}")
-
-
-def env_base_url(default: str, *variables: str) -> str:
-    """The API root from the first of ``variables`` that is set, else ``default``."""
-    return next((url for url in map(os.environ.get, variables) if url), default)
 
 
 def backoff_delay(attempt: int, settings: Settings) -> float:

@@ -35,10 +35,14 @@ from pydantic_core import from_json
 from ..errors import MalformedChunk, ToolCallAssemblyError, UserError
 from ..events import new_id
 from ..types import Content, Part, Usage
-from ._http import HttpStreamingModel, StreamParser, env_base_url, env_key
+from ._env import env_base_url
+from ._http import HttpStreamingModel, StreamParser
 from ._jsonpath import ArgsBuilder
 from ._sse import ServerSentEvent
 from ._wire import bad, obj, opt_int, opt_list, opt_obj, opt_str
+from .connection import BaseLlmConnection
+from .gemini_live import DEFAULT_BASE_URL as LIVE_BASE_URL
+from .gemini_live import GeminiLiveModel, gemini_key
 from .llm_request import LlmRequest
 from .llm_response import LlmResponse
 
@@ -82,7 +86,14 @@ class GeminiModel(HttpStreamingModel):
         access_token: an OAuth access token (Vertex AI), sent as
             ``Authorization: Bearer``; or a function returning one, called for
             every request so that a refreshed token is used.
+        live_base_url: the Live API's WebSocket root, for native live sessions
+            (default ``wss://generativelanguage.googleapis.com``).
         http_client, settings, headers: see :class:`HttpStreamingModel`.
+
+    :meth:`connect` (``Runner.run_live``) opens a native Gemini Live session
+    for a Live API model (its name says ``live`` or ``native-audio``, e.g.
+    ``gemini-live-2.5-flash-preview``) on the Gemini API; any other model, and
+    every model on Vertex AI, gets a live session emulated over streamed calls.
 
     ``request.config`` options go into ``generationConfig`` (``temperature``,
     ``maxOutputTokens``, ``thinkingConfig``, …), except ``safetySettings``,
@@ -94,9 +105,18 @@ class GeminiModel(HttpStreamingModel):
 
     def __init__(self, model: str, *, base_url: str = DEFAULT_BASE_URL,
                  api_key: str | None = None, access_token: Token | None = None,
-                 **kwargs: Any) -> None:
+                 live_base_url: str = LIVE_BASE_URL, **kwargs: Any) -> None:
         super().__init__(model, base_url=base_url, api_key=api_key, **kwargs)
         self._access_token = access_token
+        self.live_base_url = live_base_url
+
+    def connect(self, request: LlmRequest) -> BaseLlmConnection:
+        """A native Gemini Live session for a Live API model with a key, else the emulation."""
+        if is_live_model(self.model) and self._api_key and self._access_token is None:
+            native = GeminiLiveModel(self.model, base_url=self.live_base_url,
+                                     api_key=self._api_key, settings=self.settings)
+            return native.connect(request)
+        return super().connect(request)
 
     @property
     def url(self) -> str:
@@ -399,6 +419,12 @@ def _enum(value: str) -> str:
     return value if _ENUM.fullmatch(value) else "unrecognised"
 
 
+def is_live_model(model: str) -> bool:
+    """Whether a Gemini model name is a Live API model (``…-live-…``, ``…native-audio…``)."""
+    name = model.removeprefix("models/")
+    return bool(re.search(r"(^|-)live(-|$)", name)) or "native-audio" in name
+
+
 def from_spec(name: str) -> GeminiModel:
     """``"gemini:<model>"``: key from ``GOOGLE_API_KEY`` or ``GEMINI_API_KEY``.
 
@@ -408,12 +434,10 @@ def from_spec(name: str) -> GeminiModel:
     Raises:
         UserError: neither key variable is set.
     """
-    if not os.environ.get("GOOGLE_API_KEY"):  # GOOGLE_API_KEY wins; the hint names GEMINI_
-        key = env_key(f"gemini:{name}", "GEMINI_API_KEY", "GOOGLE_API_KEY")
-    else:
-        key = os.environ["GOOGLE_API_KEY"]
+    key = gemini_key(f"gemini:{name}")
     base_url = env_base_url(DEFAULT_BASE_URL, "GEMINI_BASE_URL", "GOOGLE_GEMINI_BASE_URL")
-    return GeminiModel(name, base_url=base_url, api_key=key)
+    return GeminiModel(name, base_url=base_url, api_key=key,
+                       live_base_url=env_base_url(LIVE_BASE_URL, "GEMINI_LIVE_BASE_URL"))
 
 
 def vertex_from_spec(spec: str) -> GeminiModel:

@@ -36,6 +36,7 @@ from websockets.asyncio.client import ClientConnection
 from ..errors import MalformedChunk, UserError
 from ..settings import Settings, get_settings
 from ..types import Blob, Content, FunctionCall, Usage
+from ._env import env_base_url, env_key
 from ._live_socket import SocketConnection, logger, one_turn
 from ._wire import obj, opt_int, opt_list, opt_obj, opt_str
 from .base import BaseLlm
@@ -350,10 +351,15 @@ def from_spec(name: str) -> GeminiLiveModel:
     Raises:
         UserError: neither key variable is set.
     """
-    key = os.environ.get("GEMINI_API_KEY") or os.environ.get("GOOGLE_API_KEY")
-    if not key:
-        raise UserError(f"model 'gemini-live:{name}' needs an API key: set GEMINI_API_KEY "
-                        "(or GOOGLE_API_KEY)")
-    return GeminiLiveModel(name, base_url=os.environ.get("GEMINI_LIVE_BASE_URL")
-                           or DEFAULT_BASE_URL, api_key=key)
+    return GeminiLiveModel(name, base_url=env_base_url(DEFAULT_BASE_URL, "GEMINI_LIVE_BASE_URL"),
+                           api_key=gemini_key(f"gemini-live:{name}"))
+
+
+def gemini_key(model: str) -> str:
+    """A Gemini API key: ``GOOGLE_API_KEY`` wins over ``GEMINI_API_KEY``, as in Google's SDK.
+
+    Raises:
+        UserError: neither is set.
+    """
+    return os.environ.get("GOOGLE_API_KEY") or env_key(model, "GEMINI_API_KEY", "GOOGLE_API_KEY")
 
