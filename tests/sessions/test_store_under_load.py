@@ -50,7 +50,18 @@ async def loaded(service: BaseSessionService, session: Session) -> Session:
 
 async def test_random_cancels_leave_the_session_object_matching_the_store(store: Store) -> None:
     """300 appends with state deltas, each cancelled at a random moment, some mid-commit."""
-    service = store.service
+    await random_cancels(store, store.service)
+
+
+@sqlite_only
+async def test_random_cancels_during_the_writer_threads_commits_leave_no_lock(
+        store: Store) -> None:
+    """The same with every write queued for the writer thread (no inline writes), so the
+    cancels land while the thread holds SQLite's write lock."""
+    await random_cancels(store, store.reopen(settings=Settings(sqlite_inline_writes=False)))
+
+
+async def random_cancels(store: Store, service: BaseSessionService) -> None:
     session = await service.create_session(app_name=APP, user_id="u1", state={"base": 0})
     other = await service.create_session(app_name=APP, user_id="u1")
     rng = random.Random(20240601)
