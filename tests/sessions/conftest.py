@@ -5,7 +5,7 @@ and PostgreSQL in a fresh database (when ``HEADWATER_TEST_POSTGRES_URL`` is
 set; the ``postgres_url`` fixture of ``tests/conftest.py`` skips locally and
 fails in CI otherwise). A test narrows the stores with
 ``@pytest.mark.parametrize("store", [...], indirect=True)``. Every service a
-test opens is closed at teardown: an unclosed aiosqlite connection is a
+test opens is closed at teardown: an unclosed sqlite3 connection is a
 ResourceWarning, which fails the test.
 """
 
