@@ -25,8 +25,9 @@ class Settings(BaseSettings):
         sqlite_inline_writes: run a write whole on the caller's thread when
             the writer thread is idle and the database's lock is free at once,
             saving two thread hand-overs (~0.1-0.2 ms on a VM); never with
-            ``sqlite_synchronous`` ``FULL``/``EXTRA`` (the commit would wait for
-            the disk on the event loop).
+            ``sqlite_synchronous`` ``FULL``/``EXTRA`` nor ``sqlite_checkpoint_every``
+            0 (the commit, or SQLite's checkpoint in it, would wait for the disk
+            on the event loop).
         sqlite_readers: reader connections (and threads) per SQLite database.
         sqlite_checkpoint_every: writes between WAL checkpoints, which a reader
             thread runs without the write lock; 0 leaves checkpoints to SQLite,

@@ -23,7 +23,7 @@ import pytest
 
 from examples.test_examples import PRICE_WATCHER_EMISSIONS, pc, pc_script, people, pw, pw_script
 from headwater import Agent, Content, Runner
-from headwater.errors import ERROR_MESSAGES, UserError
+from headwater.errors import ERROR_MESSAGES, ModelError, UserError
 from headwater.models import BaseLlm, DemoModel, LlmRequest, get_model
 from headwater.models.connection import EmulatedLlmConnection
 from headwater.models.gemini import GeminiModel, is_live_model
@@ -684,3 +684,27 @@ def test_the_gemini_string_reads_the_live_root(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setenv("GEMINI_LIVE_BASE_URL", "ws://127.0.0.1:1234")
     model = get_model("gemini:gemini-live-2.5-flash-preview")
     assert isinstance(model, GeminiModel) and model.live_base_url == "ws://127.0.0.1:1234"
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_a_call_given_up_early_has_closed_its_session_when_aclose_returns(
+        protocol: str) -> None:
+    async with FakeLiveProvider(turns=[LiveTurn(text=["one ", "two ", "three"], hold=True)]
+                                ) as fake:
+        model = native(protocol, fake)
+        opened: list[Any] = []
+        connect = model.connect
+
+        def connect_and_keep(request: LlmRequest) -> Any:
+            opened.append(connect(request))
+            return opened[-1]
+
+        model.connect = connect_and_keep  # type: ignore[method-assign]
+        responses = model.generate_content(LlmRequest(contents=[Content.from_text("hi")]),
+                                           stream=True)
+        first = await anext(responses)
+        assert first.partial
+        await responses.aclose()  # the caller stops reading: the session ends here, not later
+        with pytest.raises(ModelError, match="closed"):
+            await opened[0].send_content(Content.from_text("more"))
+        await asyncio.wait_for(fake.sessions[0].closed.wait(), 2)

@@ -637,3 +637,14 @@ async def run_turn(runner: Runner, sid: str) -> list[Event]:
     return [e async for e in runner.run_async(
         user_id="u", session_id=sid, new_message="go",
         run_config=RunConfig(streaming_mode=StreamingMode.SSE))]
+
+
+async def test_an_unknown_incomplete_reason_is_not_shown_as_provider_text(
+        provider: FakeProvider, client: httpx.AsyncClient) -> None:
+    said = "Quota of org org-42 (jane@example.com) exceeded, see console"
+    provider.enqueue(Scenario(body=render_openai_responses(
+        text=["partial"], status="incomplete", incomplete_reason=said)))
+    final = check_stream_contract(await responses(make_model(provider, client)))
+    assert final.error_code == "provider_error"
+    assert "jane@example.com" not in (final.error_message or "")
+    assert final.content is not None and final.content.text == "partial"

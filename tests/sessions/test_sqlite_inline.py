@@ -65,8 +65,9 @@ async def test_an_idle_writer_lets_the_caller_commit_at_once(traced: Traced) -> 
 
 
 @pytest.mark.parametrize("settings", [Settings(sqlite_inline_writes=False),
-                                      Settings(sqlite_synchronous="FULL")],
-                         ids=["turned-off", "synchronous-full"])
+                                      Settings(sqlite_synchronous="FULL"),
+                                      Settings(sqlite_checkpoint_every=0)],
+                         ids=["turned-off", "synchronous-full", "sqlite-checkpoints"])
 async def test_inline_writes_can_be_turned_off_and_never_sync_on_the_loop(
         tmp_path: Path, settings: Settings) -> None:
     traced = Traced(tmp_path / "sessions.db", settings)

@@ -105,7 +105,14 @@ class GatewayClient:
             raise GatewayError("network", f"cannot reach {self.base_url}: {exc}") from None
         if response.is_error:
             raise _refusal(response)
-        return None if response.status_code == 204 else response.json()
+        if response.status_code == 204:
+            return None
+        try:
+            return response.json()
+        except ValueError:  # a server that answers, but not as a gateway does
+            raise GatewayError("internal", f"{self.base_url} answered {path.split('?')[0]} "
+                               "with something other than JSON: is it a headwater "
+                               "gateway?") from None
 
     async def page_config(self) -> dict[str, Any]:  # the page's JSON
         """What the gateway tells its page: ``agents`` (name, model), ``note``, … ;

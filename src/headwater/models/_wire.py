@@ -10,11 +10,19 @@ Types are exact: ``True`` is not an integer here, and ``1.0`` is not either.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from ..errors import MalformedChunk
 
 Json = Any  # raw wire JSON
+_ENUM = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,63}")
+
+
+def shown_enum(value: str) -> str:
+    """A provider enum value (``SAFETY``, ``max_output_tokens``) as an error message may
+    show it; anything else is the provider's text and is not shown."""
+    return value if _ENUM.fullmatch(value) else "unrecognised"
 
 
 def bad(where: str, expected: str) -> MalformedChunk:

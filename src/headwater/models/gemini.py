@@ -39,7 +39,7 @@ from ._env import env_base_url
 from ._http import HttpStreamingModel, StreamParser
 from ._jsonpath import ArgsBuilder
 from ._sse import ServerSentEvent
-from ._wire import bad, obj, opt_int, opt_list, opt_obj, opt_str
+from ._wire import bad, obj, opt_int, opt_list, opt_obj, opt_str, shown_enum
 from .connection import BaseLlmConnection
 from .gemini_live import DEFAULT_BASE_URL as LIVE_BASE_URL
 from .gemini_live import GeminiLiveModel, gemini_key
@@ -61,7 +61,6 @@ _CUT_SHORT = {
     "SPII": "the provider stopped the answer for sensitive personal data",
     "MALFORMED_FUNCTION_CALL": "the model produced a malformed function call",
 }
-_ENUM = re.compile(r"[A-Z][A-Z0-9_]{0,63}")
 _RETRYABLE_STATUS = frozenset({"UNAVAILABLE", "RESOURCE_EXHAUSTED", "INTERNAL",
                                "DEADLINE_EXCEEDED", "ABORTED", "UNKNOWN"})
 # Request options that are fields of the request itself; every other option key
@@ -267,7 +266,7 @@ class _GeminiParser(StreamParser):
         feedback = opt_obj(chunk, "promptFeedback", where)
         block = opt_str(feedback, "blockReason", f"{where}.promptFeedback") if feedback else None
         if block:
-            self._stop(block, f"the provider blocked the prompt ({_enum(block)})")
+            self._stop(block, f"the provider blocked the prompt ({shown_enum(block)})")
         for n, raw in enumerate(opt_list(chunk, "candidates", where) or ()):
             at = f"gemini: candidates[{n}]"
             candidate = obj(raw, at)
@@ -285,7 +284,7 @@ class _GeminiParser(StreamParser):
             message = None
             if reason not in _FINE:
                 message = _CUT_SHORT.get(reason, "the provider ended the answer early")
-                message = f"{message} ({_enum(reason)})"
+                message = f"{message} ({shown_enum(reason)})"
             self._stop(reason, message)
 
     def _part(self, part: dict[str, Any], where: str) -> None:  # raw wire JSON
@@ -412,11 +411,6 @@ def _apply(args: ArgsBuilder, piece: dict[str, Any], where: str) -> None:  # raw
         if key in piece:
             args.set(path, piece[key])
             return
-
-
-def _enum(value: str) -> str:
-    """A provider enum value as shown in a message; anything else is not shown."""
-    return value if _ENUM.fullmatch(value) else "unrecognised"
 
 
 def is_live_model(model: str) -> bool:

@@ -28,6 +28,7 @@ import binascii
 import os
 import re
 from collections.abc import AsyncGenerator
+from contextlib import aclosing
 from typing import Any
 from urllib.parse import quote
 
@@ -97,8 +98,9 @@ class GeminiLiveModel(BaseLlm):
         Raises:
             UserError: the request has no content.
         """
-        async for response in one_turn(self.connect(request), request, stream):
-            yield response
+        async with aclosing(one_turn(self.connect(request), request, stream)) as responses:
+            async for response in responses:
+                yield response
 
 
 def _with_models_prefix(name: str) -> str:

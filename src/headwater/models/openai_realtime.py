@@ -29,6 +29,7 @@ import binascii
 import json
 import os
 from collections.abc import AsyncGenerator
+from contextlib import aclosing
 from typing import Any
 from urllib.parse import quote
 
@@ -93,8 +94,9 @@ class OpenAIRealtimeModel(BaseLlm):
         Raises:
             UserError: the request has no content.
         """
-        async for response in one_turn(self.connect(request), request, stream):
-            yield response
+        async with aclosing(one_turn(self.connect(request), request, stream)) as responses:
+            async for response in responses:
+                yield response
 
 
 class OpenAIRealtimeConnection(SocketConnection):

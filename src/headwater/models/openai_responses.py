@@ -27,7 +27,7 @@ from ..types import Blob, Content, Part, Usage
 from ._env import env_base_url, env_key
 from ._http import HttpStreamingModel, StreamParser
 from ._sse import ServerSentEvent
-from ._wire import bad, obj, opt_int, opt_obj, opt_str, req_str
+from ._wire import bad, obj, opt_int, opt_obj, opt_str, req_str, shown_enum
 from .llm_request import LlmRequest
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
@@ -344,7 +344,7 @@ class _ResponsesParser(StreamParser):
         reason = opt_str(details, "reason", "openai: response.incomplete_details") or "unknown"
         finish, said = _INCOMPLETE.get(reason, (reason, "the response ended incomplete"))
         self.agg.finish_reason = finish
-        self.agg.error("provider_error", f"openai: {said} ({reason})")
+        self.agg.error("provider_error", f"openai: {said} ({shown_enum(reason)})")
         self.complete = self.ended = True
 
     def _failed(self, data: dict[str, Any]) -> None:

@@ -117,8 +117,10 @@ class _Writer(threading.Thread):
         self.checkpoint_every = settings.sqlite_checkpoint_every
         self.since_checkpoint = 0
         self.busy_timeout_ms = config.busy_timeout_ms
-        # Inline writes: never with a commit that syncs to disk (the loop would wait for it).
-        self.inline = settings.sqlite_inline_writes and config.synchronous in ("OFF", "NORMAL")
+        # Inline writes: never with a commit that syncs to disk (the loop would wait for it),
+        # nor with SQLite's own checkpoints (checkpoint_every 0), which sync inside a commit.
+        self.inline = (settings.sqlite_inline_writes and config.synchronous in ("OFF", "NORMAL")
+                       and self.checkpoint_every > 0)
         self.using = threading.Lock()  # held while a transaction runs on ``conn``
         self.counting = threading.Lock()
         self.outstanding = 0  # writes queued and not yet reported to their caller
