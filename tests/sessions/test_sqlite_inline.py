@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from headwater.errors import SessionError
 from headwater.events import Event
 from headwater.sessions import Session, SqlSessionService
 from headwater.settings import Settings
@@ -123,3 +124,18 @@ async def test_interleaved_sessions_are_committed_together_by_the_thread(traced:
     for session in sessions:
         assert await stored_texts(traced.service, session.id) == [
             f"{session.id}-{step}" for step in range(5)]
+
+
+async def test_a_write_offered_while_the_store_closes_fails_at_once(traced: Traced) -> None:
+    """Another loop's write that arrives as close() stops the writer is refused, not lost."""
+    session = await new_session(traced)
+    store = traced.service._store  # the SQLite store behind the service (white-box)
+    opened = store._opened()  # type: ignore[attr-defined]
+    opened.writer.stop()  # what close() does first
+    refused = store.submit(  # type: ignore[attr-defined]
+        (step for step in [("SELECT 1", {})]), opened)
+    with pytest.raises(SessionError, match="closed before the write could run"):
+        await asyncio.wait_for(refused, 1)
+    opened.writer.join(5)
+    assert not opened.writer.is_alive()
+    assert session.events == []

@@ -43,6 +43,7 @@ from . import _sqlcore as core
 T = TypeVar("T")
 Trace = Callable[[str], None]
 _STOP: Final = None  # the writer's queue sentinel
+_CLOSED: Final = "session store closed before the write could run"
 _NO_LOCK: Final = ""  # SQLite has no row locks: BEGIN IMMEDIATE already serialises writers
 _CROWD_WINDOW: Final = 0.01  # s: a switch of session this soon is interleaving
 _CROWD_SPAN: Final = 16  # writes the moving share of switches averages over (about)
@@ -124,6 +125,7 @@ class _Writer(threading.Thread):
         self.using = threading.Lock()  # held while a transaction runs on ``conn``
         self.counting = threading.Lock()
         self.outstanding = 0  # writes queued and not yet reported to their caller
+        self.closed = False  # set once, by ``stop``: no write is queued after it
         self.last_key: core.Key | None = None  # the session last written, and when
         self.last_write = 0.0
         self.interleaved = 0.0  # moving share of recent writes that switched sessions
@@ -150,16 +152,32 @@ class _Writer(threading.Thread):
                     self._maybe_checkpoint(len(batch))
                 self.deliver(outcomes)
         finally:
-            self.conn.close()
+            with self.using:  # an inline write in progress ends first
+                self.conn.close()
 
     def offer(self, job: _Job) -> bool:
-        """Queue ``job`` unless ``queue_size`` writes already wait; ``False`` when full."""
+        """Queue ``job`` unless ``queue_size`` writes already wait; ``False`` when full.
+
+        Once the store is closing, ``job`` fails at once with ``SessionError``
+        (and counts as taken): it would never run.
+        """
         if self.queue.qsize() >= self.queue_size:
             return False
         with self.counting:
+            if self.closed:
+                job.steps.close()
+                if not job.future.done():
+                    job.future.set_exception(SessionError(_CLOSED))
+                return True
             self.outstanding += 1
-        self.queue.put_nowait(job)
+            self.queue.put_nowait(job)
         return True
+
+    def stop(self) -> None:
+        """Take no more writes; the thread ends after those already queued."""
+        with self.counting:
+            self.closed = True
+            self.queue.put_nowait(_STOP)
 
     def crowded(self, key: core.Key | None) -> bool:
         """Note a write for session ``key``; whether several sessions are writing at once.
@@ -193,7 +211,7 @@ class _Writer(threading.Thread):
                 or not self.using.acquire(blocking=False)):
             return False
         try:
-            if self.outstanding:
+            if self.outstanding or self.closed:
                 return False
             conn = self.conn
             conn.execute("PRAGMA busy_timeout=0")
@@ -222,8 +240,8 @@ class _Writer(threading.Thread):
                 self._reported(len(mine))
 
     def _report(self, outcomes: list[_Outcome]) -> None:
+        _resolve(outcomes)  # hooks first: an inline write may not report before them
         self._reported(len(outcomes))
-        _resolve(outcomes)
 
     def _reported(self, count: int) -> None:
         with self.counting:
@@ -396,10 +414,12 @@ class _Open:
     def close(self) -> None:
         """Let the writer finish what is queued, then close every connection.
 
-        A write that found the queue full and got in only after the writer
-        stopped fails with ``SessionError`` (it was never run).
+        A write offered once closing began (from another loop, or one that
+        waited for room in a full queue) fails at once with ``SessionError``: it
+        was never run. An inline write under way finishes before the
+        connection closes.
         """
-        self.writer.queue.put(_STOP)
+        self.writer.stop()
         self.writer.join()
         self.readers.close()
         stranded: list[_Outcome] = []
@@ -409,8 +429,7 @@ class _Open:
             except queue.Empty:
                 break
             if job is not None:
-                stranded.append((job, None, SessionError("session store closed before the "
-                                                         "write could run")))
+                stranded.append((job, None, SessionError(_CLOSED)))
         self.writer.deliver(stranded)
 
 
@@ -430,6 +449,7 @@ class SqliteStore:
         self._open_lock = threading.Lock()
         self._submitting: set[asyncio.Future[Any]] = set()
         self._reading = 0  # reads under way: others wait on the store, writes queue up
+        self._counting = threading.Lock()  # ``_reading`` changes on several loops' threads
 
     def _opened(self) -> _Open:
         with self._open_lock:
@@ -511,11 +531,13 @@ class SqliteStore:
         """Run a read transaction on a reader thread and wait for it."""
         opened = await self._ready()
         loop = asyncio.get_running_loop()
-        self._reading += 1
+        with self._counting:
+            self._reading += 1
         try:
             return await loop.run_in_executor(opened.readers.pool, opened.readers.read, steps)
         finally:
-            self._reading -= 1
+            with self._counting:
+                self._reading -= 1
 
     async def close(self) -> None:
         """End the writer thread (after the writes already queued) and close every connection.
