@@ -22,7 +22,16 @@ class _HtmlEverywhere(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
-    do_POST = do_GET
+    def do_POST(self) -> None:
+        if self.path.endswith("/runs"):  # an event stream whose data is not JSON
+            body = b"id: 1\nevent: text_delta\ndata: <b>not json</b>\n\n"
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            return
+        self.do_GET()
 
     def log_message(self, *args: object) -> None:
         pass
@@ -48,5 +57,19 @@ async def test_a_success_that_is_not_json_is_a_gateway_error(html_server: str) -
             await client.check()
         assert caught.value.code == "internal"
         assert "not a gateway" not in caught.value.message
+    finally:
+        await client.aclose()
+
+
+async def test_an_event_stream_whose_data_is_not_json_is_a_gateway_error(
+        html_server: str) -> None:
+    client = GatewayClient(html_server)
+    try:
+        with pytest.raises(GatewayError) as caught:
+            async with client.run("s1", {"message": "hi"}) as stream:
+                async for _ in stream.frames():
+                    pass
+        assert caught.value.code == "internal"
+        assert "not json" not in caught.value.message
     finally:
         await client.aclose()

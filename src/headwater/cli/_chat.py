@@ -328,7 +328,8 @@ class Chat:
         except GatewayError:
             task.cancel()  # the server cannot be told: closing the stream stops the run
             return
-        self.loop.call_later(STOP_TIMEOUT, task.cancel)
+        deadline = self.loop.call_later(STOP_TIMEOUT, task.cancel)
+        task.add_done_callback(lambda _: deadline.cancel())
 
 
 _ESCAPE = re.compile(r"\x1b\[[0-9;]*m")

@@ -56,7 +56,8 @@ class RunStream:
         """The frames as they arrive; ends after the terminal frame or when the stream does.
 
         Raises:
-            GatewayError: ``network`` when the connection broke.
+            GatewayError: ``network`` when the connection broke; ``internal`` when
+                a frame's data is not JSON (not a headwater gateway's stream).
         """
         fields: dict[str, str] = {}
         data: list[str] = []
@@ -65,7 +66,7 @@ class RunStream:
                 if not line:
                     if data:
                         frame = Frame(fields.get("id", ""), fields.get("event", "message"),
-                                      json.loads("\n".join(data)))
+                                      _frame_data(data))
                         yield frame
                         if frame.type in ("done", "error"):
                             return
@@ -201,3 +202,11 @@ def _refusal(response: httpx.Response) -> GatewayError:
         return GatewayError(str(error["code"]), str(error.get("message", "")))
     except (ValueError, KeyError, TypeError):
         return GatewayError("internal", f"HTTP {response.status_code}")
+
+
+def _frame_data(lines: list[str]) -> Any:  # Any: the frame's JSON payload
+    try:
+        return json.loads("\n".join(lines))
+    except ValueError:
+        raise GatewayError("internal", "the server sent an event whose data is not JSON; "
+                           "is it a headwater gateway?") from None
