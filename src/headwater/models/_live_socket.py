@@ -49,6 +49,7 @@ from ..errors import (
 )
 from ..settings import Settings
 from ..types import Blob, Content, FunctionCall, Part, Usage
+from .base import BaseLlm
 from .connection import BaseLlmConnection
 from .llm_request import LlmRequest
 from .llm_response import LlmResponse
@@ -500,6 +501,25 @@ def decode(raw: str | bytes) -> dict[str, Json]:
     if type(value) is not dict:
         raise MalformedChunk("a live message is not a JSON object")
     return value
+
+
+class SocketModel(BaseLlm):
+    """A model reached through a live socket only.
+
+    :meth:`generate_content` (``run_async``) runs one model call over a live
+    session of its own, opened and closed for it; prefer an HTTP adapter there.
+    """
+
+    async def generate_content(self, request: LlmRequest,
+                               stream: bool = False) -> AsyncGenerator[LlmResponse, None]:
+        """One model call over a live session of its own (opened and closed here).
+
+        Raises:
+            UserError: the request has no content.
+        """
+        async with aclosing(one_turn(self.connect(request), request, stream)) as responses:
+            async for response in responses:
+                yield response
 
 
 async def one_turn(connection: BaseLlmConnection, request: LlmRequest,

@@ -27,8 +27,6 @@ import base64
 import binascii
 import os
 import re
-from collections.abc import AsyncGenerator
-from contextlib import aclosing
 from typing import Any
 from urllib.parse import quote
 
@@ -38,11 +36,9 @@ from ..errors import MalformedChunk, UserError
 from ..settings import Settings, get_settings
 from ..types import Blob, Content, FunctionCall, Usage
 from ._env import env_base_url, env_key
-from ._live_socket import SocketConnection, logger, one_turn
+from ._live_socket import SocketConnection, SocketModel, logger
 from ._wire import obj, opt_int, opt_list, opt_obj, opt_str
-from .base import BaseLlm
 from .llm_request import LlmRequest
-from .llm_response import LlmResponse
 
 DEFAULT_BASE_URL = "wss://generativelanguage.googleapis.com"
 PATH = "/ws/google.ai.generativelanguage.v1beta.GenerativeService.BidiGenerateContent"
@@ -51,7 +47,7 @@ _UNSUPPORTED_SCHEMA_KEYS = frozenset({"$schema", "additionalProperties"})
 Json = Any  # raw wire JSON
 
 
-class GeminiLiveModel(BaseLlm):
+class GeminiLiveModel(SocketModel):
     """A Gemini model reached through the Live API (native live sessions only).
 
     Args:
@@ -90,17 +86,6 @@ class GeminiLiveModel(BaseLlm):
     def connect(self, request: LlmRequest) -> GeminiLiveConnection:
         """A live session; its socket opens on first use and closes in ``close()``."""
         return GeminiLiveConnection(self, request)
-
-    async def generate_content(self, request: LlmRequest,
-                               stream: bool = False) -> AsyncGenerator[LlmResponse, None]:
-        """One model call over a live session of its own (opened and closed here).
-
-        Raises:
-            UserError: the request has no content.
-        """
-        async with aclosing(one_turn(self.connect(request), request, stream)) as responses:
-            async for response in responses:
-                yield response
 
 
 def _with_models_prefix(name: str) -> str:

@@ -28,8 +28,6 @@ import base64
 import binascii
 import json
 import os
-from collections.abc import AsyncGenerator
-from contextlib import aclosing
 from typing import Any
 from urllib.parse import quote
 
@@ -38,11 +36,9 @@ from websockets.asyncio.client import ClientConnection
 from ..errors import ErrorCode, MalformedChunk, ProviderUnavailable, UserError
 from ..settings import Settings, get_settings
 from ..types import Blob, Content, FunctionCall, Usage
-from ._live_socket import SocketConnection, logger, one_turn
+from ._live_socket import SocketConnection, SocketModel, logger
 from ._wire import obj, opt_int, opt_list, opt_obj, opt_str
-from .base import BaseLlm
 from .llm_request import LlmRequest
-from .llm_response import LlmResponse
 
 DEFAULT_BASE_URL = "wss://api.openai.com/v1"
 _BENIGN_ERRORS = frozenset({"response_cancel_not_active"})
@@ -51,7 +47,7 @@ _FINISH = {"max_output_tokens": "length", "content_filter": "content_filter"}
 Json = Any  # raw wire JSON
 
 
-class OpenAIRealtimeModel(BaseLlm):
+class OpenAIRealtimeModel(SocketModel):
     """An OpenAI model reached through the Realtime API (native live sessions only).
 
     Args:
@@ -86,17 +82,6 @@ class OpenAIRealtimeModel(BaseLlm):
     def connect(self, request: LlmRequest) -> OpenAIRealtimeConnection:
         """A live session; its socket opens on first use and closes in ``close()``."""
         return OpenAIRealtimeConnection(self, request)
-
-    async def generate_content(self, request: LlmRequest,
-                               stream: bool = False) -> AsyncGenerator[LlmResponse, None]:
-        """One model call over a live session of its own (opened and closed here).
-
-        Raises:
-            UserError: the request has no content.
-        """
-        async with aclosing(one_turn(self.connect(request), request, stream)) as responses:
-            async for response in responses:
-                yield response
 
 
 class OpenAIRealtimeConnection(SocketConnection):
