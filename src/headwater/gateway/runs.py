@@ -151,9 +151,9 @@ class RunManager:
         """Stop a run and wait for its terminal frame (bounded by ``shutdown_grace``)."""
         self.stop(run, "cancelled")
         if run.task is not None:
-            with contextlib.suppress(asyncio.CancelledError, TimeoutError):
-                await asyncio.wait_for(asyncio.shield(run.task),
-                                       max(self.settings.shutdown_grace, 1.0))
+            # asyncio.wait: the run's own end (even cancelled) is not an error here, and a
+            # cancel of the caller still reaches the caller.
+            await asyncio.wait({run.task}, timeout=max(self.settings.shutdown_grace, 1.0))
 
     async def shutdown(self, grace: float) -> None:
         """Stop every run as interrupted; wait up to ``grace`` for their terminal frames."""
