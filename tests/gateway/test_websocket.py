@@ -217,7 +217,11 @@ async def test_a_live_tools_emissions_arrive_as_they_happen_and_stop_on_stop_str
         await until(ws, lambda m: m["type"] in ("done", "error"), seen)
     calls = of_type(seen, "tool_call")
     assert [c["data"]["names"] for c in calls[:1]] == [["ticker"]]
-    assert ["stop_streaming"] in [c["data"]["names"] for c in calls]
+    assert "args" not in calls[0]["data"]["calls"][0]  # a tool's arguments stay summaries
+    # The built-in stop_streaming shows its arguments (a tool's name), so a page can tell
+    # which stream was stopped.
+    [stop] = [c["data"]["calls"][0] for c in calls if c["data"]["names"] == ["stop_streaming"]]
+    assert stop["args"] == {"function_name": "ticker"}
     emissions = of_type(seen, "tool_emission")
     assert [e["data"]["text"] for e in emissions[:3]] == [
         f"Function ticker returned: {n}" for n in (1, 2, 3)]

@@ -235,6 +235,46 @@ test("a live tool's card streams while it emits, until its end, a stop or the ru
   assert.equal(card(fromHistory(stored, { ended: true })).status, "stopped");
 });
 
+test("stop_streaming stops the cards of the tool it names, and only that call with call_id", () => {
+  const call = (id, name) => frame("tool_call", { names: [name], calls: [{ id, name }] });
+  const pending = (id, name) => frame("tool_result", { count: 1, results: [{ id, name,
+                                                                            status: "ok" }] });
+  const value = (id, name) => frame("tool_emission", {
+    author: "m", id: `x-${id}`, call_id: id, branch: `m/${id}`,
+    text: `Function ${name} returned: 1` });
+  const two = play(["w1", "w2", "c1"].flatMap((id) => {
+    const name = id === "c1" ? "count_people" : "watch_price";
+    return [call(id, name), pending(id, name), value(id, name)];
+  }));
+  const status = (state, id) => state.items.find((i) => i.kind === "tool" && i.call_id === id)
+    .status;
+  const stop = (args) => [frame("tool_call", { names: ["stop_streaming"], calls: [
+                            { id: "s1", name: "stop_streaming", args }] }),
+                          pending("s1", "stop_streaming")];
+  const named = play(stop({ function_name: "watch_price" }), two);
+  assert.deepEqual(["w1", "w2", "c1"].map((id) => status(named, id)),
+                   ["stopped", "stopped", "streaming"]);
+  const one = play(stop({ function_name: "watch_price", call_id: "w2" }), two);
+  assert.deepEqual(["w1", "w2", "c1"].map((id) => status(one, id)),
+                   ["streaming", "stopped", "streaming"]);
+  const history = fromHistory([
+    { id: "e1", invocation_id: "i1", author: "m", role: "model", text: "",
+      calls: [{ id: "w1", name: "watch_price" }, { id: "c1", name: "count_people" }] },
+    { id: "r1", invocation_id: "i1", author: "m", role: "user", text: "",
+      results: [{ id: "w1", name: "watch_price", status: "ok" },
+                { id: "c1", name: "count_people", status: "ok" }] },
+    { id: "x1", invocation_id: "i1", author: "m", role: "user",
+      text: "Function watch_price returned: 1", branch: "m/w1" },
+    { id: "x2", invocation_id: "i1", author: "m", role: "user",
+      text: "Function count_people returned: 1", branch: "m/c1" },
+    { id: "e2", invocation_id: "i1", author: "m", role: "model", text: "",
+      calls: [{ id: "s1", name: "stop_streaming", args: { function_name: "count_people" } }] },
+    { id: "r2", invocation_id: "i1", author: "m", role: "user", text: "",
+      results: [{ id: "s1", name: "stop_streaming", status: "ok" }] },
+  ]);
+  assert.deepEqual(["w1", "c1"].map((id) => status(history, id)), ["streaming", "stopped"]);
+});
+
 test("history shows each run's tokens: the sum of its stored model calls", () => {
   const state = fromHistory([
     { id: "u1", invocation_id: "i1", author: "user", role: "user", text: "Where?" },

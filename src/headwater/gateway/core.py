@@ -14,6 +14,7 @@ from typing import Any
 from fastapi import Request
 
 from ..agents.agent import Agent
+from ..agents.live_flow import STOP_STREAMING
 from ..errors import (
     ApprovalError,
     SessionBusyError,
@@ -193,6 +194,11 @@ def store_error(exc: SessionError) -> GatewayHTTPError:
 
 
 def exposes_of(agent: Agent) -> Callable[[str], bool]:
+    """Which tools' arguments and results may leave raw: those with ``expose_result``, and
+    the built-in ``stop_streaming`` (a tool's name and a call id in, a sentence out), so a
+    page can tell which stream the model stopped."""
     exposed = frozenset(name for name, tool in agent.tools_by_name.items()
                         if tool.options.expose_result)
+    if STOP_STREAMING not in agent.tools_by_name:
+        exposed |= {STOP_STREAMING}
     return exposed.__contains__

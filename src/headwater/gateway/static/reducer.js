@@ -137,7 +137,7 @@ function addMessage(state, d) {
 function onToolCall(state, d) {
   let items = state.items;
   const calls = d.calls ?? (d.names ?? []).map((name, n) => ({ id: `${name}#${n}`, name }));
-  for (const call of calls) items = updateTool(items, call.id, call.name, (card) => card);
+  for (const call of calls) items = updateTool(items, call.id, call.name, withArgs(call));
   return { ...state, items, drafts: {}, status: "Calling " + (d.names ?? []).join(", ") };
 }
 
@@ -158,11 +158,26 @@ function resultStatus(card, result) {
   return result.status === "error" ? "error" : "ok";
 }
 
-// The model stopped a stream (stop_streaming): which one is not on the wire (arguments are
-// summaries), so every card still streaming says "stopped"; one that emits again streams again.
+// A call's arguments, when the gateway shows them (expose_result, and the built-in
+// stop_streaming, whose arguments are a tool's name and a call id).
+function withArgs(call) {
+  return (card) => (call.args === undefined ? card : { ...card, args: call.args });
+}
+
+// The model stopped streams (stop_streaming): the cards of the tool it named (and of the one
+// call, with call_id) say "stopped". Without its arguments, every card still streaming does;
+// one that emits again streams again.
 function stopped(items, results) {
-  return results.some((r) => r.name === "stop_streaming" && r.status === "ok")
-    ? endStreams(items) : items;
+  let out = items;
+  for (const r of results) {
+    if (r.name !== "stop_streaming" || r.status !== "ok") continue;
+    const args = items.find((i) => i.kind === "tool" && i.call_id === r.id)?.args;
+    out = args?.function_name === undefined ? endStreams(out) : out.map((i) => (
+      i.kind === "tool" && i.status === "streaming" && i.name === args.function_name
+        && (args.call_id === undefined || i.call_id === args.call_id)
+        ? { ...i, status: "stopped" } : i));
+  }
+  return out;
 }
 
 function onToolResult(state, d) {
@@ -240,7 +255,9 @@ export function reduce(state, frame) {
 }
 
 function historyTool(items, item) {
-  for (const call of item.calls ?? []) items = updateTool(items, call.id, call.name, (c) => c);
+  for (const call of item.calls ?? []) {
+    items = updateTool(items, call.id, call.name, withArgs(call));
+  }
   items = stopped(items, item.results ?? []);
   for (const r of item.results ?? []) {
     items = updateTool(items, r.id, r.name, (card) => ({ ...card, status: resultStatus(card, r) }));
