@@ -146,7 +146,7 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="HEADWATER_", extra="ignore",
                                       protected_namespaces=())
 
-    database_url: str = "sqlite+aiosqlite:///.headwater/sessions.db"
+    database_url: str = "sqlite:///.headwater/sessions.db"
     sqlite_synchronous: Literal["OFF", "NORMAL", "FULL", "EXTRA"] = "NORMAL"
     sqlite_busy_timeout_ms: int = Field(default=5000, ge=0)
     sqlite_write_queue_size: int = Field(default=10_000, ge=1)

@@ -32,7 +32,7 @@ MODEL_STRINGS = """\
 
 ENVIRONMENT = """\
 environment:
-  HEADWATER_DATABASE_URL   session store (default sqlite+aiosqlite:///.headwater/sessions.db)
+  HEADWATER_DATABASE_URL   session store (default sqlite:///.headwater/sessions.db)
   HEADWATER_MODEL          model string (see above)
   HEADWATER_DEMO_WORD_DELAY  seconds between the demo model's words (default 0.03)
 """
@@ -62,8 +62,8 @@ in the chat:
   --model and --db configure the embedded server; a gateway at --url has its own.
 """
 
-_DB_HELP = ("session store URL, e.g. sqlite+aiosqlite:///path.db or postgresql://… "
-            "(default: HEADWATER_DATABASE_URL or sqlite+aiosqlite:///.headwater/sessions.db)")
+_DB_HELP = ("session store URL, e.g. sqlite:///path.db or postgresql://… "
+            "(default: HEADWATER_DATABASE_URL or sqlite:///.headwater/sessions.db)")
 
 
 def _port(text: str) -> int:

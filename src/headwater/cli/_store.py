@@ -39,7 +39,7 @@ def check_url(url: str) -> str:
         parsed = make_url(url)
     except (ArgumentError, ValueError):
         raise CommandError(
-            "--db is not a database URL; expected sqlite+aiosqlite:///path.db or "
+            "--db is not a database URL; expected sqlite:///path.db or "
             "postgresql://user@host/db") from None
     shown = parsed.render_as_string(hide_password=True)
     backend = parsed.get_backend_name()

@@ -66,7 +66,7 @@ class SqlSessionService(BaseSessionService):
 
     Args:
         url: a SQLAlchemy-style URL; defaults to ``get_settings().database_url``
-            (``sqlite+aiosqlite:///.headwater/sessions.db``). Any ``sqlite``
+            (``sqlite:///.headwater/sessions.db``). Any ``sqlite``
             URL (whatever its driver part) opens the file with the writer-thread
             store; ``postgresql://`` gets the ``asyncpg`` driver. The parent
             directory of a SQLite file is created when first used.
