@@ -34,6 +34,7 @@ import base64
 import contextlib
 import itertools
 import json
+from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -263,7 +264,7 @@ class FakeLiveProvider:
             record.closed.set()
 
 
-class _Session:
+class _Session(ABC):
     """One socket's server side: the conversation, the answer playing, the wire."""
 
     def __init__(self, fake: FakeLiveProvider, ws: ServerConnection,
@@ -288,8 +289,9 @@ class _Session:
             self.record.received.append(message)
             await self.on_message(message)
 
+    @abstractmethod
     async def on_message(self, message: dict[str, Json]) -> None:
-        raise NotImplementedError
+        """Act on one message the client sent (this protocol's client events)."""
 
     async def send(self, payload: dict[str, Json]) -> None:
         """Send one message; an answer interrupted meanwhile never leaves half a send."""
@@ -356,8 +358,9 @@ class _Session:
             return False
         return True
 
+    @abstractmethod
     async def play(self, turn: LiveTurn) -> None:
-        raise NotImplementedError
+        """Send one scripted server turn in this protocol's messages."""
 
     def calls(self, turn: LiveTurn) -> list[FunctionCall]:
         return [FunctionCall(c.id or self.fake.new_id("call"), c.name, dict(c.args))
