@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import base64
 import json
-from typing import Any
+from collections.abc import Callable
+from typing import Any, ClassVar
 
 from pydantic_core import from_json
 
@@ -143,7 +144,7 @@ class _MessagesParser(StreamParser):
         if type(data) is not dict:
             raise bad("anthropic: a stream event", "an object")
         kind = opt_str(data, "type", "anthropic: event") or event.event
-        handler = _HANDLERS.get(kind)
+        handler = self.HANDLERS.get(kind)
         if handler is not None:
             handler(self, data)
 
@@ -216,15 +217,15 @@ class _MessagesParser(StreamParser):
         self.agg.usage = Usage(input_tokens=prompt, output_tokens=output,
                                total_tokens=prompt + output, cached_input_tokens=cache_read)
 
-
-_HANDLERS = {
-    "message_start": _MessagesParser._message_start,
-    "content_block_start": _MessagesParser._block_start,
-    "content_block_delta": _MessagesParser._block_delta,
-    "message_delta": _MessagesParser._message_delta,
-    "message_stop": _MessagesParser._message_stop,
-    "error": _MessagesParser._error,
-}
+    # Which method handles each event type (by its ``type``).
+    HANDLERS: ClassVar[dict[str, Callable[[Any, dict[str, Any]], None]]] = {
+        "message_start": _message_start,
+        "content_block_start": _block_start,
+        "content_block_delta": _block_delta,
+        "message_delta": _message_delta,
+        "message_stop": _message_stop,
+        "error": _error,
+    }
 
 
 def from_spec(name: str) -> AnthropicModel:

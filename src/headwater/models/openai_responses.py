@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import base64
 import json
-from typing import Any
+from collections.abc import Callable
+from typing import Any, ClassVar
 
 from pydantic_core import from_json
 
@@ -255,7 +256,7 @@ class _ResponsesParser(StreamParser):
                 return
         if type(kind) is not str:
             kind = event.event
-        handler = _HANDLERS.get(kind)
+        handler = self.HANDLERS.get(kind)
         if handler is not None:
             handler(self, payload)
 
@@ -372,22 +373,22 @@ class _ResponsesParser(StreamParser):
             self.agg.usage = _usage(usage)
         return response
 
-
-_HANDLERS = {
-    "response.output_text.delta": _ResponsesParser._text,
-    "response.refusal.delta": _ResponsesParser._text,
-    "response.reasoning_summary_text.delta": _ResponsesParser._thought,
-    "response.reasoning_text.delta": _ResponsesParser._thought,
-    "response.reasoning_summary_part.added": _ResponsesParser._summary_part,
-    "response.output_item.added": _ResponsesParser._item_added,
-    "response.function_call_arguments.delta": _ResponsesParser._arguments,
-    "response.function_call_arguments.done": _ResponsesParser._arguments_done,
-    "response.output_item.done": _ResponsesParser._item_done,
-    "response.completed": _ResponsesParser._completed,
-    "response.incomplete": _ResponsesParser._incomplete,
-    "response.failed": _ResponsesParser._failed,
-    "error": _ResponsesParser._error,
-}
+    # Which method handles each event type (by its ``type``).
+    HANDLERS: ClassVar[dict[str, Callable[[Any, dict[str, Any]], None]]] = {
+        "response.output_text.delta": _text,
+        "response.refusal.delta": _text,
+        "response.reasoning_summary_text.delta": _thought,
+        "response.reasoning_text.delta": _thought,
+        "response.reasoning_summary_part.added": _summary_part,
+        "response.output_item.added": _item_added,
+        "response.function_call_arguments.delta": _arguments,
+        "response.function_call_arguments.done": _arguments_done,
+        "response.output_item.done": _item_done,
+        "response.completed": _completed,
+        "response.incomplete": _incomplete,
+        "response.failed": _failed,
+        "error": _error,
+    }
 
 
 def _usage(raw: dict[str, Any]) -> Usage:  # raw wire JSON
