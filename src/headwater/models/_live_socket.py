@@ -50,7 +50,7 @@ from ..errors import (
 from ..settings import Settings
 from ..types import Blob, Content, FunctionCall, Part, Usage
 from .base import BaseLlm
-from .connection import BaseLlmConnection
+from .connection import BaseLlmConnection, QueuedConnection
 from .llm_request import LlmRequest
 from .llm_response import LlmResponse
 
@@ -70,7 +70,7 @@ class _NoWireDebug(logging.LoggerAdapter[logging.Logger]):
 _WIRE_LOGGER = _NoWireDebug(logging.getLogger("websockets.client"), {})
 
 
-class SocketConnection(BaseLlmConnection):
+class SocketConnection(QueuedConnection):
     """A live connection over one WebSocket at a time (see the module docstring).
 
     Args:
@@ -80,6 +80,7 @@ class SocketConnection(BaseLlmConnection):
     """
 
     def __init__(self, model: str, request: LlmRequest, settings: Settings) -> None:
+        super().__init__()
         self.model = model
         self.request = request
         self.settings = settings
@@ -88,8 +89,6 @@ class SocketConnection(BaseLlmConnection):
         self._task: asyncio.Task[None] | None = None
         self._ready = asyncio.Event()
         self.lock = asyncio.Lock()
-        self._out: asyncio.Queue[LlmResponse | None] = asyncio.Queue()
-        self._count = 0
         self._held: list[Content] = []
         self._closed = False
         self.broken: ErrorCode | None = None
@@ -142,11 +141,6 @@ class SocketConnection(BaseLlmConnection):
 
     # -- the connection's interface -------------------------------------------------------------
 
-    @property
-    def queued(self) -> int:  # type: ignore[override]  # this connection always counts
-        """Responses put into the receive stream so far."""
-        return self._count
-
     async def send_history(self, contents: list[Content]) -> None:
         """Replace the conversation: the next socket starts a new session seeded with it.
 
@@ -177,7 +171,7 @@ class SocketConnection(BaseLlmConnection):
         self._start()
         await self._wait_ready()
         if self.broken is not None:
-            self._put(self.error(self.broken))
+            self.deliver(self.error(self.broken))
             return
         async with self.lock:
             self._held.append(content)
@@ -193,13 +187,8 @@ class SocketConnection(BaseLlmConnection):
             return
         await self.send_blob(blob)
 
-    async def receive(self) -> AsyncGenerator[LlmResponse, None]:
+    def before_receive(self) -> None:
         self._start()
-        while True:
-            response = await self._out.get()
-            if response is None:
-                return
-            yield response
 
     async def close(self) -> None:
         """Close the socket and end :meth:`receive`; a turn in progress ends ``interrupted``."""
@@ -216,7 +205,7 @@ class SocketConnection(BaseLlmConnection):
             done, _ = await asyncio.wait([task], timeout=self.settings.live_close_timeout)
             if not done:
                 logger.warning("the reader of a live connection of %s did not end", self.model)
-        self._out.put_nowait(None)
+        self.end_stream()
 
     # -- what a protocol calls ------------------------------------------------------------------
 
@@ -251,13 +240,13 @@ class SocketConnection(BaseLlmConnection):
             return
         self.begin()
         (self._thoughts if thought else self._text).append(text)
-        self._put(LlmResponse(content=Content("model", [Part(text=text, thought=thought)]),
+        self.deliver(LlmResponse(content=Content("model", [Part(text=text, thought=thought)]),
                               partial=True))
 
     def audio(self, blob: Blob) -> None:
         """An audio (or other media) chunk of the answer: one partial with an inline blob."""
         self.begin()
-        self._put(LlmResponse(content=Content("model", [Part(inline_data=blob)]), partial=True))
+        self.deliver(LlmResponse(content=Content("model", [Part(inline_data=blob)]), partial=True))
 
     @property
     def said(self) -> bool:
@@ -270,7 +259,7 @@ class SocketConnection(BaseLlmConnection):
         content = self._content(calls or [])
         if content is not None:
             self.history.append(content)
-        self._put(LlmResponse(content=content, finish_reason=finish_reason, usage=self.usage,
+        self.deliver(LlmResponse(content=content, finish_reason=finish_reason, usage=self.usage,
                               turn_complete=True))
         self._end_turn()
 
@@ -279,13 +268,13 @@ class SocketConnection(BaseLlmConnection):
         content = self._content([])
         if content is not None:
             self.history.append(content)
-        self._put(LlmResponse(content=content, interrupted=True, turn_complete=True,
+        self.deliver(LlmResponse(content=content, interrupted=True, turn_complete=True,
                               usage=self.usage))
         self._end_turn()
 
     def fail(self, code: ErrorCode) -> None:
         """The turn failed: one error final, nothing of the turn kept."""
-        self._put(self.error(code))
+        self.deliver(self.error(code))
         self._end_turn()
 
     @staticmethod
@@ -468,10 +457,6 @@ class SocketConnection(BaseLlmConnection):
                 await ws.close()
 
     # -- turn bookkeeping -----------------------------------------------------------------------
-
-    def _put(self, response: LlmResponse) -> None:
-        self._count += 1
-        self._out.put_nowait(response)
 
     def _content(self, calls: list[FunctionCall]) -> Content | None:
         parts = [Part(text="".join(self._thoughts), thought=True)] if self._thoughts else []

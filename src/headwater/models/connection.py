@@ -87,7 +87,44 @@ class BaseLlmConnection(ABC):
         """End the conversation: the turn in progress is cancelled, its stream closed."""
 
 
-class EmulatedLlmConnection(BaseLlmConnection):
+class QueuedConnection(BaseLlmConnection):
+    """A connection whose responses go out through one queue, counted (``queued``).
+
+    A subclass calls :meth:`deliver` for each response and :meth:`end_stream`
+    once it is closed; :meth:`receive` yields what was delivered until then.
+    """
+
+    def __init__(self) -> None:
+        self._responses: asyncio.Queue[LlmResponse | None] = asyncio.Queue()
+        self._delivered = 0
+
+    @property
+    def queued(self) -> int:  # type: ignore[override]  # this connection always counts
+        """Responses put into the receive stream so far."""
+        return self._delivered
+
+    def deliver(self, response: LlmResponse) -> None:
+        """Put ``response`` into :meth:`receive`'s stream."""
+        self._delivered += 1
+        self._responses.put_nowait(response)
+
+    def end_stream(self) -> None:
+        """End :meth:`receive`'s stream after what was delivered."""
+        self._responses.put_nowait(None)
+
+    def before_receive(self) -> None:
+        """Called when :meth:`receive` starts (a subclass may open its transport)."""
+
+    async def receive(self) -> AsyncGenerator[LlmResponse, None]:
+        self.before_receive()
+        while True:
+            response = await self._responses.get()
+            if response is None:
+                return
+            yield response
+
+
+class EmulatedLlmConnection(QueuedConnection):
     """A live connection over ``generate_content(stream=True)``.
 
     Args:
@@ -95,16 +132,13 @@ class EmulatedLlmConnection(BaseLlmConnection):
         request: system instruction, tools, config and the starting history.
     """
 
-    _END: LlmResponse | None = None
-
     def __init__(self, model: StreamingModel, request: LlmRequest) -> None:
+        super().__init__()
         self._model = model
         self._request = request
         self._contents: list[Content] = list(request.contents)
         self._pending: list[Content] = []
         self._wake = asyncio.Event()
-        self._out: asyncio.Queue[LlmResponse | None] = asyncio.Queue()
-        self._count = 0
         self._turn: asyncio.Task[None] | None = None
         self._driver: asyncio.Task[None] | None = None
         self._closed = False
@@ -133,22 +167,6 @@ class EmulatedLlmConnection(BaseLlmConnection):
         raise NotImplementedError(
             f"model {self._model.model!r} takes no realtime input in an emulated live session")
 
-    @property
-    def queued(self) -> int:  # type: ignore[override]  # this connection always counts
-        """Responses put into the receive stream so far."""
-        return self._count
-
-    def _put(self, response: LlmResponse) -> None:
-        self._count += 1
-        self._out.put_nowait(response)
-
-    async def receive(self) -> AsyncGenerator[LlmResponse, None]:
-        while True:
-            response = await self._out.get()
-            if response is None:
-                return
-            yield response
-
     async def close(self) -> None:
         if self._closed:
             return
@@ -160,7 +178,7 @@ class EmulatedLlmConnection(BaseLlmConnection):
             if task is not None:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
-        self._out.put_nowait(None)
+        self.end_stream()
 
     async def _drive(self) -> None:
         while True:
@@ -184,25 +202,25 @@ class EmulatedLlmConnection(BaseLlmConnection):
                     if response.partial:
                         if response.content is not None:
                             said.append(response.content.text)
-                        self._put(response)
+                        self.deliver(response)
                         continue
                     if response.content is not None and response.content.parts:
                         self._contents.append(response.content)
                     response.turn_complete = True
-                    self._put(response)
+                    self.deliver(response)
         except asyncio.CancelledError:
             text = "".join(said)
             content = Content("model", [Part(text=text)]) if text else None
             if content is not None:
                 self._contents.append(content)
-            self._put(LlmResponse(content=content, interrupted=True, turn_complete=True))
+            self.deliver(LlmResponse(content=content, interrupted=True, turn_complete=True))
             if self._closed:
                 raise
         except ModelError as exc:
             logger.info("live turn of %s failed: %s", self._model.model, exc)
-            self._put(LlmResponse(error_code=exc.code, error_message=public_message(exc),
+            self.deliver(LlmResponse(error_code=exc.code, error_message=public_message(exc),
                                   turn_complete=True))
         except Exception as exc:  # an adapter bug must not leave the live run waiting forever
             logger.error("live turn of %s failed", self._model.model, exc_info=exc)
-            self._put(LlmResponse(error_code="internal", error_message=type(exc).__name__,
+            self.deliver(LlmResponse(error_code="internal", error_message=type(exc).__name__,
                                   turn_complete=True))
