@@ -252,12 +252,21 @@ class Flow:
         return None
 
     def model_event(self, response: LlmResponse, actions: EventActions | None = None) -> Event:
-        """The record of one model aggregate; its usage is added to the run's."""
+        """The record of one model aggregate; its usage is added to the run's.
+
+        A call whose id the session already holds (or that an earlier call of
+        the aggregate took) gets a fresh one here, before the event is stored
+        and its calls run (``CallLedger.unique_calls``); ``response`` is left
+        as the model gave it.
+        """
         ctx = self.ctx
         if response.usage is not None:
             ctx.stats.usage = ctx.stats.usage + response.usage
+        content = response.content
+        if content is not None:
+            content = ctx.ledger.unique_calls(content)
         return Event(
-            invocation_id=ctx.invocation_id, author=self.agent.name, content=response.content,
+            invocation_id=ctx.invocation_id, author=self.agent.name, content=content,
             finish_reason=response.finish_reason, usage=response.usage,
             error_code=response.error_code, error_message=response.error_message,
             turn_complete=response.turn_complete, interrupted=response.interrupted,

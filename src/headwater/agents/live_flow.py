@@ -20,6 +20,11 @@ Structured concurrency: one task group owns the input pump, the model pump,
 every call handler and every tool stream. Closing the queue, closing the
 stream or cancelling the consumer cancels the group and waits for it (bounded
 by ``Settings.live_stop_timeout``).
+
+A connection keeps its own conversation in the call ids its model gave. A call
+stored under a fresh id (``CallLedger.unique_calls``: the id was taken) is
+still answered on the connection under the id the model gave; the stored
+history, the events and the next run's requests use the fresh one.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ import json
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Coroutine
 from contextlib import aclosing
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pydantic_core import to_jsonable_python
@@ -42,7 +47,7 @@ from ..models.base import LlmResponse
 from ..models.connection import BaseLlmConnection
 from ..models.contract import StreamContract
 from ..tools.function_tool import BaseTool
-from ..types import Content, FunctionCall, Part, ToolDeclaration
+from ..types import Content, FunctionCall, FunctionResponse, Part, ToolDeclaration
 from ._execution import CallOutcome, closing_stream
 from .approvals import answered_calls, split_approvals
 from .flow import Flow, split_decisions
@@ -89,6 +94,7 @@ class LiveFlow:
         self._out: asyncio.Queue[Event | None] = asyncio.Queue()
         self._group: asyncio.TaskGroup | None = None
         self._streams: dict[str, _Stream] = {}
+        self._given: dict[str, str] = {}  # stored call id -> the id the connection gave
         self._conn: BaseLlmConnection | None = None
         self._turn: StreamContract | None = None
         self._realtime_to_model = True
@@ -186,7 +192,7 @@ class LiveFlow:
                 spent = self.flow.llm_budget_spent()
                 if spent is not None:
                     await self._end_with(spent)
-                await conn.send_content(content, interrupt=True)
+                await conn.send_content(self._as_given(content), interrupt=True)
                 await self._caught_up()  # an answer this cut short is stored first
                 await self._emit(Event(invocation_id=self.ctx.invocation_id, author="user",
                                        content=content))
@@ -235,7 +241,18 @@ class LiveFlow:
         await self._emit(event)
         if event.content is not None:
             assert self._conn is not None
-            await self._conn.send_content(event.content, interrupt=False)
+            await self._conn.send_content(self._as_given(event.content), interrupt=False)
+
+    def _as_given(self, content: Content) -> Content:
+        """``content`` with each result of a renamed call under the id the connection gave."""
+        given = self._given
+        if not given or not any(p.function_response is not None and p.function_response.id
+                                in given for p in content.parts):
+            return content
+        parts = [replace(p, function_response=FunctionResponse(given[r.id], r.name, r.response))
+                 if (r := p.function_response) is not None and r.id in given else p
+                 for p in content.parts]
+        return Content(content.role, parts)
 
     async def _caught_up(self) -> None:
         """Wait until every response the connection has put out so far has been handled."""
@@ -291,6 +308,12 @@ class LiveFlow:
         callback_context = ctx.callback_context(flow.agent.name)
         response = await flow.after_model(callback_context, response)
         event = flow.model_event(response, callback_context.actions)
+        if response.content is not None and event.function_calls:
+            # Calls keep their order: a replaced id is told apart by position.
+            for made, stored in zip(response.content.function_calls, event.function_calls,
+                                    strict=True):
+                if made.id != stored.id:
+                    self._given[stored.id] = made.id
         await self._emit(event)
         if event.function_calls and event.error_code is None:
             self._spawn(self._handle_calls(event.function_calls))
@@ -327,8 +350,8 @@ class LiveFlow:
         """Stop streams; returns once each has ended and nothing more of it can be told."""
         name = str(call.args.get("function_name", ""))
         only = call.args.get("call_id")
-        matching = [s for s in self._streams.values()
-                    if s.tool.name == name and (only is None or s.call.id == only)]
+        matching = [s for s in self._streams.values() if s.tool.name == name and (
+            only is None or only in (s.call.id, self._given.get(s.call.id)))]
         if not matching:
             return {"result": f"No active streaming function named {name}"}
         for stream in matching:

@@ -24,15 +24,21 @@ left out. So building a model request does not re-read the whole history.
 
 The ledger is updated by :meth:`observe` with each committed event, in commit
 order; :meth:`catch_up` brings it level with a session's events.
+
+Call ids are unique within a session: :meth:`unique_calls` gives a model's
+aggregate a fresh id for each call whose id the session already holds (a model
+that numbers its calls per response reuses ``call_1``), before it is stored and
+before its calls run, so the results, the stored history and every later
+request name the call by its fresh id.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
-from ..events import ApprovalRequest, Event
+from ..events import ApprovalRequest, Event, new_id
 from ..types import Content, FunctionCall, FunctionResponse, Part
 
 CallStatus = Literal["open", "awaiting_approval", "long_running", "answered"]
@@ -67,7 +73,7 @@ class CallLedger:
     :meth:`observe` after each commit.
     """
 
-    __slots__ = ("_calls", "_contents", "_last_id", "_observed", "_slots")
+    __slots__ = ("_calls", "_contents", "_last_id", "_observed", "_slots", "_unmatched")
 
     def __init__(self) -> None:
         self._reset()
@@ -77,6 +83,7 @@ class CallLedger:
         self._contents: list[Content] = []
         # call id -> (index in _contents of the results content, index of its part)
         self._slots: dict[str, tuple[int, int]] = {}
+        self._unmatched: set[str] = set()  # ids of responses to no call (the store holds them)
         self._observed = 0
         self._last_id: str | None = None
 
@@ -153,8 +160,9 @@ class CallLedger:
     def _record_response(self, response: FunctionResponse, tickets: Sequence[str],
                          at: float) -> None:
         record = self._calls.get(response.id)
-        if record is None:
-            return  # a response to no call of this session: not part of the conversation
+        if record is None:  # a response to no call of this session: not part of the conversation
+            self._unmatched.add(response.id)  # but its id is taken: the store holds a result
+            return
         record.response = response
         record.approval = None
         ticket = response.id in tickets
@@ -167,6 +175,39 @@ class CallLedger:
             parts = list(old.parts)  # a new Content: requests already built keep theirs
             parts[n] = Part(function_response=response)
             self._contents[index] = Content(old.role, parts)
+
+    # -- the one id per call rule ----------------------------------------------------------
+
+    def unique_calls(self, content: Content) -> Content:
+        """``content`` with a fresh id for each call whose id is already taken.
+
+        An id is taken by a call (or a result) of the session, or by an earlier
+        call of ``content`` itself. Calls keep their order, so a replaced one is
+        found by position. ``content`` itself is never changed: a new one is
+        returned when any id is replaced (a live connection that keeps the
+        model's response keeps the ids the model gave), else ``content`` itself.
+        """
+        parts = content.parts
+        if not any(part.function_call is not None for part in parts):
+            return content
+        calls, unmatched = self._calls, self._unmatched
+        seen: set[str] = set()
+        kept: list[Part] | None = None
+        for n, part in enumerate(parts):
+            call = part.function_call
+            if call is None:
+                continue
+            if call.id in seen or call.id in calls or call.id in unmatched:
+                fresh = new_id("call")  # a random per-process prefix, then a counter
+                while fresh in calls or fresh in unmatched or fresh in seen:
+                    fresh = new_id("call")
+                if kept is None:
+                    kept = list(parts)
+                kept[n] = replace(part, function_call=FunctionCall(fresh, call.name, call.args))
+                seen.add(fresh)
+            else:
+                seen.add(call.id)
+        return content if kept is None else Content(content.role, kept)
 
     # -- questions --------------------------------------------------------------------------
 
