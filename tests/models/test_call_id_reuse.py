@@ -152,3 +152,27 @@ async def test_a_reused_call_id_is_replaced_consistently_on_the_wire(
                                                    ("call", fresh), ("result", fresh)]
     assert ids_of(provider.requests[1].json()) == [("call", "call_1"), ("result", "call_1")]
 
+
+@pytest.mark.parametrize("fmt", list(ADAPTERS))
+async def test_two_calls_with_one_id_in_one_response_pair_up_on_the_wire(
+        fmt: str, provider: FakeProvider) -> None:
+    make, ids_of = ADAPTERS[fmt]
+    provider.enqueue(
+        Scenario(body=call_turn(fmt, {"id": "call_1", "name": "lookup", "fragments": 3,
+                                      "arguments": {"order_id": "1"}},
+                                {"id": "call_1", "name": "lookup", "fragments": 3,
+                                 "arguments": {"order_id": "2"}})),
+        Scenario(body=text_turn(fmt, "Both found.")))
+    async with httpx.AsyncClient() as client:
+        runner = Runner(agent=Agent(name="bot", model=make(provider, client), tools=[lookup]),
+                        app_name="app", auto_create_session=True)
+        events = [e async for e in runner.run_async(
+            user_id="u", session_id="s", new_message="find 1 and 2",
+            run_config=RunConfig(streaming_mode=StreamingMode.SSE))]
+    assert events[-1].text == "Both found.", [e.error_code for e in events]
+    calls = [c.id for e in events if not e.partial for c in e.function_calls]
+    answers = {r.id: r.response for e in events if not e.partial for r in e.function_responses}
+    assert calls[0] == "call_1" and calls[1] != "call_1"
+    assert answers == {calls[0]: {"order": "1"}, calls[1]: {"order": "2"}}
+    assert ids_of(provider.requests[1].json()) == [("call", calls[0]), ("call", calls[1]),
+                                                   ("result", calls[0]), ("result", calls[1])]

@@ -26,6 +26,7 @@ from headwater.testing import (
     LiveTurn,
     ScriptedCall,
     ScriptedModel,
+    ScriptedTurn,
     wait_until,
 )
 from headwater.types import Content, FunctionCall, FunctionResponse, Part
@@ -98,6 +99,24 @@ async def test_a_call_id_reused_in_a_later_turn_gets_a_fresh_id(kind: str,
     # The model's request after the second call shows the fresh id paired with its result.
     assert pairs(model.requests[3]) == [("call", "call_1"), ("result", "call_1"),
                                         ("call", fresh), ("result", fresh)]
+
+
+async def test_two_calls_with_one_id_in_one_response_both_run_under_their_own_ids() -> None:
+    turn = ScriptedTurn(calls=(ScriptedCall("lookup", {"order_id": "1"}, id="call_1"),
+                               ScriptedCall("lookup", {"order_id": "2"}, id="call_1")))
+    model = ScriptedModel([turn]).reply("both")
+    runner = Runner(agent=Agent(name="bot", model=model, tools=[lookup]), app_name="app",
+                    auto_create_session=True)
+    result = await runner.run_once(user_id="u", session_id="s", new_message="go")
+    assert (result.text, result.error_code) == ("both", None)
+    events = await history(runner)
+    assert_valid(events)
+    calls, _ = calls_and_results(events)
+    assert calls[0] == "call_1" and calls[1] != "call_1"
+    answers = {r.id: r.response for e in events for r in e.function_responses}
+    assert answers == {calls[0]: {"order": "1"}, calls[1]: {"order": "2"}}
+    assert pairs(model.requests[1]) == [("call", calls[0]), ("call", calls[1]),
+                                        ("result", calls[0]), ("result", calls[1])]
 
 
 def test_the_ledger_replaces_only_taken_ids_and_leaves_the_content_alone() -> None:

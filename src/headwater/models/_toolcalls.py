@@ -29,8 +29,11 @@ class ToolCallAssembler:
     """Collects fragments per call; :meth:`finish` returns the parsed calls.
 
     Keying: by provider index; when a server repeats an index (or omits it)
-    for what carries a new call id, the call id decides. A fragment that
-    names no call and cannot be attributed raises ``ToolCallAssemblyError``.
+    for what carries a new call id, the call id decides. A call id seen
+    before under another index is a new call (a server that gives every call
+    of a response the same id); the session gives it a fresh id when it is
+    stored. A fragment that names no call and cannot be attributed raises
+    ``ToolCallAssemblyError``.
     """
 
     __slots__ = ("_by_id", "_by_index", "_slots")
@@ -66,7 +69,7 @@ class ToolCallAssembler:
     def _slot_for(self, index: int | None, call_id: str | None, name: str | None) -> _Slot:
         if call_id:
             known = self._by_id.get(call_id)
-            if known is not None:
+            if known is not None and (index is None or known.index in (None, index)):
                 return known
             same_index = self._by_index.get(index) if index is not None else None
             if same_index is not None and same_index.id is None:

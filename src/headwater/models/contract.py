@@ -12,8 +12,11 @@ Invariants, by the name a :class:`~headwater.errors.ModelProtocolViolation` carr
 - ``text_concatenation``: the partials' text (and thought text) concatenates to
   the final's;
 - ``calls_only_on_final``: only the final carries function calls (or responses);
-- ``usage_only_on_final``: only the final carries usage;
-- ``call_once``: each call id appears once in the final.
+- ``usage_only_on_final``: only the final carries usage.
+
+Call ids are not checked here: a call whose id the session already holds, or
+that another call of the same final took, is stored under a fresh id
+(``CallLedger.unique_calls``), so a model that repeats ids loses nothing.
 """
 
 from __future__ import annotations
@@ -93,11 +96,6 @@ class StreamContract:
             raise ModelProtocolViolation(
                 "text_concatenation",
                 "the partials' thought text does not concatenate to the final's")
-        if content is not None:
-            ids = [c.id for c in content.function_calls]
-            if len(ids) != len(set(ids)):
-                raise ModelProtocolViolation("call_once",
-                                             f"a call id appears twice in the final: {ids}")
         self._final = final
 
     def finish(self) -> LlmResponse:

@@ -18,8 +18,8 @@ class StreamContractError(AssertionError):
 
     Attributes:
         invariant: which one: ``"one_final_last"`` (1), ``"text_concatenation"``
-            (2), ``"calls_only_on_final"`` (3), ``"call_once"`` (4) or
-            ``"usage_only_on_final"`` (see ``headwater.models.contract``).
+            (2), ``"calls_only_on_final"`` (3) or ``"usage_only_on_final"`` (see
+            ``headwater.models.contract``).
     """
 
     def __init__(self, invariant: str, message: str) -> None:
