@@ -89,3 +89,27 @@ async def test_aclose_seals_open_calls_with_the_reason_given(reason: str) -> Non
     assert result["code"] == reason
     stop = stored.events[-1]  # the stop's record: what ended the run
     assert stop.error_code == ("cancelled" if reason == "cancelled" else "server_shutdown")
+
+
+async def test_a_started_stream_dropped_unread_gives_the_session_back() -> None:
+    """start() holds the session; a stream dropped before its first event is closed when
+    it is collected (as Python closes an abandoned async generator), releasing the lease."""
+    import gc
+
+    runner = make_runner(ScriptedModel().reply("never").reply("second"))
+    session = await runner.create_session(user_id="u")
+    stream = runner.run_async(user_id="u", session_id=session.id, new_message="hi")
+    await stream.start()
+    del stream
+    gc.collect()
+    for _ in range(50):  # the close runs on the loop, soon
+        await asyncio.sleep(0.01)
+        again = runner.run_async(user_id="u", session_id=session.id, new_message="again")
+        try:
+            result = [e async for e in again]
+        except SessionBusyError:
+            continue
+        break
+    else:
+        raise AssertionError("the dropped run kept the session")
+    assert result[-1].text == "never"  # the first script step: the dropped run never ran

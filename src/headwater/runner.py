@@ -23,7 +23,7 @@ from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator
 from contextlib import aclosing
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any, Final, Literal
+from typing import Any, Literal
 
 from .agents.agent import Agent
 from .agents.approvals import answered_calls, split_approvals
@@ -57,18 +57,6 @@ logger = logging.getLogger("headwater.runner")
 
 
 SealReason = Literal["cancelled", "interrupted"]
-_STARTED: Final[Event] = Event(id="started", author="")  # never leaves RunStream.start
-
-
-class _RunControl:
-    """What a :class:`RunStream` asks of its run before and as it ends."""
-
-    __slots__ = ("began", "reason", "wants_start")
-
-    def __init__(self) -> None:
-        self.began = False  # the run's generator has been entered
-        self.wants_start = False  # yield _STARTED once the session is held and the message stored
-        self.reason: SealReason = "cancelled"  # the synthetic result of calls a stop leaves open
 
 
 class RunStream:
@@ -86,14 +74,13 @@ class RunStream:
         stats: model calls, tool calls and usage totals of the run so far.
     """
 
-    __slots__ = ("_agen", "_control", "invocation_id", "stats")
+    __slots__ = ("_agen", "_run", "invocation_id", "stats")
 
-    def __init__(self, agen: AsyncGenerator[Event, None], invocation_id: str,
-                 stats: RunStats, control: _RunControl) -> None:
-        self._agen = agen
-        self._control = control
-        self.invocation_id = invocation_id
-        self.stats = stats
+    def __init__(self, run: _Run) -> None:
+        self._run = run
+        self._agen = run.events()
+        self.invocation_id = run.spec.invocation_id
+        self.stats = run.spec.stats
 
     async def start(self) -> None:
         """Take the session and store the message now, before the first event.
@@ -107,12 +94,7 @@ class RunStream:
                 as iterating would.
             UserError: the run has already started.
         """
-        control = self._control
-        if control.wants_start or control.began:
-            raise UserError("RunStream.start() must come before the first event, once")
-        control.wants_start = True
-        marker = await self._agen.__anext__()
-        assert marker is _STARTED, "the run yielded an event before it started"
+        await self._run.start()
 
     @property
     def usage(self) -> Usage:
@@ -134,13 +116,13 @@ class RunStream:
         ``cancelled`` by default; a server that stops runs as it shuts down sets
         ``interrupted`` before it cancels them.
         """
-        return self._control.reason
+        return self._run.reason
 
     @seal_reason.setter
     def seal_reason(self, reason: SealReason) -> None:
         if reason not in ("cancelled", "interrupted"):
             raise UserError(f"seal_reason is 'cancelled' or 'interrupted', not {reason!r}")
-        self._control.reason = reason
+        self._run.reason = reason
 
     async def aclose(self, *, reason: SealReason | None = None) -> None:
         """Stop the run: close the model stream, cancel tools, seal history.
@@ -151,6 +133,7 @@ class RunStream:
         if reason is not None:
             self.seal_reason = reason
         await self._agen.aclose()
+        await self._run.close()  # started (start()) but never iterated
 
     async def __aenter__(self) -> RunStream:
         return self
@@ -158,7 +141,7 @@ class RunStream:
     async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                         tb: TracebackType | None) -> None:
         """Close the run (model stream, tools, seal) whatever ended the block."""
-        await self._agen.aclose()
+        await self.aclose()
 
     async def athrow(self, exc: BaseException) -> Event:
         """Throw into the run (as for an async generator)."""
@@ -334,6 +317,339 @@ class _Heartbeat:
             await asyncio.wait([task])
 
 
+@dataclass(slots=True)
+class _RunSpec:
+    """What a run was asked: whose session, in which mode, with what input."""
+
+    user_id: str
+    session_id: str
+    config: RunConfig
+    invocation_id: str
+    message: Content | None = None  # run_async: the user's turn
+    queue: LiveRequestQueue | None = None  # run_live: the client's input
+    stats: RunStats = field(default_factory=RunStats)
+
+
+class _Hold:
+    """A run's hold on its session, as an async context manager.
+
+    Entering takes the session's lease (storing the user's message in the same
+    write when nothing needs repair), reads the session, and sets up the one
+    recorder every write of the run goes through, the flow, and the heartbeat
+    that renews the lease. Leaving seals every call left without a result,
+    records a stop, stops the heartbeat and releases the lease — whatever ended
+    the run (its last event, an error, a cancel). See docs/architecture.md, "One
+    flow, one persistence point" and "One run per session".
+
+    Attributes (valid once entered):
+        flow: the run's step engine, writing through the recorder.
+        stored: whether the lease's write stored the message (``None``: unknown).
+        failure: the error event to end the run with when reading the session failed.
+    """
+
+    __slots__ = ("_first", "_heartbeat", "_lease", "_recorder", "_runner", "_spec", "failure",
+                 "flow", "reason", "stopped", "stored")
+
+    def __init__(self, runner: Runner, spec: _RunSpec) -> None:
+        self._runner = runner
+        self._spec = spec
+        self._first = self._first_event()
+        self._lease: Lease | None = None
+        self._recorder: _Recorder | None = None
+        self._heartbeat: _Heartbeat | None = None
+        self.flow: Flow | None = None
+        self.stored: bool | None = False
+        self.failure: Event | None = None
+        self.reason: SealReason = "cancelled"
+        self.stopped = False  # stopped before its last event: the stop is recorded
+
+    @property
+    def first(self) -> Event | None:
+        """The message event the lease's write may store (see :meth:`_first_event`)."""
+        return self._first[0] if self._first is not None else None
+
+    @property
+    def recorder(self) -> _Recorder:
+        assert self._recorder is not None, "the hold is not entered"
+        return self._recorder
+
+    async def __aenter__(self) -> _Hold:
+        runner, spec = self._runner, self._spec
+        self._lease, self.stored = await self._take()
+        try:
+            session = await runner.session_service.get_session(
+                app_name=runner.app_name, user_id=spec.user_id, session_id=spec.session_id)
+        except SessionNotFoundError:
+            await self._release()
+            raise
+        except SessionError as exc:  # the store failed: one error event, not a raise
+            logger.warning("run %s: reading the session failed: %s", spec.invocation_id,
+                           type(exc).__name__)
+            self.failure = Event(invocation_id=spec.invocation_id, author=runner.agent.name,
+                                 error_code=exc.code,
+                                 error_message="the session store failed; the run stopped")
+            await self._release()
+            return self
+        except BaseException:
+            await self._release()
+            raise
+        if session is None:
+            await self._release()
+            raise SessionNotFoundError(
+                f"no session {spec.session_id!r} for user {spec.user_id!r}")
+        ctx = InvocationContext(
+            invocation_id=spec.invocation_id, app_name=runner.app_name, session=session,
+            run_config=spec.config, settings=runner.settings, stats=spec.stats,
+            artifact_service=runner.artifact_service, clock=runner.clock,
+            ledger=runner._ledger(session))
+        self._recorder = _Recorder(runner.session_service, ctx, self._lease)
+        self._heartbeat = _Heartbeat(runner.session_service, self._recorder,
+                                     runner.settings.session_lease_ttl)
+        self.flow = Flow(runner.agent, ctx, self._recorder)
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        recorder, flow = self._recorder, self.flow
+        if recorder is None or flow is None:
+            return  # never held (released on the way in)
+        try:
+            runner, spec = self._runner, self._spec
+            await recorder.seal(flow, self.reason, lambda: runner.session_service.get_session(
+                app_name=runner.app_name, user_id=spec.user_id, session_id=spec.session_id))
+            if self.stopped and not recorder.released:  # stopped before its last event
+                await recorder.record_stop(self.reason, runner.agent.name)
+        finally:
+            try:
+                if self._heartbeat is not None:
+                    await self._heartbeat.stop()
+            finally:  # a cancel landing in the wait above must not keep the session busy
+                if not recorder.released:
+                    await self._release()
+
+    def _first_event(self) -> tuple[Event, str | None] | None:
+        """The user's message as an event the lease's write may store, and the event it follows.
+
+        Only a plain message (approval answers and function responses are
+        checked against the session first), and only while the runner's
+        ledger of the session shows nothing to repair: no dangling call, no
+        expired ticket. The store appends it only if the session's last event
+        is still the ledger's last (a session without a ledger here: only if it
+        has no events), so the ledger's verdict is about the stored history.
+        """
+        spec, runner = self._spec, self._runner
+        message = spec.message
+        if message is None or message.function_responses:
+            return None
+        ledger = runner._ledgers.get((spec.user_id, spec.session_id))
+        event = Event(invocation_id=spec.invocation_id, author="user", content=message)
+        if ledger is None:
+            return event, None
+        if ledger.dangling() or ledger.expired_tickets(time.time(),
+                                                       runner.settings.long_running_ttl):
+            return None
+        return event, ledger.last_event_id
+
+    async def _take(self) -> tuple[Lease, bool | None]:
+        """The session's lease for this run (creating the session when allowed).
+
+        With a first event, the lease's write stores it too when the history
+        is still the one it follows. Returns the lease and whether that event
+        was stored (``None``: unknown, the write with it failed and the lease
+        was taken alone; the session read afterwards tells).
+
+        Raises:
+            SessionNotFoundError: no such session (and ``auto_create_session`` is off).
+            SessionBusyError: another run holds it (after ``Settings.session_lock_timeout``).
+            SessionError: the store failed.
+        """
+        runner, spec, first = self._runner, self._spec, self._first
+        service, settings = runner.session_service, runner.settings
+        user_id, session_id, run_id = spec.user_id, spec.session_id, spec.invocation_id
+        created, unsure = False, False
+        while True:
+            try:
+                if first is None:
+                    lease = await service.acquire_lease(
+                        app_name=runner.app_name, user_id=user_id, session_id=session_id,
+                        owner=runner._owner, run_id=run_id, ttl=settings.session_lease_ttl,
+                        wait=settings.session_lock_timeout)
+                    return lease, (None if unsure else False)
+                return await service.acquire_lease_and_append(
+                    app_name=runner.app_name, user_id=user_id, session_id=session_id,
+                    owner=runner._owner, run_id=run_id, ttl=settings.session_lease_ttl,
+                    wait=settings.session_lock_timeout, event=first[0], after=first[1])
+            except asyncio.CancelledError:
+                # The write may have taken the lease anyway: give it back, or the session
+                # stays busy for a whole TTL (release matches on owner and run id alone).
+                self._lease = Lease(runner.app_name, user_id, session_id, runner._owner,
+                                    run_id, 0.0)
+                await self._release()
+                raise
+            except SessionNotFoundError:
+                if not runner.auto_create_session:
+                    raise SessionNotFoundError(
+                        f"no session {session_id!r} for user {user_id!r} in app "
+                        f"{runner.app_name!r}; create it with runner.create_session() or pass "
+                        "auto_create_session=True") from None
+                if created:
+                    raise SessionNotFoundError(
+                        f"session {session_id!r} vanished as it was created") from None
+                created = True
+                with contextlib.suppress(SessionError):  # another run may create it first
+                    await service.create_session(app_name=runner.app_name, user_id=user_id,
+                                                 session_id=session_id)
+            except SessionBusyError:
+                raise
+            except SessionError as exc:
+                if first is None:
+                    raise
+                # Take the lease alone (a store that is down fails again, and raises);
+                # the message then follows as its own write, as it would have.
+                logger.warning("run %s: storing the message with the lease failed (%s)",
+                               run_id, type(exc).__name__)
+                first, unsure = None, True
+
+    async def _release(self) -> None:
+        lease = self._lease
+        if lease is None:
+            return
+        try:
+            await self._runner.session_service.release_lease(lease)
+        except SessionError as exc:  # it expires on its own
+            logger.warning("releasing the lease of run %s failed: %s", lease.run_id,
+                           type(exc).__name__)
+
+
+class _Run:
+    """One run: a start phase (hold the session, make it whole, store the message), then
+    its events, then the hold's end. :meth:`RunStream.start` runs the start phase on its
+    own; iterating starts it when nobody did.
+    """
+
+    __slots__ = ("_exits", "_hold", "_loop", "_source", "phase", "spec")
+
+    def __init__(self, runner: Runner, spec: _RunSpec) -> None:
+        self.spec = spec
+        self.phase: Literal["new", "starting", "started", "closed"] = "new"
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._hold = _Hold(runner, spec)
+        self._exits = contextlib.AsyncExitStack()
+        self._source: AsyncGenerator[Event, None] | None = None
+
+    @property
+    def reason(self) -> SealReason:
+        return self._hold.reason
+
+    @reason.setter
+    def reason(self, reason: SealReason) -> None:
+        self._hold.reason = reason
+
+    async def start(self) -> None:
+        """Hold the session and store the message; the flow is ready to go.
+
+        Raises:
+            SessionNotFoundError, SessionBusyError, ApprovalError, UserError:
+                nothing is held afterwards.
+            UserError: the run has already started.
+        """
+        if self.phase != "new":
+            raise UserError("RunStream.start() must come before the first event, once")
+        self.phase = "starting"
+        self._loop = asyncio.get_running_loop()
+        try:
+            hold = await self._exits.enter_async_context(self._hold)
+            if hold.failure is None:
+                await self._prepare(hold)
+        except BaseException as exc:
+            if isinstance(exc, asyncio.CancelledError):
+                self._hold.stopped = self.spec.message is not None
+            await self.close()
+            raise
+        self.phase = "started"
+
+    async def _prepare(self, hold: _Hold) -> None:
+        """Repair what a dead run left, store the message, and pick the events' source."""
+        flow, recorder, spec = hold.flow, hold.recorder, self.spec
+        assert flow is not None
+        ctx = flow.ctx
+        try:
+            repaired = await flow.repair()  # calls of runs whose lease ended without them
+            if repaired is not None:
+                await recorder.commit(repaired)
+            expired = expired_event(ctx, flow.agent.name, time.time())  # as event stamps
+            if expired is not None:  # tickets whose result never came
+                await recorder.commit(expired)
+            first = hold.first
+            if first is not None and hold.stored is None:  # the write with it failed
+                hold.stored = any(e.id == first.id for e in reversed(ctx.session.events))
+            if hold.stored:
+                self._source = flow.run()  # the message went in with the lease
+            elif spec.message is not None:
+                content, decisions = split_approvals(spec.message)
+                ctx.resume = answered_calls(ctx.ledger, content, decisions)
+                await recorder.commit(Event(
+                    invocation_id=spec.invocation_id, author="user", content=content,
+                    actions=EventActions(approval_decisions=decisions)))
+                self._source = flow.run()
+            else:
+                assert spec.queue is not None
+                self._source = LiveFlow(flow, spec.queue).events()
+        except SessionError as exc:  # the store failed: one error event, not a raise
+            logger.warning("run %s: the session store failed: %s", spec.invocation_id,
+                           type(exc).__name__)
+            hold.failure = flow.error_event(exc.code, "the session store failed; the run stopped")
+
+    async def events(self) -> AsyncGenerator[Event, None]:
+        """The run's events; every non-partial one was committed before it is yielded."""
+        if self.phase == "new":
+            await self.start()
+        if self.phase != "started":
+            return  # the start failed (and raised) or the run was closed
+        hold = self._hold
+        try:
+            if hold.failure is not None:
+                yield hold.failure
+                return
+            source = self._source
+            assert source is not None and hold.flow is not None
+            try:
+                async for event in source:
+                    yield event
+            except SessionError as exc:  # the store failed mid-run: one error event
+                logger.warning("run %s: the session store failed: %s", self.spec.invocation_id,
+                               type(exc).__name__)
+                yield hold.flow.error_event(exc.code,
+                                            "the session store failed; the run stopped")
+        except (GeneratorExit, asyncio.CancelledError):
+            hold.stopped = self.spec.message is not None  # a live run ends by being closed
+            raise
+        finally:
+            await self.close()
+
+    async def close(self) -> None:
+        """End the run: close the flow (model stream, tools), then leave the hold
+        (seal, record a stop, release). Idempotent."""
+        if self.phase == "closed":
+            return
+        self.phase = "closed"
+        try:
+            if self._source is not None:
+                await self._source.aclose()
+        finally:
+            await self._exits.aclose()
+
+    def __del__(self) -> None:
+        # Started (RunStream.start) but dropped before its first event: Python finalises
+        # only async generators that began, so the hold is left here, as they are.
+        loop = self._loop
+        if self.phase == "started" and loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self._close_later)
+
+    def _close_later(self) -> None:
+        asyncio.ensure_future(self.close())
+
+
 class Runner:
     """Runs an agent on sessions of one app.
 
@@ -413,11 +729,8 @@ class Runner:
         if not message.parts or all(p.text is not None and not p.text.strip()
                                     for p in message.parts):
             raise UserError("the message is empty: send some text or content parts")
-        invocation_id = new_id("inv")
-        stats, control = RunStats(), _RunControl()
-        agen = self._run(user_id, session_id, config, invocation_id, stats, control, message,
-                         None)
-        return RunStream(agen, invocation_id, stats, control)
+        return RunStream(_Run(self, _RunSpec(user_id, session_id, config, new_id("inv"),
+                                             message=message)))
 
     def run_live(
         self,
@@ -441,11 +754,8 @@ class Runner:
         config = run_config or RunConfig(streaming_mode=StreamingMode.BIDI)
         if config.streaming_mode is not StreamingMode.BIDI:
             config = config.model_copy(update={"streaming_mode": StreamingMode.BIDI})
-        invocation_id = new_id("inv")
-        stats, control = RunStats(), _RunControl()
-        agen = self._run(user_id, session_id, config, invocation_id, stats, control, None,
-                         live_request_queue)
-        return RunStream(agen, invocation_id, stats, control)
+        return RunStream(_Run(self, _RunSpec(user_id, session_id, config, new_id("inv"),
+                                             queue=live_request_queue)))
 
     async def run_once(self, *, user_id: str, new_message: str | Content,
                        session_id: str | None = None,
@@ -473,184 +783,6 @@ class Runner:
                          events=events, usage=stream.usage, session_id=session_id,
                          invocation_id=stream.invocation_id,
                          error_code=last.error_code if last is not None else None)
-
-    async def _run(
-        self, user_id: str, session_id: str, config: RunConfig, invocation_id: str,
-        stats: RunStats, control: _RunControl, message: Content | None,
-        queue: LiveRequestQueue | None,
-    ) -> AsyncGenerator[Event, None]:
-        """One run holding its session: repair after a crash, run, seal on the way out.
-
-        Every non-partial event is committed by the run's recorder (and the
-        ledger updated) before it is yielded and before the flow that made it
-        goes on.
-        """
-        control.began = True
-        service = self.session_service
-        first = self._first_event(user_id, session_id, invocation_id, message)
-        lease, stored = await self._take(user_id, session_id, invocation_id, first)
-        heartbeat: _Heartbeat | None = None
-        recorder: _Recorder | None = None
-        try:
-            try:
-                session = await service.get_session(app_name=self.app_name, user_id=user_id,
-                                                    session_id=session_id)
-            except SessionNotFoundError:
-                raise
-            except SessionError as exc:  # the store failed: one error event, not a raise
-                logger.warning("run %s: reading the session failed: %s", invocation_id,
-                               type(exc).__name__)
-                if control.wants_start:
-                    yield _STARTED
-                yield Event(invocation_id=invocation_id, author=self.agent.name,
-                            error_code=exc.code,
-                            error_message="the session store failed; the run stopped")
-                return
-            if session is None:
-                raise SessionNotFoundError(f"no session {session_id!r} for user {user_id!r}")
-            ctx = InvocationContext(
-                invocation_id=invocation_id, app_name=self.app_name, session=session,
-                run_config=config, settings=self.settings, stats=stats,
-                artifact_service=self.artifact_service, clock=self.clock,
-                ledger=self._ledger(session))
-            recorder = _Recorder(service, ctx, lease)
-            heartbeat = _Heartbeat(service, recorder, self.settings.session_lease_ttl)
-            flow = Flow(self.agent, ctx, recorder)
-            events: AsyncGenerator[Event, None] | None = None
-            stopped = False
-            try:
-                repaired = await flow.repair()  # calls of runs whose lease ended without them
-                if repaired is not None:
-                    await recorder.commit(repaired)
-                expired = expired_event(ctx, self.agent.name, time.time())  # as event stamps
-                if expired is not None:  # tickets whose result never came
-                    await recorder.commit(expired)
-                if first is not None and stored is None:  # the write with it failed
-                    stored = any(e.id == first[0].id for e in reversed(session.events))
-                if stored:
-                    events = flow.run()  # the message went in with the lease
-                elif message is not None:
-                    content, decisions = split_approvals(message)
-                    ctx.resume = answered_calls(ctx.ledger, content, decisions)
-                    await recorder.commit(Event(
-                        invocation_id=invocation_id, author="user", content=content,
-                        actions=EventActions(approval_decisions=decisions)))
-                    events = flow.run()
-                else:
-                    assert queue is not None
-                    events = LiveFlow(flow, queue).events()
-                if control.wants_start:
-                    yield _STARTED
-                async for event in events:
-                    yield event
-            except SessionError as exc:  # the store failed mid-run: one error event, not a raise
-                logger.warning("run %s: the session store failed: %s", invocation_id,
-                               type(exc).__name__)
-                yield flow.error_event(exc.code, "the session store failed; the run stopped")
-            except (GeneratorExit, asyncio.CancelledError):
-                stopped = message is not None  # a live run ends by being closed
-                raise
-            finally:
-                if events is not None:
-                    await events.aclose()
-                await recorder.seal(flow, control.reason, lambda: service.get_session(
-                    app_name=self.app_name, user_id=user_id, session_id=session_id))
-                if stopped and not recorder.released:  # stopped before its last event
-                    await recorder.record_stop(control.reason, self.agent.name)
-        finally:
-            try:
-                if heartbeat is not None:
-                    await heartbeat.stop()
-            finally:  # a cancel landing in the wait above must not keep the session busy
-                if recorder is None or not recorder.released:
-                    await self._release(lease)
-
-    def _first_event(self, user_id: str, session_id: str, invocation_id: str,
-                     message: Content | None) -> tuple[Event, str | None] | None:
-        """The user's message as an event the lease's write may store, and the event it follows.
-
-        Only a plain message (approval answers and function responses are
-        checked against the session first), and only while this runner's
-        ledger of the session shows nothing to repair: no dangling call, no
-        expired ticket. The store appends it only if the session's last event
-        is still the ledger's last (a session without a ledger here: only if it
-        has no events), so the ledger's verdict is about the stored history.
-        """
-        if message is None or message.function_responses:
-            return None
-        ledger = self._ledgers.get((user_id, session_id))
-        if ledger is None:
-            return Event(invocation_id=invocation_id, author="user", content=message), None
-        if ledger.dangling() or ledger.expired_tickets(time.time(),
-                                                       self.settings.long_running_ttl):
-            return None
-        return (Event(invocation_id=invocation_id, author="user", content=message),
-                ledger.last_event_id)
-
-    async def _take(self, user_id: str, session_id: str, run_id: str,
-                    first: tuple[Event, str | None] | None) -> tuple[Lease, bool | None]:
-        """The session's lease for this run (creating the session when allowed).
-
-        With ``first``, the lease's write stores that event too when the
-        history is still the one it follows. Returns the lease and whether
-        ``first`` was stored (``None``: unknown, the write with it failed and
-        the lease was taken alone; the session read afterwards tells).
-
-        Raises:
-            SessionNotFoundError: no such session (and ``auto_create_session`` is off).
-            SessionBusyError: another run holds it (after ``Settings.session_lock_timeout``).
-            SessionError: the store failed.
-        """
-        service, settings = self.session_service, self.settings
-        created, unsure = False, False
-        while True:
-            try:
-                if first is None:
-                    lease = await service.acquire_lease(
-                        app_name=self.app_name, user_id=user_id, session_id=session_id,
-                        owner=self._owner, run_id=run_id, ttl=settings.session_lease_ttl,
-                        wait=settings.session_lock_timeout)
-                    return lease, (None if unsure else False)
-                return await service.acquire_lease_and_append(
-                    app_name=self.app_name, user_id=user_id, session_id=session_id,
-                    owner=self._owner, run_id=run_id, ttl=settings.session_lease_ttl,
-                    wait=settings.session_lock_timeout, event=first[0], after=first[1])
-            except asyncio.CancelledError:
-                # The write may have taken the lease anyway: give it back, or the session
-                # stays busy for a whole TTL (release matches on owner and run id alone).
-                await self._release(Lease(self.app_name, user_id, session_id, self._owner,
-                                          run_id, 0.0))
-                raise
-            except SessionNotFoundError:
-                if not self.auto_create_session:
-                    raise SessionNotFoundError(
-                        f"no session {session_id!r} for user {user_id!r} in app "
-                        f"{self.app_name!r}; create it with runner.create_session() or pass "
-                        "auto_create_session=True") from None
-                if created:
-                    raise SessionNotFoundError(
-                        f"session {session_id!r} vanished as it was created") from None
-                created = True
-                with contextlib.suppress(SessionError):  # another run may create it first
-                    await service.create_session(app_name=self.app_name, user_id=user_id,
-                                                 session_id=session_id)
-            except SessionBusyError:
-                raise
-            except SessionError as exc:
-                if first is None:
-                    raise
-                # Take the lease alone (a store that is down fails again, and raises);
-                # the message then follows as its own write, as it would have.
-                logger.warning("run %s: storing the message with the lease failed (%s)",
-                               run_id, type(exc).__name__)
-                first, unsure = None, True
-
-    async def _release(self, lease: Lease) -> None:
-        try:
-            await self.session_service.release_lease(lease)
-        except SessionError as exc:  # it expires on its own
-            logger.warning("releasing the lease of run %s failed: %s", lease.run_id,
-                           type(exc).__name__)
 
     def _ledger(self, session: Session) -> CallLedger:
         """The session's ledger: kept from the last run when history still follows it."""
