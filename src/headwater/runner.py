@@ -57,6 +57,7 @@ logger = logging.getLogger("headwater.runner")
 
 
 SealReason = Literal["cancelled", "interrupted"]
+_CLOSING: set[asyncio.Future[None]] = set()  # closes of dropped runs, held until they end
 
 
 class RunStream:
@@ -647,7 +648,8 @@ class _Run:
             loop.call_soon_threadsafe(self._close_later)
 
     def _close_later(self) -> None:
-        asyncio.ensure_future(self.close())
+        _CLOSING.add(task := asyncio.ensure_future(self.close()))
+        task.add_done_callback(_CLOSING.discard)
 
 
 class Runner:
