@@ -1,4 +1,6 @@
-"""What the SQL stores share: the schema, the statements, and each operation as steps.
+"""What the SQL stores share: the statements, and each operation as steps.
+
+The tables are declared once, in :mod:`.schema`.
 
 Every operation is a generator of ``(sql, params)`` steps (sans-I/O): it yields
 a statement, receives its rows, and returns the result or raises. The SQLite
@@ -31,39 +33,6 @@ Steps = Generator[Step, list[Row], T]
 """An operation: yields statements, is sent each statement's rows, returns its result."""
 
 Key = tuple[str, str, str]  # app_name, user_id, session_id
-
-# The SQLite DDL is what SQLAlchemy generated for the first two tables, so
-# files written by earlier versions open unchanged; postgres.py declares the
-# same tables with SQLAlchemy.
-SQLITE_SCHEMA: Final = (
-    """CREATE TABLE IF NOT EXISTS hw_sessions (
-    app_name VARCHAR NOT NULL, user_id VARCHAR NOT NULL, id VARCHAR NOT NULL,
-    state TEXT NOT NULL, create_time DOUBLE NOT NULL, update_time DOUBLE NOT NULL,
-    PRIMARY KEY (app_name, user_id, id))""",
-    """CREATE TABLE IF NOT EXISTS hw_events (
-    seq INTEGER NOT NULL PRIMARY KEY AUTOINCREMENT, id VARCHAR NOT NULL,
-    app_name VARCHAR NOT NULL, user_id VARCHAR NOT NULL, session_id VARCHAR NOT NULL,
-    invocation_id VARCHAR NOT NULL, author VARCHAR NOT NULL, timestamp DOUBLE NOT NULL,
-    data TEXT NOT NULL,
-    FOREIGN KEY(app_name, user_id, session_id) REFERENCES hw_sessions (app_name, user_id, id)
-        ON DELETE CASCADE,
-    UNIQUE (id))""",
-    "CREATE INDEX IF NOT EXISTS ix_hw_events_session_seq "
-    "ON hw_events (app_name, user_id, session_id, seq)",
-    """CREATE TABLE IF NOT EXISTS hw_call_results (
-    app_name VARCHAR NOT NULL, user_id VARCHAR NOT NULL, session_id VARCHAR NOT NULL,
-    call_id VARCHAR NOT NULL, event_id VARCHAR NOT NULL,
-    PRIMARY KEY (app_name, user_id, session_id, call_id),
-    FOREIGN KEY(app_name, user_id, session_id) REFERENCES hw_sessions (app_name, user_id, id)
-        ON DELETE CASCADE)""",
-    """CREATE TABLE IF NOT EXISTS hw_leases (
-    app_name VARCHAR NOT NULL, user_id VARCHAR NOT NULL, session_id VARCHAR NOT NULL,
-    owner VARCHAR NOT NULL, run_id VARCHAR NOT NULL, expires_at DOUBLE NOT NULL,
-    took_over VARCHAR,
-    PRIMARY KEY (app_name, user_id, session_id),
-    FOREIGN KEY(app_name, user_id, session_id) REFERENCES hw_sessions (app_name, user_id, id)
-        ON DELETE CASCADE)""",
-)
 
 _SESSION: Final = "app_name = :app AND user_id = :user AND id = :sid"
 _OF_SESSION: Final = "app_name = :app AND user_id = :user AND session_id = :sid"

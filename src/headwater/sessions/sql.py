@@ -4,7 +4,8 @@ Tables, created on first use: ``hw_sessions`` (one row per session, its state
 as JSON text), ``hw_events`` (one row per non-partial event, as
 :func:`~headwater.events.event_to_json` text), ``hw_call_results`` (one row
 per call that has its final result) and ``hw_leases`` (the run holding each
-session). ``hw_events.seq`` is a monotonic sequence: events are read back in
+session), declared once in :mod:`.schema`; columns added since a database was
+created are added in place. ``hw_events.seq`` is a monotonic sequence: events are read back in
 ``seq`` order and ``seq`` is the pagination cursor. An event, its state delta
 and its result claims commit in one transaction (docs/architecture.md).
 
