@@ -1,7 +1,8 @@
 """One schema for both SQL stores: what ``headwater.sessions.schema.metadata`` says.
 
 A database written by the previous version (the hand-written SQLite DDL
-below) opens unchanged.
+below, and the same tables on PostgreSQL) opens unchanged: the lease's holder
+columns are added in place and no row is lost.
 """
 
 from __future__ import annotations
@@ -9,18 +10,23 @@ from __future__ import annotations
 import json
 import sqlite3
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
-from sqlalchemy import create_engine
+from sqlalchemy import create_engine, inspect, text
+from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
 
-from headwater.errors import SessionError
+from headwater.errors import SessionBusyError, SessionError
 from headwater.events import Event, event_to_json
 from headwater.sessions import SqlSessionService, schema
 from headwater.types import Content
 
-# What SQLite files were created with before the schema had one source; copied verbatim.
+if TYPE_CHECKING:
+    from conftest import Store
+
+# What SQLite files were created with before the schema had one source (and the lease
+# recorded its holder); copied verbatim.
 PREVIOUS_SQLITE_SCHEMA = (
     """CREATE TABLE IF NOT EXISTS hw_sessions (
     app_name VARCHAR NOT NULL, user_id VARCHAR NOT NULL, id VARCHAR NOT NULL,
@@ -50,6 +56,7 @@ PREVIOUS_SQLITE_SCHEMA = (
     FOREIGN KEY(app_name, user_id, session_id) REFERENCES hw_sessions (app_name, user_id, id)
         ON DELETE CASCADE)""",
 )
+HOLDER_COLUMNS = ("holder_host", "holder_pid", "holder_start")
 TABLES = ("hw_sessions", "hw_events", "hw_call_results", "hw_leases")
 
 
@@ -108,6 +115,7 @@ def fill_previous_file(path: Path) -> list[Event]:
                             (e.id, e.timestamp, event_to_json(e).decode()))
             raw.execute("INSERT INTO hw_call_results VALUES ('app', 'u', 's', 'c1', ?)",
                         (stored[1].id,))
+            # A lease of an older process: its holder is unknown, so it keeps its TTL.
             raw.execute("INSERT INTO hw_leases VALUES ('app', 'u', 's', 'old-owner', 'old-run', "
                         "9e12, NULL)")
     finally:
@@ -132,7 +140,28 @@ async def test_the_sqlite_file_has_the_schema_of_the_metadata(tmp_path: Path) ->
         await service.close()
     created = sqlite_schema(path)
     assert created == metadata_schema(tmp_path)
+    assert [c[1] for c in created["hw_leases"]["columns"]][-3:] == list(HOLDER_COLUMNS)
     assert created["hw_events"]["autoincrement"]  # seq is never reused
+
+
+async def test_a_file_of_the_previous_schema_keeps_every_row(tmp_path: Path) -> None:
+    path = tmp_path / "sessions.db"
+    stored = fill_previous_file(path)
+    before = counts(path)
+    assert sqlite_schema(path) != metadata_schema(tmp_path)  # the holder columns are missing
+
+    service = SqlSessionService(f"sqlite:///{path}")
+    try:
+        session = await service.get_session(app_name="app", user_id="u", session_id="s")
+        assert session is not None and session.state == {"k": "v"}
+        assert [e.id for e in session.events] == [e.id for e in stored]
+        with pytest.raises(SessionBusyError):  # the old lease still holds: holder unknown
+            await service.acquire_lease(app_name="app", user_id="u", session_id="s",
+                                        owner="new", run_id="new-run", ttl=30)
+    finally:
+        await service.close()
+    assert counts(path) == before
+    assert sqlite_schema(path) == metadata_schema(tmp_path)  # upgraded in place
 
 
 async def test_a_missing_column_that_cannot_be_added_is_a_clear_error(tmp_path: Path) -> None:
@@ -150,3 +179,43 @@ async def test_a_missing_column_that_cannot_be_added_is_a_clear_error(tmp_path: 
     finally:
         await service.close()
     assert counts(path) == before
+    assert "holder_host" not in {c[1] for c in sqlite_schema(path)["hw_leases"]["columns"]}
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("store", ["postgres"], indirect=True)
+async def test_a_postgres_database_of_the_previous_schema_keeps_every_row(store: Store) -> None:
+    assert store.url is not None
+    session = await store.service.create_session(app_name="app", user_id="u", session_id="s",
+                                                 state={"k": "v"})
+    await store.service.append_event(session, event("one"))
+    await store.service.close()
+    engine = create_async_engine(store.url, poolclass=NullPool)
+    try:
+        async with engine.begin() as conn:  # back to the previous schema, with a lease row
+            await conn.execute(text("ALTER TABLE hw_leases " + ", ".join(
+                f"DROP COLUMN {name}" for name in HOLDER_COLUMNS)))
+            await conn.execute(text(
+                "INSERT INTO hw_leases VALUES ('app', 'u', 's', 'old-owner', 'old-run', 9e12, "
+                "NULL)"))
+
+        service = store.reopen()
+        loaded = await service.get_session(app_name="app", user_id="u", session_id="s")
+        assert loaded is not None and [e.text for e in loaded.events] == ["one"]
+        assert loaded.state == {"k": "v"}
+        with pytest.raises(SessionBusyError):
+            await service.acquire_lease(app_name="app", user_id="u", session_id="s",
+                                        owner="new", run_id="new-run", ttl=30)
+
+        async with engine.connect() as conn:
+            def columns(sync: Any) -> dict[str, list[str]]:
+                found = inspect(sync)
+                return {t: [c["name"] for c in found.get_columns(t)] for t in TABLES}
+
+            assert await conn.run_sync(columns) == {
+                t.name: [c.name for c in t.columns] for t in schema.metadata.sorted_tables}
+            lease = (await conn.execute(text(
+                "SELECT owner, run_id, holder_host FROM hw_leases"))).all()
+            assert [tuple(row) for row in lease] == [("old-owner", "old-run", None)]
+    finally:
+        await engine.dispose()

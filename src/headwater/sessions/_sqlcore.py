@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Protocol, TypeVar
 
 from ..errors import CallAlreadyAnsweredError, LeaseLostError, SessionError, SessionNotFoundError
+from ._holder import Holder, holder_is_dead
 from .base import Lease
 
 T = TypeVar("T")
@@ -62,13 +63,15 @@ INSERT_EVENT: Final = (
 CLAIM_RESULT: Final = (
     "INSERT INTO hw_call_results (app_name, user_id, session_id, call_id, event_id) "
     "VALUES (:app, :user, :sid, :call, :event) ON CONFLICT DO NOTHING RETURNING 1")
-LEASE_OF: Final = f"SELECT owner, run_id, expires_at, took_over FROM hw_leases WHERE {_OF_SESSION}"
+LEASE_OF: Final = ("SELECT owner, run_id, expires_at, took_over, holder_host, holder_pid, "
+                   f"holder_start FROM hw_leases WHERE {_OF_SESSION}")
 INSERT_LEASE: Final = (
-    "INSERT INTO hw_leases (app_name, user_id, session_id, owner, run_id, expires_at, took_over) "
-    "VALUES (:app, :user, :sid, :owner, :run, :exp, :took)")
+    "INSERT INTO hw_leases (app_name, user_id, session_id, owner, run_id, expires_at, took_over, "
+    "holder_host, holder_pid, holder_start) "
+    "VALUES (:app, :user, :sid, :owner, :run, :exp, :took, :host, :pid, :start)")
 REPLACE_LEASE: Final = (
-    "UPDATE hw_leases SET owner = :owner, run_id = :run, expires_at = :exp, took_over = :took "
-    f"WHERE {_OF_SESSION}")
+    "UPDATE hw_leases SET owner = :owner, run_id = :run, expires_at = :exp, took_over = :took, "
+    f"holder_host = :host, holder_pid = :pid, holder_start = :start WHERE {_OF_SESSION}")
 RENEW_LEASE: Final = (f"UPDATE hw_leases SET expires_at = :exp WHERE {_OF_SESSION} "
                       "AND owner = :owner AND run_id = :run RETURNING took_over")
 RELEASE_LEASE: Final = (f"DELETE FROM hw_leases WHERE {_OF_SESSION} "
@@ -183,27 +186,42 @@ def append(write: AppendWrite, lock: str) -> Steps[tuple[int, int]]:
     return int(rows[0][0]), int(before[0][0] or 0)
 
 
-def acquire_lease(key: Key, owner: str, run_id: str, ttl: float, lock: str
+def acquire_lease(key: Key, owner: str, run_id: str, ttl: float, lock: str, holder: Holder
                   ) -> Steps[Lease | float]:
-    """Take the lease if it is free, expired, or already this run's; else the holder's expiry."""
+    """Take the lease if it is free, expired, already this run's, or its holder is dead.
+
+    ``holder`` (the calling process) is recorded with the lease. A lease whose
+    recorded holder is provably dead (:func:`._holder.holder_is_dead`: a
+    process of this host that has ended) is taken over before its expiry.
+
+    Returns:
+        The lease, or the holder's expiry when another run holds the session.
+    """
     if not (yield SESSION_EXISTS + lock, params(key)):
         raise not_found(key)
     now = time.time()  # when the write runs, not when it was queued
     rows = yield LEASE_OF, params(key)
     took_over: str | None = None
     if rows:
-        held_owner, held_run, expires_at, held_took_over = rows[0]
+        held_owner, held_run, expires_at, held_took_over, host, pid, start = rows[0]
         if (held_owner, held_run) != (owner, run_id):
-            if float(expires_at) > now:
+            if float(expires_at) > now and not _recorded_dead(host, pid, start):
                 return float(expires_at)
             took_over = str(held_run)
         else:
             took_over = held_took_over
     lease = Lease(*key, owner=owner, run_id=run_id, expires_at=now + ttl, took_over=took_over)
     values = {**params(key), "owner": owner, "run": run_id, "exp": lease.expires_at,
-              "took": took_over}
+              "took": took_over, "host": holder.host, "pid": holder.pid, "start": holder.start}
     yield (REPLACE_LEASE if rows else INSERT_LEASE), values
     return lease
+
+
+def _recorded_dead(host: Any, pid: Any, start: Any) -> bool:
+    """Whether a lease row's holder columns name a provably dead process (none: unknown)."""
+    if host is None or pid is None:  # written by an earlier version
+        return False
+    return holder_is_dead(Holder(str(host), int(pid), None if start is None else str(start)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,8 +244,8 @@ class Acquired:
 
 
 def acquire_lease_with_snapshot(key: Key, owner: str, run_id: str, ttl: float, lock: str,
-                                first: AppendWrite | None = None, after: str | None = None
-                                ) -> Steps[Acquired]:
+                                holder: Holder, first: AppendWrite | None = None,
+                                after: str | None = None) -> Steps[Acquired]:
     """:func:`acquire_lease`, and once taken the session's row and last ``seq`` (one write).
 
     With the snapshot, a service that already holds the session's events up to
@@ -236,7 +254,7 @@ def acquire_lease_with_snapshot(key: Key, owner: str, run_id: str, ttl: float, l
     transaction when the session's last event has the id ``after`` (``None``:
     no event), and the snapshot includes it.
     """
-    taken = yield from acquire_lease(key, owner, run_id, ttl, lock)
+    taken = yield from acquire_lease(key, owner, run_id, ttl, lock, holder)
     if not isinstance(taken, Lease):
         return Acquired(taken, None, None)
     appended = None

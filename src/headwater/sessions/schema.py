@@ -92,9 +92,13 @@ leases = Table(
     Column("run_id", String, nullable=False),
     Column("expires_at", Double, nullable=False),
     Column("took_over", String, nullable=True),
+    # The process holding the lease (added in place to earlier databases; NULL: unknown).
+    Column("holder_host", String, nullable=True),
+    Column("holder_pid", Integer, nullable=True),
+    Column("holder_start", String, nullable=True),
     _session_fk(),
 )
-"""The lease of each session a run holds."""
+"""The lease of each session a run holds, and the process that holds it."""
 
 
 def create_statements(dialect: Dialect) -> list[str]:
