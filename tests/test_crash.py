@@ -52,10 +52,9 @@ def run_and_kill(url: str, kill_point: str, child_env: dict[str, str]) -> list[s
     """Start the child, SIGKILL it at the kill point; return the non-partial ids it saw."""
     seen: list[str] = []
     partials = 0
-    # A short lease, so that the next run can take the dead run's session over soon.
-    env = {**child_env, "HEADWATER_SESSION_LEASE_TTL": "1"}
+    # The default 30 s lease: the next run takes the dead run's session over at once.
     with subprocess.Popen([sys.executable, "-c", CHILD, url, kill_point],
-                          stdout=subprocess.PIPE, text=True, env=env) as child:
+                          stdout=subprocess.PIPE, text=True, env=child_env) as child:
         assert child.stdout is not None
         try:
             for line in child.stdout:
@@ -102,9 +101,10 @@ async def test_sigkill_mid_run(tmp_path: Path, kill_point: str,
             assert not any("word" in e.text for e in session.events)
 
         model = ScriptedModel().reply("back again")
-        # The dead run's lease is taken over once it expires; its calls are repaired then.
+        # The dead run's lease is taken over at once (its process is gone: no waiting for
+        # the lease to expire, and none allowed); its calls are repaired then.
         runner = Runner(agent=Agent(name="bot", model=model), app_name="app",
-                        session_service=service, settings=Settings(session_lock_timeout=10))
+                        session_service=service, settings=Settings(session_lock_timeout=0))
         events = [e async for e in runner.run_async(
             user_id="u", session_id="s", new_message="hello?",
             run_config=RunConfig(streaming_mode=StreamingMode.SSE))]

@@ -37,7 +37,13 @@ class Settings(BaseSettings):
             runner keeps between runs (least recently used go first; 0 turns the
             store's cache off).
         session_lease_ttl: seconds a session lease lasts unless renewed (the
-            runner renews it while a run goes on).
+            runner renews it while a run goes on). A SQL store records the
+            lease's holder (host name, pid, process start; three nullable
+            ``hw_leases`` columns, added in place to older databases): a
+            holder that is a process of this host and has provably ended
+            (``kill -9``, a crash) is taken over at once; a holder on another
+            host, or one this host cannot judge, keeps the lease until it
+            expires.
         lease_poll_interval: seconds between attempts of ``acquire_lease(wait=…)``
             (doubling, at most 0.5 s, never past the wait).
         max_parallel_tools: tool calls of one model turn running at once.

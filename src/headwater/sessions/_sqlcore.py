@@ -1,4 +1,6 @@
-"""What the SQL stores share: the schema, the statements, and each operation as steps.
+"""What the SQL stores share: the statements, and each operation as steps.
+
+The tables are declared once, in :mod:`.schema`.
 
 Every operation is a generator of ``(sql, params)`` steps (sans-I/O): it yields
 a statement, receives its rows, and returns the result or raises. The SQLite
@@ -22,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Protocol, TypeVar
 
 from ..errors import CallAlreadyAnsweredError, LeaseLostError, SessionError, SessionNotFoundError
+from ._holder import Holder, holder_is_dead
 from .base import Lease
 
 T = TypeVar("T")
@@ -31,39 +34,6 @@ Steps = Generator[Step, list[Row], T]
 """An operation: yields statements, is sent each statement's rows, returns its result."""
 
 Key = tuple[str, str, str]  # app_name, user_id, session_id
-
-# The SQLite DDL is what SQLAlchemy generated for the first two tables, so
-# files written by earlier versions open unchanged; postgres.py declares the
-# same tables with SQLAlchemy.
-SQLITE_SCHEMA: Final = (
-    """CREATE TABLE IF NOT EXISTS hw_sessions (
-    app_name VARCHAR NOT NULL, user_id VARCHAR NOT NULL, id VARCHAR NOT NULL,
-    state TEXT NOT NULL, create_time DOUBLE NOT NULL, update_time DOUBLE NOT NULL,
-    PRIMARY KEY (app_name, user_id, id))""",
-    """CREATE TABLE IF NOT EXISTS hw_events (
-    seq INTEGER NOT NULL PRIMARY KEY AUTOINCREMENT, id VARCHAR NOT NULL,
-    app_name VARCHAR NOT NULL, user_id VARCHAR NOT NULL, session_id VARCHAR NOT NULL,
-    invocation_id VARCHAR NOT NULL, author VARCHAR NOT NULL, timestamp DOUBLE NOT NULL,
-    data TEXT NOT NULL,
-    FOREIGN KEY(app_name, user_id, session_id) REFERENCES hw_sessions (app_name, user_id, id)
-        ON DELETE CASCADE,
-    UNIQUE (id))""",
-    "CREATE INDEX IF NOT EXISTS ix_hw_events_session_seq "
-    "ON hw_events (app_name, user_id, session_id, seq)",
-    """CREATE TABLE IF NOT EXISTS hw_call_results (
-    app_name VARCHAR NOT NULL, user_id VARCHAR NOT NULL, session_id VARCHAR NOT NULL,
-    call_id VARCHAR NOT NULL, event_id VARCHAR NOT NULL,
-    PRIMARY KEY (app_name, user_id, session_id, call_id),
-    FOREIGN KEY(app_name, user_id, session_id) REFERENCES hw_sessions (app_name, user_id, id)
-        ON DELETE CASCADE)""",
-    """CREATE TABLE IF NOT EXISTS hw_leases (
-    app_name VARCHAR NOT NULL, user_id VARCHAR NOT NULL, session_id VARCHAR NOT NULL,
-    owner VARCHAR NOT NULL, run_id VARCHAR NOT NULL, expires_at DOUBLE NOT NULL,
-    took_over VARCHAR,
-    PRIMARY KEY (app_name, user_id, session_id),
-    FOREIGN KEY(app_name, user_id, session_id) REFERENCES hw_sessions (app_name, user_id, id)
-        ON DELETE CASCADE)""",
-)
 
 _SESSION: Final = "app_name = :app AND user_id = :user AND id = :sid"
 _OF_SESSION: Final = "app_name = :app AND user_id = :user AND session_id = :sid"
@@ -93,13 +63,15 @@ INSERT_EVENT: Final = (
 CLAIM_RESULT: Final = (
     "INSERT INTO hw_call_results (app_name, user_id, session_id, call_id, event_id) "
     "VALUES (:app, :user, :sid, :call, :event) ON CONFLICT DO NOTHING RETURNING 1")
-LEASE_OF: Final = f"SELECT owner, run_id, expires_at, took_over FROM hw_leases WHERE {_OF_SESSION}"
+LEASE_OF: Final = ("SELECT owner, run_id, expires_at, took_over, holder_host, holder_pid, "
+                   f"holder_start FROM hw_leases WHERE {_OF_SESSION}")
 INSERT_LEASE: Final = (
-    "INSERT INTO hw_leases (app_name, user_id, session_id, owner, run_id, expires_at, took_over) "
-    "VALUES (:app, :user, :sid, :owner, :run, :exp, :took)")
+    "INSERT INTO hw_leases (app_name, user_id, session_id, owner, run_id, expires_at, took_over, "
+    "holder_host, holder_pid, holder_start) "
+    "VALUES (:app, :user, :sid, :owner, :run, :exp, :took, :host, :pid, :start)")
 REPLACE_LEASE: Final = (
-    "UPDATE hw_leases SET owner = :owner, run_id = :run, expires_at = :exp, took_over = :took "
-    f"WHERE {_OF_SESSION}")
+    "UPDATE hw_leases SET owner = :owner, run_id = :run, expires_at = :exp, took_over = :took, "
+    f"holder_host = :host, holder_pid = :pid, holder_start = :start WHERE {_OF_SESSION}")
 RENEW_LEASE: Final = (f"UPDATE hw_leases SET expires_at = :exp WHERE {_OF_SESSION} "
                       "AND owner = :owner AND run_id = :run RETURNING took_over")
 RELEASE_LEASE: Final = (f"DELETE FROM hw_leases WHERE {_OF_SESSION} "
@@ -214,27 +186,42 @@ def append(write: AppendWrite, lock: str) -> Steps[tuple[int, int]]:
     return int(rows[0][0]), int(before[0][0] or 0)
 
 
-def acquire_lease(key: Key, owner: str, run_id: str, ttl: float, lock: str
+def acquire_lease(key: Key, owner: str, run_id: str, ttl: float, lock: str, holder: Holder
                   ) -> Steps[Lease | float]:
-    """Take the lease if it is free, expired, or already this run's; else the holder's expiry."""
+    """Take the lease if it is free, expired, already this run's, or its holder is dead.
+
+    ``holder`` (the calling process) is recorded with the lease. A lease whose
+    recorded holder is provably dead (:func:`._holder.holder_is_dead`: a
+    process of this host that has ended) is taken over before its expiry.
+
+    Returns:
+        The lease, or the holder's expiry when another run holds the session.
+    """
     if not (yield SESSION_EXISTS + lock, params(key)):
         raise not_found(key)
     now = time.time()  # when the write runs, not when it was queued
     rows = yield LEASE_OF, params(key)
     took_over: str | None = None
     if rows:
-        held_owner, held_run, expires_at, held_took_over = rows[0]
+        held_owner, held_run, expires_at, held_took_over, host, pid, start = rows[0]
         if (held_owner, held_run) != (owner, run_id):
-            if float(expires_at) > now:
+            if float(expires_at) > now and not _recorded_dead(host, pid, start):
                 return float(expires_at)
             took_over = str(held_run)
         else:
             took_over = held_took_over
     lease = Lease(*key, owner=owner, run_id=run_id, expires_at=now + ttl, took_over=took_over)
     values = {**params(key), "owner": owner, "run": run_id, "exp": lease.expires_at,
-              "took": took_over}
+              "took": took_over, "host": holder.host, "pid": holder.pid, "start": holder.start}
     yield (REPLACE_LEASE if rows else INSERT_LEASE), values
     return lease
+
+
+def _recorded_dead(host: Any, pid: Any, start: Any) -> bool:
+    """Whether a lease row's holder columns name a provably dead process (none: unknown)."""
+    if host is None or pid is None:  # written by an earlier version
+        return False
+    return holder_is_dead(Holder(str(host), int(pid), None if start is None else str(start)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -257,8 +244,8 @@ class Acquired:
 
 
 def acquire_lease_with_snapshot(key: Key, owner: str, run_id: str, ttl: float, lock: str,
-                                first: AppendWrite | None = None, after: str | None = None
-                                ) -> Steps[Acquired]:
+                                holder: Holder, first: AppendWrite | None = None,
+                                after: str | None = None) -> Steps[Acquired]:
     """:func:`acquire_lease`, and once taken the session's row and last ``seq`` (one write).
 
     With the snapshot, a service that already holds the session's events up to
@@ -267,7 +254,7 @@ def acquire_lease_with_snapshot(key: Key, owner: str, run_id: str, ttl: float, l
     transaction when the session's last event has the id ``after`` (``None``:
     no event), and the snapshot includes it.
     """
-    taken = yield from acquire_lease(key, owner, run_id, ttl, lock)
+    taken = yield from acquire_lease(key, owner, run_id, ttl, lock, holder)
     if not isinstance(taken, Lease):
         return Acquired(taken, None, None)
     appended = None

@@ -60,8 +60,9 @@ class Lease:
         run_id: the run holding it.
         expires_at: ``time.time()`` seconds after which another run may take it
             over unless it is renewed.
-        took_over: the run id of an expired lease this one replaced: that run
-            ended without releasing (a crash, or a hang), so repair may be due.
+        took_over: the run id of an expired lease this one replaced, or of one
+            whose holding process had died: that run ended without releasing
+            (a crash, or a hang), so repair may be due.
     """
 
     app_name: str
@@ -246,8 +247,10 @@ class BaseSessionService(ABC):
 
         Taking it is one atomic write: of two runs asking at once, one wins.
         A lease past its expiry may be taken over; the new lease then names the
-        old run in ``took_over``. Asking again with the same owner and run id
-        extends the lease.
+        old run in ``took_over``. A SQL store records the process taking the
+        lease and takes a lease over before its expiry when that process has
+        provably ended on this host (docs/architecture.md, "One run per
+        session"). Asking again with the same owner and run id extends the lease.
 
         Args:
             ttl: seconds the lease lasts unless renewed.

@@ -11,19 +11,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any, Final, TypeVar
 
-from sqlalchemy import (
-    BigInteger,
-    Column,
-    Double,
-    ForeignKeyConstraint,
-    Index,
-    MetaData,
-    String,
-    Table,
-    Text,
-    TextClause,
-    text,
-)
+from sqlalchemy import Connection, TextClause, inspect, text
 from sqlalchemy import event as sa_event
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError, IntegrityError
@@ -31,62 +19,10 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 
 from ..errors import SessionError
 from . import _sqlcore as core
+from . import schema
 
 T = TypeVar("T")
 _SCHEMA_LOCK: Final = "SELECT pg_advisory_xact_lock(114862246425459)"  # for CREATE TABLE
-
-_metadata = MetaData()
-
-
-def _session_fk() -> ForeignKeyConstraint:
-    return ForeignKeyConstraint(
-        ["app_name", "user_id", "session_id"],
-        ["hw_sessions.app_name", "hw_sessions.user_id", "hw_sessions.id"], ondelete="CASCADE")
-
-
-Table(
-    "hw_sessions", _metadata,
-    Column("app_name", String, primary_key=True),
-    Column("user_id", String, primary_key=True),
-    Column("id", String, primary_key=True),
-    Column("state", Text, nullable=False),
-    Column("create_time", Double, nullable=False),
-    Column("update_time", Double, nullable=False),
-)
-Table(
-    "hw_events", _metadata,
-    Column("seq", BigInteger, primary_key=True, autoincrement=True),
-    Column("id", String, nullable=False, unique=True),
-    Column("app_name", String, nullable=False),
-    Column("user_id", String, nullable=False),
-    Column("session_id", String, nullable=False),
-    Column("invocation_id", String, nullable=False),
-    Column("author", String, nullable=False),
-    Column("timestamp", Double, nullable=False),
-    Column("data", Text, nullable=False),
-    _session_fk(),
-    Index("ix_hw_events_session_seq", "app_name", "user_id", "session_id", "seq"),
-)
-Table(
-    "hw_call_results", _metadata,
-    Column("app_name", String, primary_key=True),
-    Column("user_id", String, primary_key=True),
-    Column("session_id", String, primary_key=True),
-    Column("call_id", String, primary_key=True),
-    Column("event_id", String, nullable=False),
-    _session_fk(),
-)
-Table(
-    "hw_leases", _metadata,
-    Column("app_name", String, primary_key=True),
-    Column("user_id", String, primary_key=True),
-    Column("session_id", String, primary_key=True),
-    Column("owner", String, nullable=False),
-    Column("run_id", String, nullable=False),
-    Column("expires_at", Double, nullable=False),
-    Column("took_over", String, nullable=True),
-    _session_fk(),
-)
 
 _statements: dict[str, TextClause] = {}
 
@@ -207,9 +143,19 @@ class PostgresStore:
                     async with engine.connect() as conn, conn.begin():
                         # Replicas starting together must not race on CREATE TABLE.
                         await conn.execute(_statement(_SCHEMA_LOCK))
-                        await conn.run_sync(_metadata.create_all)
+                        await conn.run_sync(_create_schema)
                     self._schema_ready = True
         return engine
+
+
+def _create_schema(conn: Connection) -> None:
+    """Create the missing tables, and add in place the columns an older database lacks."""
+    schema.metadata.create_all(conn)
+    inspector = inspect(conn)
+    for table in schema.metadata.sorted_tables:
+        present = {column["name"] for column in inspector.get_columns(table.name)}
+        for statement in schema.added_columns(table, present, conn.dialect):
+            conn.execute(text(statement))
 
 
 async def _drive(conn: AsyncConnection, steps: core.Steps[T]) -> T:

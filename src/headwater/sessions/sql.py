@@ -4,9 +4,13 @@ Tables, created on first use: ``hw_sessions`` (one row per session, its state
 as JSON text), ``hw_events`` (one row per non-partial event, as
 :func:`~headwater.events.event_to_json` text), ``hw_call_results`` (one row
 per call that has its final result) and ``hw_leases`` (the run holding each
-session). ``hw_events.seq`` is a monotonic sequence: events are read back in
-``seq`` order and ``seq`` is the pagination cursor. An event, its state delta
-and its result claims commit in one transaction (docs/architecture.md).
+session, and its process), declared once in :mod:`.schema`; columns added
+since a database was created are added in place. A lease whose holding
+process has provably ended on this host is taken over at once (see
+:mod:`._holder`). ``hw_events.seq`` is a monotonic sequence: events are read
+back in ``seq`` order and ``seq`` is the pagination cursor. An event, its
+state delta and its result claims commit in one transaction
+(docs/architecture.md).
 
 SQLite (:mod:`.sqlite`; docs/architecture.md): one writer thread per database runs
 each write transaction whole (``BEGIN IMMEDIATE``), committing writes queued
@@ -43,6 +47,7 @@ from sqlalchemy.engine import URL, make_url
 from ..events import Event, event_from_json, event_to_json
 from ..settings import Settings, get_settings
 from . import _sqlcore as core
+from ._holder import this_process
 from .base import BaseSessionService, EventPage, Lease, Session, final_call_ids
 
 SqliteSynchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
@@ -323,7 +328,7 @@ class SqlSessionService(BaseSessionService):
                 self._cache_append(key, event, *done.appended)
 
         steps = core.acquire_lease_with_snapshot(key, owner, run_id, ttl, self._store.lock,
-                                                 first, after)
+                                                 this_process(), first, after)
         pending = asyncio.ensure_future(
             self._store.start_write(steps, order=key, on_commit=committed))
         try:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import queue
 import sqlite3
 import threading
@@ -36,9 +37,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
+from sqlalchemy.dialects import sqlite as sqlite_dialect
+
 from ..errors import HeadwaterError, SessionError
 from ..settings import Settings
 from . import _sqlcore as core
+from . import schema
 
 T = TypeVar("T")
 Trace = Callable[[str], None]
@@ -389,6 +393,22 @@ def _checkpoint(readers: _Readers) -> core.Steps[None]:
         readers.checkpointing = False
 
 
+@functools.cache
+def _create_statements() -> tuple[str, ...]:
+    """The schema's DDL, as SQLAlchemy compiles it for SQLite (once per process)."""
+    return tuple(schema.create_statements(sqlite_dialect.dialect()))
+
+
+def _create_schema(conn: sqlite3.Connection) -> None:
+    """Create the missing tables, and add in place the columns an older file lacks."""
+    for statement in _create_statements():
+        conn.execute(statement)
+    for table in schema.metadata.sorted_tables:
+        present = {row[1] for row in conn.execute(f"PRAGMA table_info({table.name})")}
+        for statement in schema.added_columns(table, present, sqlite_dialect.dialect()):
+            conn.execute(statement)
+
+
 class _Open:
     """One open generation of the store: the writer thread and the reader pool."""
 
@@ -397,10 +417,9 @@ class _Open:
         conn = _connect(config)
         try:
             conn.execute("BEGIN IMMEDIATE")
-            for statement in core.SQLITE_SCHEMA:
-                conn.execute(statement)
+            _create_schema(conn)
             conn.execute("COMMIT")
-        except sqlite3.Error as exc:
+        except Exception as exc:
             conn.close()
             raise _store_error(exc) from exc
         self.readers = _Readers(config, settings.sqlite_readers)
