@@ -117,6 +117,9 @@ class Settings(BaseSettings):
             scans hundreds of thousands of objects and stalls every stream.
         max_page_size: most items one page of ``GET /sessions`` or
             ``/sessions/{id}/events`` holds (the default page is 50 or fewer).
+        session_title_chars: most characters of a session's ``title`` (its
+            first message) in the gateway's session answers; a longer one is
+            cut and ends with "…".
         ws_max_message_bytes: largest message a live WebSocket (``WS /live``)
             takes, in bytes; a larger one closes the socket with 1009.
         ws_messages_per_second: messages a live WebSocket may send per second
@@ -199,6 +202,7 @@ class Settings(BaseSettings):
     body_read_timeout: float = Field(default=10.0, gt=0)
     shutdown_grace: float = Field(default=10.0, ge=0)
     max_page_size: int = Field(default=200, ge=1)
+    session_title_chars: int = Field(default=80, ge=2)
     gc_freeze: bool = True
     gc_thresholds: tuple[int, int, int] | None = (10_000, 10, 1_000)
     ws_max_message_bytes: int = Field(default=1 << 20, ge=1024)

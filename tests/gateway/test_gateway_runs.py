@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,7 +14,7 @@ from headwater import Agent, tool
 from headwater.errors import ModelHTTPError
 from headwater.gateway import StaticTokenAuth, create_app
 from headwater.models.scripted import ScriptedTurn
-from headwater.sessions import InMemorySessionService
+from headwater.sessions import InMemorySessionService, SqlSessionService
 from headwater.settings import Settings
 from headwater.testing import ScriptedModel
 from headwater.tools import args_sha256
@@ -173,6 +174,31 @@ async def test_sessions_and_events_are_paginated_and_delete_works(client_for: An
     assert (await client.delete(f"/sessions/{sids[0]}", headers=A)).status_code == 204
     assert (await client.get(f"/sessions/{sids[0]}", headers=A)).status_code == 404
     assert (await client.get("/sessions", params={"cursor": "x"}, headers=A)).status_code == 422
+
+
+async def test_a_sessions_title_is_its_first_message_cut_and_null_before_one(
+        client_for: Any, tmp_path: Path) -> None:
+    model = ScriptedModel(responder=lambda request: ScriptedTurn(text=["ok"]))
+    service = SqlSessionService(f"sqlite:///{tmp_path / 'sessions.db'}")
+    app = create_app(Agent(name="bot", model=model), auth=AUTH, session_service=service,
+                     settings=quick(session_title_chars=12))
+    client = await client_for(app)
+    try:
+        short, long, empty = [await new_session(client) for _ in range(3)]
+        assert (await client.get(f"/sessions/{short}", headers=A)).json()["title"] is None
+        await post_run(client, short, {"message": "  Where is\n order 1042? "})
+        await post_run(client, short, {"message": "And 1043?"})  # the first one names it
+        await post_run(client, long, {"message": "Tell me a very long story"})
+        listed = {s["id"]: s["title"] for s in
+                  (await client.get("/sessions", headers=A)).json()["items"]}
+        assert listed == {short: "Where is or…", long: "Tell me a v…", empty: None}
+        one = (await client.get(f"/sessions/{short}", headers=A)).json()
+        assert one["title"] == "Where is or…"  # the same, one session at a time
+        assert len(one["title"]) == 12
+        created = await client.post("/sessions", json={}, headers=A)
+        assert created.json()["title"] is None
+    finally:
+        await service.close()
 
 
 async def test_the_openapi_schema_names_the_typed_models(client_for: Any) -> None:

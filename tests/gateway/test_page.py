@@ -5,19 +5,31 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from headwater import Agent
+from headwater import Agent, LiveRequestQueue, tool
 from headwater.gateway import StaticTokenAuth, create_app
 from headwater.sessions import InMemorySessionService
 from headwater.testing import ScriptedModel
 
 from .conftest import require_node
+from .test_websocket import ticker
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+@tool
+async def frames_seen(input_stream: LiveRequestQueue) -> AsyncIterator[int]:
+    """How many frames came in so far, after each one."""
+    seen = 0
+    async for request in input_stream:
+        if request.blob is not None:
+            seen += 1
+            yield seen
 
 
 def config_of(html: str) -> Any:
@@ -48,7 +60,8 @@ async def test_the_page_and_its_modules_come_from_this_origin(client_for: Any) -
     assert page.headers["content-type"].startswith("text/html")
     assert "default-src 'self'" in page.headers["content-security-policy"]
     assert config_of(page.text) == {
-        "auth": "none", "agents": [{"name": "support", "model": "scripted"}],
+        "auth": "none", "agents": [{"name": "support", "model": "scripted",
+                                    "input_stream": False}],
         "suggestions": [], "note": "", "sample_frames": 0}
     # The browser asks for an icon: one is named (no 404 in the console on a fresh load).
     assert '<link rel="icon" href="/static/icon.svg"' in page.text
@@ -79,8 +92,9 @@ async def test_only_the_static_files_are_served(client_for: Any, name: str) -> N
 
 
 async def test_an_app_may_give_the_page_suggestions_and_a_note(client_for: Any) -> None:
-    served = create_app([Agent(name="support", model=ScriptedModel()),
-                         Agent(name="ops", model=ScriptedModel(model="demo"))],
+    served = create_app([Agent(name="support", model=ScriptedModel(), tools=[ticker]),
+                         Agent(name="ops", model=ScriptedModel(model="demo"),
+                               tools=[ticker, frames_seen])],
                         session_service=InMemorySessionService())
     served.state.page_suggestions = ["Where is order 1042?", "</script><b>",
                                       {"text": "Watch GOOG", "agent": "ops", "live": True}]
@@ -89,8 +103,9 @@ async def test_an_app_may_give_the_page_suggestions_and_a_note(client_for: Any) 
     html = (await client.get("/")).text
     assert "</script><b>" not in html  # cannot close the JSON block
     assert config_of(html) == {
-        "auth": "none", "agents": [{"name": "support", "model": "scripted"},
-                                   {"name": "ops", "model": "demo"}],
+        "auth": "none", "agents": [  # a live tool alone takes no frames; an input-stream one does
+            {"name": "support", "model": "scripted", "input_stream": False},
+            {"name": "ops", "model": "demo", "input_stream": True}],
         "suggestions": [{"text": "Where is order 1042?", "agent": None, "live": False},
                         {"text": "</script><b>", "agent": None, "live": False},
                         {"text": "Watch GOOG", "agent": "ops", "live": True}],

@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from ..agents.agent import Agent
 from ..errors import SessionError, SessionNotFoundError
+from ..events import Event
 from ..sessions.base import BaseSessionService, Session
 from ..sessions.sql import SqlSessionService
 from ..settings import Settings, get_settings
@@ -65,6 +66,11 @@ class SessionOut(BaseModel):
     active_run: str | None = Field(
         default=None, description="the id of the caller's run going on in this session (an SSE "
                                   "or live run), else null")
+    title: str | None = Field(
+        default=None, description="the session's first message: the text of its first stored "
+                                  "event when the user sent it, cut to "
+                                  "Settings.session_title_chars (ending in '…'); null before "
+                                  "the first message")
 
 
 class SessionList(BaseModel):
@@ -229,11 +235,14 @@ def _routes(app: FastAPI, gw: Gateway) -> None:
             for name in gw.runners:
                 found += [_session_out(name, s, gw.runs.active(user, s.id)) for s in
                           await gw.service.list_sessions(app_name=name, user_id=user)]
+            found.sort(key=lambda s: (s.updated_at, s.created_at), reverse=True)
+            start = int(cursor or 0)
+            page = found[start:start + limit]
+            titles = await asyncio.gather(*(_first_title(gw, user, s) for s in page))
         except SessionError as exc:
             raise store_error(exc) from None
-        found.sort(key=lambda s: (s.updated_at, s.created_at), reverse=True)
-        start = int(cursor or 0)
-        page = found[start:start + limit]
+        for listed, title in zip(page, titles, strict=True):
+            listed.title = title
         more = start + limit < len(found)
         return SessionList(items=page, next_cursor=str(start + limit) if more else None)
 
@@ -242,7 +251,9 @@ def _routes(app: FastAPI, gw: Gateway) -> None:
     async def get_session(request: Request, session_id: str) -> SessionOut:
         user = await gw.user(request)
         agent, session = await gw.find_session(user, session_id)
-        return _session_out(agent, session, gw.runs.active(user, session_id))
+        out = _session_out(agent, session, gw.runs.active(user, session_id))
+        out.title = _session_title(session.events[:1], settings.session_title_chars)
+        return out
 
     @app.delete("/sessions/{session_id}", status_code=204, tags=["sessions"],
                 responses={404: {"model": ErrorBody}, 409: {"model": ErrorBody}})
@@ -371,6 +382,29 @@ def _session_out(agent: str, session: Session, active: Run | None = None) -> Ses
     return SessionOut(id=session.id, agent=agent, created_at=session.create_time,
                       updated_at=session.last_update_time, state=session.state,
                       active_run=active.id if active is not None else None)
+
+
+def _session_title(events: Sequence[Event], chars: int) -> str | None:
+    """A session's title: the text of its first stored event (the first of ``events``)
+    when the user sent it, each run of whitespace one space, cut to ``chars`` characters
+    (the last one "…" when cut); ``None`` for a session with no such event."""
+    first = events[0] if events else None
+    if first is None or first.author != "user" or first.content is None:
+        return None
+    text = " ".join(first.content.text.split())
+    if not text:
+        return None
+    return text if len(text) <= chars else text[:chars - 1].rstrip() + "…"
+
+
+async def _first_title(gw: Gateway, user: str, session: SessionOut) -> str | None:
+    """The title of a listed session (one stored event read); ``None`` once it is gone."""
+    try:
+        page = await gw.service.list_events(app_name=session.agent, user_id=user,
+                                            session_id=session.id, limit=1)
+    except SessionNotFoundError:  # deleted since it was listed
+        return None
+    return _session_title(page.events, gw.settings.session_title_chars)
 
 
 def _on_sigterm(callback: Any) -> Any:

@@ -8,8 +8,8 @@ says so). The page itself needs no token; in an app with auth it asks for one
 and sends it as ``Authorization: Bearer`` on every API call.
 
 What the page knows about the app comes in the HTML, as JSON (:class:`PageConfig`):
-the agents with their model names, and two optional hooks an app may set on
-``app.state`` — ``page_suggestions`` (prompts shown as buttons: text, or
+the agents with their model names and whether each takes live input (frames),
+and optional hooks an app may set on ``app.state`` — ``page_suggestions`` (prompts shown as buttons: text, or
 ``{"text", "agent"?, "live"?}`` to ask a given agent, over the live WebSocket
 with ``live``), ``page_note`` (a short label in the header, such as
 "scripted model") and ``page_frames`` (``{"fps": n, "frames": [(mime_type,
@@ -44,10 +44,12 @@ _HEADERS = {
 
 
 class AgentInfo(TypedDict):
-    """An agent as the page lists it."""
+    """An agent as the page lists it; ``input_stream``: it has a tool that consumes the
+    live input stream (a ``LiveRequestQueue`` parameter), so the page offers it frames."""
 
     name: str
     model: str
+    input_stream: bool
 
 
 class Suggestion(TypedDict):
@@ -75,6 +77,12 @@ def _model_name(gw: Gateway, name: str) -> str:
         return "unresolved model"
 
 
+def _agent_info(gw: Gateway, name: str) -> AgentInfo:
+    tools = gw.runners[name].agent.tools
+    return AgentInfo(name=name, model=_model_name(gw, name),
+                     input_stream=any(t.consumes_input_stream for t in tools))
+
+
 def _suggestion(given: str | Mapping[str, Any]) -> Suggestion:  # Any: app-given JSON
     if isinstance(given, str):
         return Suggestion(text=given, agent=None, live=False)
@@ -88,7 +96,7 @@ def page_config(app: FastAPI, gw: Gateway) -> PageConfig:
     suggestions: Sequence[str | Mapping[str, Any]] = getattr(app.state, "page_suggestions", ())
     return PageConfig(
         auth="none" if gw.dev_mode else "bearer",
-        agents=[AgentInfo(name=n, model=_model_name(gw, n)) for n in gw.runners],
+        agents=[_agent_info(gw, n) for n in gw.runners],
         suggestions=[_suggestion(s) for s in suggestions],
         note=str(getattr(app.state, "page_note", "")),
         sample_frames=len(_given_frames(app).get("frames", ())),
