@@ -99,10 +99,11 @@ def served(agent: Agent) -> tuple[Any, InMemorySessionService]:
 
 
 async def ask(page: Any, text: str) -> None:
+    """Ask ``text`` in a new session (stored as the message goes: it is then listed)."""
     await page.get_by_role("button", name="New session", exact=True).click()
-    await page.wait_for_selector("#sessions li[aria-current=true]")
     await page.get_by_label("Message", exact=True).fill(text)
     await page.get_by_role("button", name="Send", exact=True).click()
+    await page.wait_for_selector("#sessions li[aria-current=true]")
 
 
 async def run_ended(page: Any) -> None:
@@ -341,6 +342,7 @@ async def test_sessions_are_made_switched_and_deleted_with_a_token_when_the_app_
     await sessions.nth(1).locator("button.open").click()  # the older one
     await says(page, "helper", "First answer.")
     assert await shown(page, "user") == ["one?"]
+    page.once("dialog", lambda dialog: dialog.accept())
     await sessions.nth(1).get_by_role("button", name="Delete session", exact=False).click()
     await page.wait_for_function("() => document.querySelectorAll('#sessions li').length === 1")
     await says(page, "helper", "Second answer.")  # the session left is opened
@@ -358,7 +360,6 @@ async def test_an_agent_is_chosen_and_a_suggestion_asks_it(serve: Serve, open_pa
     page = await open_page(await serve(app))
     await page.get_by_label("Agent", exact=True).select_option("ops")
     await page.get_by_role("button", name="New session", exact=True).click()
-    await page.wait_for_selector("#sessions li[aria-current=true]")
     await page.get_by_role("button", name="Deploy version 2 to staging").click()
     await says(page, "ops", "Ops here.")
     await run_ended(page)
@@ -373,7 +374,6 @@ async def test_live_a_watcher_shows_its_emissions_and_stops_when_asked(
     app, _ = served(Agent(name="voice", model=model, tools=[ticker]))
     page = await open_page(await serve(app))
     await page.get_by_role("button", name="New session", exact=True).click()
-    await page.wait_for_selector("#sessions li[aria-current=true]")
     await page.get_by_role("button", name="Go live", exact=True).click()
     await page.wait_for_function("() => !document.getElementById('stop').disabled")  # ready
     message = page.get_by_label("Message", exact=True)

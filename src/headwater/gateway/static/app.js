@@ -1,6 +1,7 @@
 // The page: sessions, the chat (reducer.js), runs over fetch + a streaming SSE reader.
 // Runs start resumable; the run id and the last frame id live in sessionStorage so
-// a reload picks a running run up again with Last-Event-ID.
+// a reload picks a running run up again with Last-Event-ID. A new session is a draft
+// (sessionId null) until its first message (or Go live): only then is it stored.
 import {
   emissionText, emittedValues, errorWords, fromHistory, initialState, readEmission, reduce,
 } from "./reducer.js";
@@ -19,10 +20,13 @@ const TERMINAL = new Set(["done", "error"]);
 const DRAFT_TYPES = new Set(["delta", "tool_progress"]);  // shown, never stored
 
 const $ = (id) => document.getElementById(id);
-let sessionId = null;
+let sessionId = null;  // null: a new session, not stored until its first message
 let state = initialState;
 let active = null;  // {runId, controller, sessionId}
+let starting = false;  // a message is on its way: its session being stored, its run started
+let creating = null;  // the POST /sessions in flight for the draft, shared by its callers
 let known = new Map();  // session id -> session
+const sentFirst = new Map();  // session id -> its first message, until the server has a title
 let live = null;  // {socket, sessionId, ready}: a live run over WS /live/{sid}
 let feed = null;  // {kind: "sample" | "camera", timer, sent, stream?}: frames going to `live`
 const CAMERA_SIZE = [64, 48];  // camera frames are sent as PGM this small (the detector is pure Python)
@@ -137,8 +141,9 @@ function toolView(card) {
                   ...card.emissions.map(emissionView)));
   }
   if (card.status === "awaiting_approval" && card.approval && !card.approval.decided) {
-    box.append(el("button", { type: "button", onclick: () => answer(card, true) }, "Approve"), " ",
-               el("button", { type: "button", onclick: () => answer(card, false) }, "Deny"));
+    box.append(el("div", { class: "actions" },
+                  el("button", { type: "button", onclick: () => answer(card, true) }, "Approve"),
+                  el("button", { type: "button", onclick: () => answer(card, false) }, "Deny")));
   }
   return box;
 }
@@ -171,12 +176,17 @@ function render() {
   log.replaceChildren(...state.items.map(itemView).filter(Boolean),
                       ...Object.entries(state.drafts).map(([author, text]) =>
                         messageView({ author, text }, true)));
+  if (!sessionId && !state.items.length) log.append(draftHint());
   if (stick) log.scrollTop = log.scrollHeight;
   $("stop").disabled = active === null && !live?.ready;
+  // One message at a time: Send waits for the run (a live run takes messages as they come).
+  const waiting = starting || active !== null || (live !== null && !live.ready);
+  $("send").disabled = waiting;
+  for (const button of $("suggestions").children) button.disabled = waiting;
   const liveButton = $("live");
   liveButton.textContent = live ? "End live" : "Go live";
   liveButton.setAttribute("aria-pressed", String(Boolean(live)));
-  liveButton.disabled = active !== null || !sessionId;
+  liveButton.disabled = active !== null || starting;
   const status = $("status");
   status.classList.remove("error");
   status.textContent = active ? (state.status.startsWith("Calling") ? state.status + "…" : "Answering…")
@@ -184,8 +194,17 @@ function render() {
   renderLivePanel();
 }
 
+function draftHint() {
+  return el("p", { class: "draft-hint" },
+            `A new session with ${currentAgent()?.name ?? "the agent"}: it is saved when you `
+            + "send its first message.");
+}
+
 function renderLivePanel() {
-  $("live-panel").hidden = !live?.ready;
+  // Frames only for an agent with a tool that reads them (an input-stream tool).
+  const takesFrames = AGENTS.find((a) => a.name === known.get(live?.sessionId)?.agent)
+    ?.input_stream;
+  $("live-panel").hidden = !(live?.ready && takesFrames);
   $("play-frames").hidden = !(CONFIG.sample_frames > 0);
   $("stop-frames").disabled = feed === null;
   $("frames-status").textContent = feed
@@ -318,17 +337,38 @@ function detach() {
 // -- actions ---------------------------------------------------------------------------------
 
 async function send(text) {
+  // False when the message could not go (its session could not be stored).
   if (live) {
-    if (!live.ready) return;
+    if (!live.ready) return false;
+    noteFirst(live.sessionId, text);
     dispatch({ type: "user", data: { text } });
     live.socket.send(JSON.stringify({ type: "content", text }));
-    return;
+    return true;
   }
-  if (!sessionId) await newSession();
-  if (!sessionId) return;
+  starting = true;
+  render();
+  let id;
+  try {
+    id = await ensureSession();
+  } finally {
+    starting = false;
+  }
+  if (!id || id !== sessionId) { render(); return false; }
+  noteFirst(id, text);
   dispatch({ type: "user", data: { text } });
-  await startRun({ message: text });
+  const run = startRun({ message: text });
+  await loadSessions({ quiet: true });  // the new session in the list, titled
+  await run;
   await loadSessions({ quiet: true });  // the run shows its own error, once
+  return true;
+}
+
+function noteFirst(id, text) {
+  // The list's title for a session whose first message the server may not have stored yet.
+  if (!known.get(id)?.title && !sentFirst.has(id)) {
+    sentFirst.set(id, text);
+    renderSessions();
+  }
 }
 
 function answer(card, approved) {
@@ -357,8 +397,19 @@ async function stop() {
 const CLOSE_WORDS = { 1008: "unauthorized", 4404: "not_found", 4409: "session_busy",
                       1013: "too_many_streams", 1011: "internal" };
 
-function goLive() {
-  if (live || active || !sessionId) return;
+async function goLive() {
+  // A draft is stored first: the live socket is a session's.
+  if (live || active || starting) return;
+  starting = true;
+  render();
+  let id;
+  try {
+    id = await ensureSession();
+  } finally {
+    starting = false;
+  }
+  if (!id || id !== sessionId || live || active) { render(); return; }
+  await loadSessions({ quiet: true });
   const url = `${location.protocol === "https:" ? "wss" : "ws"}://${location.host}/live/${sessionId}`;
   const token = localStorage.getItem(TOKEN_KEY);
   const socket = AUTH !== "none" && token ? new WebSocket(url, ["bearer", token])
@@ -391,6 +442,7 @@ async function onLiveClose(mine, event) {
                                       retryable: true } });
   }
   render();
+  loadSessions({ quiet: true });  // its title, from the messages it stored
   if (mine.sessionId === sessionId) await settle(mine.sessionId);
 }
 
@@ -529,18 +581,47 @@ async function openSession(id) {
   }
 }
 
+function currentAgent() {
+  // The open session's agent; for a draft, the one chosen (the first when there is no choice).
+  const name = sessionId ? known.get(sessionId)?.agent
+    : (AGENTS.length > 1 ? $("agent").value : AGENTS[0]?.name);
+  return AGENTS.find((a) => a.name === name);
+}
+
 async function newSession() {
-  try {
-    const agent = AGENTS.length > 1 ? $("agent").value : undefined;
-    const session = await api("POST", "/sessions", agent ? { agent } : {});
-    await loadSessions();
-    await openSession(session.id);
-  } catch (error) {
-    showProblem(error);
+  // A draft: nothing is stored until its first message is sent.
+  await openSession(null);
+  $("message").focus();
+}
+
+function ensureSession() {
+  // The open session's id; a draft is stored now (POST /sessions), once, whoever asks.
+  if (sessionId) return Promise.resolve(sessionId);
+  if (!creating) {
+    const agent = currentAgent()?.name;
+    creating = (async () => {
+      try {
+        const session = await api("POST", "/sessions", AGENTS.length > 1 ? { agent } : {});
+        known.set(session.id, session);
+        if (sessionId === null) {
+          sessionId = session.id;
+          sessionStorage.setItem(SESSION_KEY, session.id);
+        }
+        return session.id;
+      } catch (error) {
+        showProblem(error);
+        return null;
+      } finally {
+        creating = null;
+      }
+    })();
   }
+  return creating;
 }
 
 async function deleteSession(id) {
+  const label = sessionTitle(known.get(id) ?? { id });
+  if (!confirm(`Delete the session "${label}"? Its messages are deleted too.`)) return;
   try {
     await api("DELETE", `/sessions/${id}`);
   } catch (error) {
@@ -552,9 +633,17 @@ async function deleteSession(id) {
   if (id === sessionId) await openSession(sessions[0]?.id ?? null);
 }
 
-function sessionLabel(session) {
-  const when = new Date(session.created_at * 1000).toLocaleTimeString();
-  return `${session.agent} · ${when} · ${session.id.slice(0, 6)}`;
+function sessionTitle(session) {
+  // The server's title (the first message, cut), else the one this page just sent.
+  return session.title ?? sentFirst.get(session.id) ?? "New session";
+}
+
+function sessionMeta(session) {
+  const when = new Date((session.updated_at ?? session.created_at) * 1000);
+  const today = when.toDateString() === new Date().toDateString();
+  const time = today ? when.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" })
+    : when.toLocaleDateString();
+  return `${session.agent} · ${time}`;
 }
 
 async function loadSessions({ quiet = false } = {}) {
@@ -567,24 +656,31 @@ async function loadSessions({ quiet = false } = {}) {
     return [...known.values()];
   }
   known = new Map(sessions.map((session) => [session.id, session]));
-  $("sessions").replaceChildren(...sessions.map((session) => {
-    const label = sessionLabel(session);
+  for (const session of sessions) if (session.title) sentFirst.delete(session.id);
+  renderSessions();
+  return sessions;
+}
+
+function renderSessions() {
+  $("sessions").replaceChildren(...[...known.values()].map((session) => {
+    const title = sessionTitle(session);
+    const meta = sessionMeta(session);
     return el("li", { "data-session-id": session.id },
-              el("button", { type: "button", class: "open", onclick: () => openSession(session.id) },
-                 label),
-              el("button", { type: "button", "aria-label": `Delete session ${label}`,
+              el("button", { type: "button", class: "open", title: `${title}\n${meta}`,
+                             onclick: () => openSession(session.id) },
+                 el("span", { class: "title" }, title), el("span", { class: "meta" }, meta)),
+              el("button", { type: "button", class: "delete",
+                             "aria-label": `Delete session ${title}`,
                              onclick: () => deleteSession(session.id) }, "✕"));
   }));
   markCurrent();
-  return sessions;
 }
 
 function markCurrent() {
   for (const li of $("sessions").children) {
     li.setAttribute("aria-current", String(li.dataset.sessionId === sessionId));
   }
-  const name = known.get(sessionId)?.agent ?? AGENTS[0]?.name;
-  const agent = AGENTS.find((a) => a.name === name);
+  const agent = currentAgent();
   if (agent && AGENTS.length > 1) $("agent").value = agent.name;  // New session: this agent
   const parts = agent ? [`agent ${agent.name}`, `model ${agent.model}`] : [];
   if (CONFIG.note) parts.push(CONFIG.note);
@@ -603,17 +699,17 @@ function setUpChoices() {
 }
 
 async function suggest({ text, agent, live: overLive }) {
-  // Ask the suggestion's agent (a new session when this one is another agent's), live if told.
-  if (active || (live && !live.ready)) return;
-  const current = known.get(sessionId)?.agent;
-  const wrongAgent = agent && current !== agent;
-  if (!sessionId || wrongAgent || (live && !overLive)) {
+  // Ask the suggestion's agent (a new session when this one is another agent's), live if
+  // told; the new session is stored with the message (or when it goes live).
+  if (active || starting || (live && !live.ready)) return;
+  const wrongAgent = agent && currentAgent()?.name !== agent;
+  if (wrongAgent || (live && !overLive)) {
     if (live) endLive();
     if (agent && AGENTS.length > 1) $("agent").value = agent;
-    await newSession();
+    await openSession(null);
   }
   if (overLive && !live) {
-    goLive();
+    await goLive();
     const opening = live;
     await new Promise((resolve) => {
       const check = () => (!opening || opening.ready || live !== opening ? resolve()
@@ -640,6 +736,7 @@ async function start() {
   }
   setUpChoices();
   $("new-session").onclick = () => newSession();
+  $("agent").onchange = () => { if (!sessionId) { markCurrent(); render(); } };
   $("stop").onclick = () => stop();
   $("live").onclick = () => (live ? endLive() : goLive());
   $("play-frames").onclick = () => playFrames();
@@ -648,9 +745,11 @@ async function start() {
   $("composer").onsubmit = (event) => {
     event.preventDefault();
     const text = $("message").value.trim();
-    if (!text || active || (live && !live.ready)) return;
+    if (!text || active || starting || (live && !live.ready)) return;
     $("message").value = "";
-    send(text);
+    send(text).then((sent) => {
+      if (!sent && !$("message").value) $("message").value = text;  // not lost: try again
+    });
   };
   $("message").onkeydown = (event) => {
     if (event.key === "Enter" && !event.shiftKey) {
