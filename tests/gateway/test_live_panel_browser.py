@@ -122,3 +122,22 @@ async def test_the_camera_sends_pgm_frames_the_counter_reads(
     await page.get_by_role("button", name="Stop", exact=True).click()
     await page.get_by_role("button", name="Go live", exact=True).wait_for()
     assert await page.get_by_role("alert").count() == 0
+
+
+async def test_the_live_panel_shows_only_for_an_agent_with_an_input_stream_tool(
+        serve: Serve, open_page: Any, demo_app: Any) -> None:  # noqa: F811
+    page = await open_page(await serve(demo_app, lifespan="on"))
+    panel = page.get_by_role("region", name="Live input")
+    # The price watcher is live but reads no frames: no camera, no sample frames.
+    await page.get_by_role("button", name="Watch GOOG").click()
+    await page.wait_for_function("() => document.querySelectorAll('.emissions li').length >= 1")
+    assert await page.get_by_role("button", name="End live", exact=True).is_visible()
+    assert await panel.is_hidden()
+    assert await page.get_by_role("button", name="Use camera").is_hidden()
+    # The people counter's tool takes the input stream: the panel is there for it.
+    await start_counting(page)
+    assert await panel.is_visible()
+    assert await page.get_by_role("button", name="Use camera", exact=True).is_visible()
+    await page.get_by_role("button", name="Stop", exact=True).click()
+    await page.get_by_role("button", name="Go live", exact=True).wait_for()
+    assert await panel.is_hidden()
