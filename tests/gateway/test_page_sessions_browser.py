@@ -8,12 +8,13 @@ at 400 px the approval card's buttons sit clear of its status, on one line.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import httpx
 import pytest
 
-from headwater import Agent
+from headwater import Agent, tool
 from headwater.gateway import create_app
 from headwater.sessions import InMemorySessionService
 from headwater.testing import ScriptedModel, wait_until
@@ -21,7 +22,6 @@ from headwater.testing import ScriptedModel, wait_until
 from .conftest import Serve
 from .test_page_browser import (  # noqa: F401 (browser, open_page: fixtures)
     ARTIFACTS,
-    STORY,
     browser,
     deploy,
     open_page,
@@ -48,8 +48,32 @@ async def titles(page: Any) -> list[str]:
     return texts
 
 
-def two_agents(support: ScriptedModel, ops: ScriptedModel) -> Any:
-    app = create_app([Agent(name="support", model=support), Agent(name="ops", model=ops)],
+class Hold:
+    """A tool that holds its run until the test lets it go: a run surely going on."""
+
+    def __init__(self) -> None:
+        self.released = asyncio.Event()
+
+        @tool(name="hold")
+        async def hold() -> str:
+            """Wait for the go-ahead."""
+            await self.released.wait()
+            return "released"
+
+        self.tool = hold
+
+    def model(self, answer: str) -> ScriptedModel:
+        """A model that calls the held tool, then answers ``answer``."""
+        return ScriptedModel().call("hold", {}).reply(answer)
+
+
+async def holding(page: Any) -> None:
+    """The run is going on, at the held tool."""
+    await page.wait_for_selector('[aria-label="Tool hold"][data-status="running"]')
+
+
+def two_agents(support: Agent, ops: ScriptedModel) -> Any:
+    app = create_app([support, Agent(name="ops", model=ops)],
                      session_service=InMemorySessionService(), settings=settings())
     app.state.page_suggestions = ["Where is order 1042?",
                                   {"text": "Deploy version 2 to staging", "agent": "ops"}]
@@ -58,7 +82,8 @@ def two_agents(support: ScriptedModel, ops: ScriptedModel) -> Any:
 
 async def test_new_session_and_suggestions_store_nothing_until_a_message_is_sent(
         serve: Serve, open_page: Any) -> None:  # noqa: F811
-    support = ScriptedModel().reply(*STORY, delay=0.03).reply("Sure.")
+    held = Hold()
+    support = Agent(name="support", model=held.model("Once upon a time."), tools=[held.tool])
     app = two_agents(support, ScriptedModel().reply("Deploying."))
     base = await serve(app)
     page = await open_page(base)
@@ -75,13 +100,14 @@ async def test_new_session_and_suggestions_store_nothing_until_a_message_is_sent
     # The first message stores the session, for the agent chosen.
     await page.get_by_label("Message", exact=True).fill("Tell me a long story")
     await page.get_by_role("button", name="Send", exact=True).click()
-    await page.wait_for_function(
-        "() => (document.querySelector('[data-draft]')?.textContent ?? '').includes('word2 ')")
+    await holding(page)
     [story] = await stored_sessions(base)
     assert story["agent"] == "support"
     # While it runs, the suggestions wait too (each would be a message, in a new session).
     suggestions = page.locator("#suggestions button")
     assert [await b.is_disabled() for b in await suggestions.all()] == [True, True]
+    held.released.set()
+    await says(page, "support", "Once upon a time.")
     await run_ended(page)
     for _ in range(3):
         await new.click()
@@ -102,23 +128,27 @@ async def test_new_session_and_suggestions_store_nothing_until_a_message_is_sent
 async def test_the_list_titles_a_session_by_its_first_message_from_the_moment_it_is_sent(
         serve: Serve, open_page: Any) -> None:  # noqa: F811
     long = "Where is my order? " * 10
-    support = ScriptedModel().reply(*STORY, delay=0.03).reply("It shipped.")
-    app = create_app(Agent(name="support", model=support),
+    held = Hold()
+    support = held.model("Once upon a time.").reply("It shipped.")
+    app = create_app(Agent(name="support", model=support, tools=[held.tool]),
                      session_service=InMemorySessionService(), settings=settings())
     base = await serve(app)
     page = await open_page(base)
     message = page.get_by_label("Message", exact=True)
     await message.fill("Tell me a long story")
     await page.get_by_role("button", name="Send", exact=True).click()
-    # Listed with its title at once, while the answer is still being written.
+    # Listed with its title at once, while the run is still going on.
+    await holding(page)
     await page.wait_for_selector("#sessions li[aria-current=true]")
     assert await titles(page) == ["Tell me a long story"]
-    assert await page.locator("[data-draft]").count() == 1
+    held.released.set()
     await run_ended(page)
     await page.get_by_role("button", name="New session", exact=True).click()
     await message.fill(long)
     await page.get_by_role("button", name="Send", exact=True).click()
-    await says(page, "support", "It shipped.")
+    await page.wait_for_function(
+        "() => [...document.querySelectorAll('[data-author=support]:not([data-draft]) .text')]"
+        ".at(-1)?.textContent === 'It shipped.'")
     await run_ended(page)
     [newest, first] = await stored_sessions(base)
     assert newest["title"] == long.strip()[:79].rstrip() + "…"  # cut by the gateway (80)
@@ -174,21 +204,22 @@ async def test_delete_asks_first_and_a_no_keeps_the_session(
 
 async def test_send_is_disabled_while_a_run_is_active_and_enabled_at_its_end(
         serve: Serve, open_page: Any) -> None:  # noqa: F811
-    support = ScriptedModel().reply(*STORY, delay=0.03).reply("Next answer.")
-    app = create_app(Agent(name="support", model=support),
+    held = Hold()
+    support = held.model("Once upon a time.").reply("Next answer.")
+    app = create_app(Agent(name="support", model=support, tools=[held.tool]),
                      session_service=InMemorySessionService(), settings=settings())
     page = await open_page(await serve(app))
     message = page.get_by_label("Message", exact=True)
     send = page.get_by_role("button", name="Send", exact=True)
     await message.fill("Tell me a long story")
     await send.click()
-    await page.wait_for_function(
-        "() => (document.querySelector('[data-draft]')?.textContent ?? '').includes('word2 ')")
+    await holding(page)
     assert await send.is_disabled()
-    await message.fill("And then?")  # typed while the answer is written: kept, not sent
+    await message.fill("And then?")  # typed while the run goes on: kept, not sent
     await message.press("Enter")
     assert await message.input_value() == "And then?"
-    assert await page.locator("#status").inner_text() == "Answering…"
+    assert await page.locator("#status").inner_text() == "Calling hold…"
+    held.released.set()
     await run_ended(page)
     await page.wait_for_function("() => !document.getElementById('send').disabled")
     assert await shown(page, "user") == ["Tell me a long story"]
@@ -198,9 +229,9 @@ async def test_send_is_disabled_while_a_run_is_active_and_enabled_at_its_end(
         "() => [...document.querySelectorAll('[data-author=support]:not([data-draft]) .text')]"
         ".at(-1)?.textContent === 'Next answer.'")
     await run_ended(page)
-    assert await shown(page, "support") == ["".join(STORY).strip(), "Next answer."]
+    assert await shown(page, "support") == ["Once upon a time.", "Next answer."]
     assert await shown(page, "user") == ["Tell me a long story", "And then?"]
-    assert len(support.requests) == 2
+    assert len(support.requests) == 3  # the call, its answer; the next question's answer
     assert await send.is_enabled()
 
 
