@@ -8,13 +8,14 @@ says so). The page itself needs no token; in an app with auth it asks for one
 and sends it as ``Authorization: Bearer`` on every API call.
 
 What the page knows about the app comes in the HTML, as JSON (:class:`PageConfig`):
-the agents with their model names and whether each takes live input (frames),
-and optional hooks an app may set on ``app.state`` — ``page_suggestions`` (prompts shown as buttons: text, or
-``{"text", "agent"?, "live"?}`` to ask a given agent, over the live WebSocket
-with ``live``), ``page_note`` (a short label in the header, such as
-"scripted model") and ``page_frames`` (``{"fps": n, "frames": [(mime_type,
-bytes), ...]}``: a sample image sequence the live panel can stream as
-``realtime`` messages, served as base64 JSON at ``GET /page/frames``).
+the agents with their model names and whether each takes live input (frames:
+``input_stream``), and optional hooks an app may set on ``app.state`` —
+``page_suggestions`` (prompts shown as buttons: text, or ``{"text", "agent"?,
+"live"?}`` to ask a given agent, over the live WebSocket with ``live``),
+``page_note`` (a short label in the header, such as "scripted model") and
+``page_frames`` (``{"fps": n, "frames": [(mime_type, bytes), ...]}``: a sample
+image sequence the live panel can stream as ``realtime`` messages, served as
+base64 JSON at ``GET /page/frames``).
 """
 
 from __future__ import annotations
