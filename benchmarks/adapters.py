@@ -120,7 +120,7 @@ def _a1(chunks: int, samples: int, one_write: bool) -> Figures:
 
 def decode_bytewise_s(size: int) -> float:
     """Seconds to decode ``size`` bytes of 200-byte events fed one byte at a time."""
-    from headwater.models._sse import SSEDecoder  # the decoder is the models' machinery
+    from headwater.sse import SSEDecoder  # the one SSE decoder
 
     body = (b"data: " + b"y" * 200 + b"\n\n") * (size // 208)
     decoder = SSEDecoder()

@@ -18,6 +18,12 @@ Two more rules keep the machinery private and the graph a tree of layers:
   that defines it (`headwater.models`, and its sub-packages);
 - no import cycle between modules of `headwater`.
 
+And one rule keeps a wire rule in one home: `headwater.sse` is the only
+Server-Sent Events decoder and encoder. No other function reads SSE fields
+(compares a value with ``data`` and splits at a colon or knows another field)
+or searches bytes for a ``data:`` line, and no other library module but the
+provider emulators of `headwater.testing` builds a ``data:`` line.
+
 Every import counts, including those under `if TYPE_CHECKING:` and inside
 functions.
 """
@@ -46,6 +52,7 @@ LAYERS: dict[str, int] = {
     "context": 0,
     "live_request_queue": 0,
     "clock": 0,
+    "sse": 0,
     "models": 1,
     "tools": 1,
     "sessions": 1,
@@ -478,3 +485,148 @@ def test_an_acyclic_graph_has_no_cycles() -> None:
     graph = {"a": {"b": 1, "c": 2}, "b": {"c": 1}, "c": {}}
     assert import_cycles(graph) == {}
     assert sorted(strongly_connected(graph)) == [["a"], ["b"], ["c"]]
+
+
+# -- one SSE codec -------------------------------------------------------------------------------
+
+SSE_CODEC = "headwater/sse.py"
+# The provider emulators write what OpenAI, Anthropic and Gemini send, byte for byte (their
+# JSON spacing, CRLF): the other side of the wire, not a second encoder of headwater's.
+SSE_EMULATORS = ("headwater/testing/_render",)
+_FIELDS = frozenset({"data", "event", "id", "retry"})
+_SEARCHES = frozenset({"startswith", "endswith", "removeprefix", "index", "rindex", "find",
+                       "rfind", "split", "rsplit", "partition", "rpartition", "count"})
+
+
+def _literal(node: ast.AST) -> str | None:
+    """The text of a str or bytes constant (bytes as Latin-1), else ``None``."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str | bytes):
+        value = node.value
+        return value.decode("latin-1") if isinstance(value, bytes) else value
+    return None
+
+
+def _is_data_line(text: str) -> bool:
+    """A ``data:`` line's start as a decoder looks for it: after a line break, or ``data: ``."""
+    stripped = text.lstrip("\r\n")
+    return stripped.startswith("data: ") or (stripped != text and stripped.startswith("data:"))
+
+
+def _looked_for(function: ast.AST) -> Iterator[tuple[int, str, str]]:
+    """(line, how, text) for each literal `function` compares with or searches for."""
+    for node in ast.walk(function):
+        if isinstance(node, ast.Compare):
+            for operand in (node.left, *node.comparators):
+                text = _literal(operand)
+                if text is not None:
+                    yield node.lineno, "compare", text
+        elif isinstance(node, ast.MatchValue):
+            text = _literal(node.value)
+            if text is not None:
+                yield node.lineno, "compare", text
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+              and node.func.attr in _SEARCHES):
+            for arg in node.args:
+                text = _literal(arg)
+                if text is not None:
+                    yield node.lineno, node.func.attr, text
+
+
+def sse_decoder_findings(tree: ast.AST) -> list[str]:
+    """Why each function of `tree` is an SSE decoder (``"<line>: <what>"``), if it is one."""
+    found = []
+    for function in ast.walk(tree):
+        if not isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        looked = list(_looked_for(function))
+        compared = {text for _, how, text in looked if how == "compare" and text in _FIELDS}
+        splits_at_colon = any(how != "compare" and text == ":" for _, how, text in looked)
+        if "data" in compared and (splits_at_colon or len(compared) > 1):
+            found.append(f"{function.lineno}: {function.name}() reads SSE fields")
+        found += [f"{line}: {function.name}() looks for a data line ({text!r})"
+                  for line, _, text in looked if _is_data_line(text)]
+    return found
+
+
+def _builds_data_line(node: ast.expr) -> bool:
+    if isinstance(node, ast.JoinedStr):
+        pieces = [_literal(value) for value in node.values]
+    elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        pieces = [_literal(node.left), _literal(node.right)]
+    else:
+        return False
+    return any(piece is not None and _is_data_line(piece) for piece in pieces)
+
+
+def sse_encoder_findings(tree: ast.AST) -> list[str]:
+    """``"<line>: ..."`` for each ``data:`` line `tree` builds from a value (an f-string, a +)."""
+    return [f"{node.lineno}: builds a data line" for node in ast.walk(tree)
+            if isinstance(node, ast.expr) and _builds_data_line(node)]
+
+
+def sse_codec_violations(src: Path = SRC) -> list[str]:
+    """One line per SSE decoder or encoder outside `headwater/sse.py`."""
+    found = []
+    for path in sorted(src.rglob("*.py")):
+        where = path.relative_to(src.parent).as_posix()
+        if where == SSE_CODEC:
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+        found += [f"{where}:{finding} (the SSE decoder is headwater.sse)"
+                  for finding in sse_decoder_findings(tree)]
+        if not where.startswith(SSE_EMULATORS):
+            found += [f"{where}:{finding} (the SSE encoder is headwater.sse)"
+                      for finding in sse_encoder_findings(tree)]
+    return found
+
+
+def test_headwater_sse_is_the_only_sse_codec() -> None:
+    found = sse_codec_violations()
+    assert not found, "a second SSE codec:\n" + "\n".join(found)
+    # The rules see the one codec (so they are not blind).
+    codec = ast.parse((SRC / "sse.py").read_text(encoding="utf-8"))
+    assert sse_decoder_findings(codec) and sse_encoder_findings(codec)
+
+
+@pytest.mark.parametrize("code", [
+    # headwater chat's old reader: a field line split at its colon, "data" compared.
+    "async def frames(lines):\n"
+    "    for line in lines:\n"
+    "        name, _, value = line.partition(':')\n"
+    "        if name == 'data':\n"
+    "            yield value\n",
+    # the old testing parser: field names compared one by one.
+    "def process(self, name, value):\n"
+    "    if name == 'data':\n        self.data.append(value)\n"
+    "    elif name == 'id':\n        self.id = value\n",
+    "def field(name, value):\n"
+    "    match name:\n        case b'data': return value\n        case b'retry': return 0\n",
+    # the WebSocket's old cut of the JSON out of an encoded frame.
+    "def frame_text(raw):\n    return raw[raw.index(b'\\ndata: ') + 7:-2]\n",
+    "def lines(body):\n    return [l[6:] for l in body.split('\\n') if l.startswith('data: ')]\n",
+    "def has(body):\n    return b'\\r\\ndata:' in body\n",
+])
+def test_a_second_sse_decoder_is_found(code: str) -> None:
+    assert sse_decoder_findings(ast.parse(code))
+
+
+@pytest.mark.parametrize("code", [
+    "def blob(source):\n    return source.get('type') != 'data' or source.get('id')\n",
+    "def url(piece):\n    return piece['image_url'].removeprefix('data:').partition(';base64,')\n",
+    "def spec(text):\n    module, _, attr = text.partition(':')\n    return attr == 'id'\n",
+    "def note(message):\n    return f'data: {message}' if message else None\n",
+])
+def test_other_code_is_not_taken_for_an_sse_decoder(code: str) -> None:
+    assert not sse_decoder_findings(ast.parse(code))
+
+
+@pytest.mark.parametrize(("code", "builds"), [
+    ("def chunk(text):\n    return f'data: {text}\\n\\n'.encode()\n", True),
+    ("def chunk(text):\n    return b'data: ' + text + b'\\n\\n'\n", True),
+    ("def chunk(i, text):\n    return f'id: {i}\\ndata: {text}\\n\\n'\n", True),
+    ("def chunk(text):\n    return 'event: x\\n' + 'data: ' + text\n", True),
+    ("DONE = b'data: [DONE]\\n\\n'\n", False),
+    ("def url(mime, data):\n    return f'data:{mime};base64,{data}'\n", False),
+])
+def test_a_second_sse_encoder_is_found(code: str, builds: bool) -> None:
+    assert bool(sse_encoder_findings(ast.parse(code))) is builds

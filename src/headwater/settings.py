@@ -83,7 +83,8 @@ class Settings(BaseSettings):
         model_drain_timeout, model_drain_bytes: after a stream's terminal
             marker, how long and how much the adapter reads to the end of the
             body so the connection can be reused (past either, it is closed).
-        sse_max_line_chars, sse_max_event_chars: bounds of the SSE decoder.
+        sse_max_line_chars, sse_max_event_chars: bounds of the SSE decoder (provider
+            streams, and the gateway's as ``headwater chat`` reads them).
         anthropic_max_tokens: ``max_tokens`` sent to Anthropic when the agent's
             ``generate_config`` sets none (the API requires one).
         max_progress_events, max_progress_bytes: progress events (and their

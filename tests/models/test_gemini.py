@@ -27,7 +27,6 @@ from headwater.errors import (
     UserError,
 )
 from headwater.models import LlmRequest, LlmResponse
-from headwater.models._sse import SSEDecoder
 from headwater.models.gemini import (
     SKIP_SIGNATURE,
     GeminiModel,
@@ -37,6 +36,7 @@ from headwater.models.gemini import (
     vertex_from_spec,
 )
 from headwater.settings import Settings
+from headwater.sse import SSEDecoder
 from headwater.testing import (
     Close,
     FakeProvider,

@@ -24,7 +24,6 @@ from headwater.errors import (
     UserError,
 )
 from headwater.models import LlmRequest, LlmResponse, OpenAIResponsesModel
-from headwater.models._sse import SSEDecoder
 from headwater.models.openai_responses import (
     _ResponsesParser,
     from_spec,
@@ -32,6 +31,7 @@ from headwater.models.openai_responses import (
     signature_of,
 )
 from headwater.settings import Settings
+from headwater.sse import SSEDecoder
 from headwater.testing import (
     Close,
     FakeProvider,

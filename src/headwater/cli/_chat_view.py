@@ -22,7 +22,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, TaskID, TaskProgressColumn, TextColumn
 
 from ..errors import ERROR_MESSAGES
-from ._gateway_client import Frame
+from ._gateway_client import WireFrame
 
 CLIENT_ERRORS = {
     "unauthorized": "The server refused the token.",
@@ -84,7 +84,7 @@ class RunView:
 
     # -- frames ----------------------------------------------------------------------------
 
-    def show(self, frame: Frame) -> None:
+    def show(self, frame: WireFrame) -> None:
         """Write one frame."""
         handler = getattr(self, f"_on_{frame.type}", None)
         if frame.type not in ("tool_progress", "tool_result"):

@@ -18,6 +18,10 @@ from typing import Any
 
 import httpx
 
+from ..errors import SSEDecodeError
+from ..settings import get_settings
+from ..sse import SSEDecoder
+
 CONNECT_TIMEOUT = 10.0
 """Seconds to connect to the gateway, and to wait for any answer but a stream's next frame."""
 
@@ -37,51 +41,43 @@ class GatewayError(Exception):
 
 
 @dataclass(slots=True)
-class Frame:
-    """One SSE frame of a run: its id, type (``delta``, ``message``, …) and data."""
+class WireFrame:
+    """One SSE frame of a run as read off the wire: its id, type (``delta``, …) and data."""
 
     id: str
     type: str
     data: dict[str, Any]  # the frame's JSON
 
 
-class RunStream:
+class GatewayRun:
     """A run being read: its id (``X-Run-Id``) and its frames, in order."""
 
     def __init__(self, run_id: str, response: httpx.Response) -> None:
         self.run_id = run_id
         self._response = response
 
-    async def frames(self) -> AsyncIterator[Frame]:
+    async def frames(self) -> AsyncIterator[WireFrame]:
         """The frames as they arrive; ends after the terminal frame or when the stream does.
 
         Raises:
             GatewayError: ``network`` when the connection broke; ``internal`` when
-                a frame's data is not JSON (not a headwater gateway's stream).
+                a frame's data is not JSON or too large (not a headwater gateway's
+                stream).
         """
-        fields: dict[str, str] = {}
-        data: list[str] = []
+        settings = get_settings()  # the bounds of every SSE decoder
+        decoder = SSEDecoder(settings.sse_max_line_chars, settings.sse_max_event_chars)
         try:
-            async for line in self._response.aiter_lines():
-                if not line:
-                    if data:
-                        frame = Frame(fields.get("id", ""), fields.get("event", "message"),
-                                      _frame_data(data))
-                        yield frame
-                        if frame.type in ("done", "error"):
-                            return
-                    fields, data = {}, []
-                    continue
-                if line.startswith(":"):
-                    continue  # a heartbeat
-                name, _, value = line.partition(":")
-                value = value[1:] if value.startswith(" ") else value
-                if name == "data":
-                    data.append(value)
-                else:
-                    fields[name] = value
+            async for chunk in self._response.aiter_bytes():
+                for event in decoder.feed(chunk):
+                    frame = WireFrame(event.id or "", event.event, _frame_data(event.data))
+                    yield frame
+                    if frame.type in ("done", "error"):
+                        return
         except httpx.TransportError as exc:
             raise GatewayError("network", f"the stream broke: {exc}") from None
+        except SSEDecodeError as exc:
+            raise GatewayError("internal", f"the server sent an event stream {exc}; is it a "
+                               "headwater gateway?") from None
 
 
 class GatewayClient:
@@ -172,7 +168,7 @@ class GatewayClient:
                 raise
 
     @asynccontextmanager
-    async def run(self, session_id: str, body: dict[str, Any]) -> AsyncIterator[RunStream]:
+    async def run(self, session_id: str, body: dict[str, Any]) -> AsyncIterator[GatewayRun]:
         """Start a run (``body``: ``message`` or ``approvals``) and hold its stream open.
 
         Leaving the block closes the stream; a run that has not ended then stops
@@ -191,7 +187,7 @@ class GatewayClient:
             if response.is_error:
                 await response.aread()
                 raise _refusal(response)
-            yield RunStream(response.headers.get("X-Run-Id", ""), response)
+            yield GatewayRun(response.headers.get("X-Run-Id", ""), response)
         finally:
             await response.aclose()
 
@@ -204,9 +200,9 @@ def _refusal(response: httpx.Response) -> GatewayError:
         return GatewayError("internal", f"HTTP {response.status_code}")
 
 
-def _frame_data(lines: list[str]) -> Any:  # Any: the frame's JSON payload
+def _frame_data(data: bytes) -> Any:  # Any: the frame's JSON payload
     try:
-        return json.loads("\n".join(lines))
+        return json.loads(data)
     except ValueError:
         raise GatewayError("internal", "the server sent an event whose data is not JSON; "
                            "is it a headwater gateway?") from None

@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 from collections.abc import Iterator, Mapping
 from typing import Any, Final, Literal
 
@@ -48,6 +47,8 @@ from fastapi import FastAPI, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import ERROR_MESSAGES
+from ..sse import encode_event as sse_event
+from ..sse import encode_json
 from ..tools.approval import approval_response
 from ..types import Blob, Content, Part
 from .core import STREAM_RESPONSES, Gateway
@@ -66,8 +67,6 @@ PROGRESS_ACTIVITY: Final = "TOOL_PROGRESS"
 """The ``activityType`` of a tool's progress."""
 
 _MEDIA_PARTS: Final = frozenset({"image", "audio", "video", "document"})
-_encode = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode
-_encode_ascii = json.JSONEncoder(ensure_ascii=True, allow_nan=False, separators=(",", ":")).encode
 
 
 # -- the request ---------------------------------------------------------------------------------
@@ -174,10 +173,7 @@ def _streaming(props: Any) -> bool:  # wire JSON
 
 def encode_event(event: Mapping[str, Any]) -> bytes:
     """One AG-UI event as an SSE message: ``data: <compact JSON>`` and a blank line."""
-    try:
-        return b"data: " + _encode(event).encode() + b"\n\n"
-    except UnicodeEncodeError:  # a lone surrogate: as a \\u escape it survives the round trip
-        return b"data: " + _encode_ascii(event).encode() + b"\n\n"
+    return sse_event(event)
 
 
 class AguiEncoder:
@@ -309,7 +305,7 @@ class AguiEncoder:
                                      "toolCallName": call["name"]}
             if parent is not None:  # the text of the same model turn carries the calls
                 start["parentMessageId"] = parent
-            args = _encode(call["args"]) if "args" in call else "{}"
+            args = encode_json(call["args"]) if "args" in call else "{}"
             events += [start,
                        {"type": "TOOL_CALL_ARGS", "toolCallId": call["id"], "delta": args},
                        {"type": "TOOL_CALL_END", "toolCallId": call["id"]}]
@@ -333,7 +329,7 @@ class AguiEncoder:
         # The response with expose_result=True, else the summary (id, name, status, size).
         return [{"type": "TOOL_CALL_RESULT", "messageId": self._new_id("t"),
                  "toolCallId": result["id"], "role": "tool",
-                 "content": _encode(result.get("response", result))}
+                 "content": encode_json(result.get("response", result))}
                 for result in data["results"]]
 
     def _interrupt(self, data: Mapping[str, Any]) -> dict[str, Any]:

@@ -1,33 +1,32 @@
-"""The gateway's one Server-Sent Events encoder (DESIGN §6).
+"""A run's frames on the wire (DESIGN §6), encoded with :mod:`headwater.sse`.
 
 Every frame a run sends is built here, once: :func:`encode_frame` checks the
-type and renders the bytes, and the :class:`Frame` it returns carries both the
-data and those bytes, so a frame that is logged, replayed to a resuming client
-or sent to several followers is encoded once. A frame on the wire is::
+type and renders the bytes with :func:`headwater.sse.encode_event`, and the
+:class:`Frame` it returns carries both the data and those bytes, so a frame
+that is logged, replayed to a resuming client or sent to several followers is
+encoded once. A frame on the wire is::
 
     id: <n>
     event: <type>
     data: <compact JSON on one line>
     <blank line>
 
-The data line never holds a line break: JSON escapes CR, LF and every other
-control character, and the encoder also escapes U+2028, U+2029 (JSON-in-JS
-safety) and U+0085 (so a client that splits lines with ``str.splitlines()``
-still sees one line). Heartbeats are SSE comments and carry no id.
+The data line never holds a line break, and U+2028, U+2029 and U+0085 are
+escaped too (the encoder's rules, :mod:`headwater.sse`). Heartbeats are SSE
+comments and carry no id.
 
 This runs once per streamed chunk, so it is kept lean (about 2–3 µs per delta
-frame): the C JSON encoder is built once instead of once per call, substring
-tests instead of regular expressions, no validation of ``data`` beyond what
-JSON does, and the frame is built without the dataclass ``__init__``.
+frame): no validation of ``data`` beyond what JSON does, and the frame is
+built without the dataclass ``__init__``.
 """
 
 from __future__ import annotations
 
-import json
-import json.encoder
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
+
+from ..sse import encode_comment, encode_event, encode_retry
 
 FRAME_TYPES: Final[frozenset[str]] = frozenset({
     "delta",
@@ -48,45 +47,7 @@ FRAME_TYPES: Final[frozenset[str]] = frozenset({
 TERMINAL_TYPES: Final[frozenset[str]] = frozenset({"error", "done"})
 """The types that end a run's stream: exactly one of them, last."""
 
-# allow_nan=False: NaN and Infinity are not JSON, and JSON.parse in a browser refuses them.
-_ENCODER: Final = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-# The fallback for text a UTF-8 encoder refuses (a lone surrogate decoded from provider JSON).
-_encode_ascii = json.JSONEncoder(ensure_ascii=True, allow_nan=False, separators=(",", ":")).encode
-
-
-def _c_encoder() -> Callable[[Any], str]:
-    """``_ENCODER.encode`` for mappings, without building a C encoder on every call.
-
-    ``JSONEncoder.encode`` makes a new C encoder per call, which is half its cost
-    on a small frame. This one is made once; it keeps no circular-reference
-    markers (a shared markers dict would be left dirty by a failed call), so a
-    cyclic ``data`` raises ``RecursionError``. Without the C accelerator (another
-    interpreter) it is the plain ``encode``.
-    """
-    make = getattr(json.encoder, "c_make_encoder", None)
-    if make is None:
-        return _ENCODER.encode
-    iterencode = make(None, _ENCODER.default, json.encoder.encode_basestring, None, ":", ",",
-                      False, False, False)
-    join = "".join
-
-    def encode(data: Any) -> str:  # wire JSON
-        return join(iterencode(data, 0))
-
-    return encode
-
-
-_encode = _c_encoder()
-# Line separators JSON leaves raw; CR, LF, NUL and the C0 controls are already escaped.
-_UNSAFE: Final = (("\u2028", "\\u2028"), ("\u2029", "\\u2029"), ("\x85", "\\u0085"))
-_HEARTBEAT: Final = b": hb\n\n"
-
-
-def _escape_separators(text: str) -> str:
-    for char, escape in _UNSAFE:
-        if char in text:
-            text = text.replace(char, escape)
-    return text
+_HEARTBEAT: Final = encode_comment("hb")
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,14 +106,7 @@ def encode_frame(id: int, type: str, data: Mapping[str, Any]) -> Frame:
         raise ValueError(f"frame ids start at 1, got {id}")
     if data.__class__ is not dict:
         data = dict(data)  # JSON encodes dicts only (not a MappingProxyType)
-    text = _encode(data)
-    if not text.isascii():  # O(1) in CPython: most deltas skip the scans
-        text = _escape_separators(text)
-    try:
-        raw = f"id: {id}\nevent: {type}\ndata: {text}\n\n".encode()
-    except UnicodeEncodeError:
-        # A lone surrogate cannot be UTF-8; as a JSON \\u escape it survives the round trip.
-        raw = f"id: {id}\nevent: {type}\ndata: {_encode_ascii(data)}\n\n".encode()
+    raw = encode_event(data, type, id)
     frame = _new_frame(Frame)
     _set_id(frame, id)
     _set_type(frame, type)
@@ -175,6 +129,4 @@ def retry_hint(ms: int) -> bytes:
     Raises:
         ValueError: ``ms`` is negative.
     """
-    if ms < 0:
-        raise ValueError(f"a retry delay is a non-negative number of milliseconds, got {ms}")
-    return b"retry: %d\n\n" % ms
+    return encode_retry(ms)

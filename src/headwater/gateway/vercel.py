@@ -41,7 +41,6 @@ outputs stay in its step.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal
@@ -51,6 +50,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import ERROR_MESSAGES
 from ..sessions.ledger import CallLedger
+from ..sse import encode_event
 from ..tools.approval import approval_response
 from ..types import Content, FunctionResponse, Part
 from .core import STREAM_RESPONSES, Gateway
@@ -61,8 +61,6 @@ UI_MESSAGE_STREAM_HEADERS: Final[Mapping[str, str]] = {"x-vercel-ai-ui-message-s
 """The header that tells the AI SDK client the body is a UI message stream."""
 
 _DONE: Final = b"data: [DONE]\n\n"
-_json = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode
-_json_ascii = json.JSONEncoder(ensure_ascii=True, allow_nan=False, separators=(",", ":")).encode
 _TOOL_FAILED: Final = "The tool call failed."
 
 
@@ -198,10 +196,7 @@ def _error_output(text: str | None) -> dict[str, Any]:
 
 def chunk(data: Mapping[str, Any]) -> bytes:
     """One UI message chunk as an SSE event: ``data: <json>`` and a blank line."""
-    try:
-        return f"data: {_json(data)}\n\n".encode()
-    except UnicodeEncodeError:  # a lone surrogate: as a \\u escape it survives
-        return f"data: {_json_ascii(data)}\n\n".encode()
+    return encode_event(data)
 
 
 class UIMessageEncoder:

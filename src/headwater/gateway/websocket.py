@@ -47,6 +47,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from ..errors import QueueFull, SessionBusyError, SessionError, SessionNotFoundError, UserError
 from ..live_request_queue import LiveRequestQueue
+from ..sse import encode_json
 from ..types import Blob, Content
 from .auth import DEV_USER, bearer_token
 from .core import Gateway, exposes_of
@@ -204,12 +205,10 @@ def blob_of(message: RealtimeMessage) -> Blob:
 def frame_text(frame: Frame) -> str:
     """A run frame as the WebSocket sends it: ``{"id", "type", "data"}``.
 
-    The data JSON is taken from the frame's SSE bytes, so it is encoded once
-    for the run log, every SSE follower and every socket.
+    The data is encoded by :func:`headwater.sse.encode_json`, the JSON (and the
+    escapes) of the frame's SSE data line, from the typed frame.
     """
-    raw = frame.raw
-    data = raw[raw.index(b"\ndata: ") + 7:-2].decode()
-    return f'{{"id":{frame.id},"type":"{frame.type}","data":{data}}}'
+    return f'{{"id":{frame.id},"type":"{frame.type}","data":{encode_json(frame.data)}}}'
 
 
 def notice_text(type: str, data: dict[str, Any]) -> str:  # wire JSON

@@ -48,7 +48,7 @@ from ..errors import (
     ProviderUnavailable,
 )
 from ..settings import Settings, get_settings
-from ._sse import ServerSentEvent, SSEDecoder
+from ..sse import ServerSentEvent, SSEDecoder
 from .aggregator import StreamAggregator
 from .base import BaseLlm
 from .llm_request import LlmRequest

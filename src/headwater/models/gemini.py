@@ -34,11 +34,11 @@ from pydantic_core import from_json
 
 from ..errors import MalformedChunk, ToolCallAssemblyError, UserError
 from ..events import new_id
+from ..sse import ServerSentEvent
 from ..types import Content, Part, Usage
 from ._env import env_base_url
 from ._http import HttpStreamingModel, StreamParser
 from ._jsonpath import ArgsBuilder
-from ._sse import ServerSentEvent
 from ._wire import bad, obj, opt_int, opt_list, opt_obj, opt_str, shown_enum
 from .connection import BaseLlmConnection
 from .gemini_live import DEFAULT_BASE_URL as LIVE_BASE_URL

@@ -22,10 +22,10 @@ from typing import Any
 from pydantic_core import from_json
 
 from ..errors import MalformedChunk, UserError
+from ..sse import ServerSentEvent
 from ..types import Content, Usage
 from ._env import env_base_url, env_key
 from ._http import HttpStreamingModel, StreamParser
-from ._sse import ServerSentEvent
 from ._wire import bad, obj, opt_int, opt_list, opt_obj, opt_str
 from .llm_request import LlmRequest
 from .openai_responses import OpenAIResponsesModel as OpenAIResponsesModel

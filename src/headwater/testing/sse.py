@@ -19,15 +19,18 @@ browser's ``EventSource`` would dispatch, with the same rules:
   the last event id and the reconnection time persist across events;
 - at the end of the stream an event without its blank line is discarded.
 
-It is sans-I/O (:meth:`SSEParser.feed`); :func:`aiter_sse` drives it from an
-async byte iterator such as httpx's ``response.aiter_bytes()``.
+It reads with the package's one decoder, :class:`headwater.sse.SSEDecoder`
+(the one the provider adapters and ``headwater chat`` use), and gives the events
+as text. It is sans-I/O (:meth:`SSEParser.feed`); :func:`aiter_sse` drives it
+from an async byte iterator such as httpx's ``response.aiter_bytes()``.
 """
 
 from __future__ import annotations
 
-import codecs
 from collections.abc import AsyncIterable, AsyncIterator
 from dataclasses import dataclass
+
+from ..sse import ServerSentEvent, SSEDecoder
 
 
 @dataclass
@@ -53,34 +56,33 @@ class SSEParser:
     """An incremental event-stream parser; one per stream.
 
     Feed it bytes (or text already decoded) in any split; it keeps the state
-    between feeds: a partial UTF-8 sequence, a partial line, a CR that may be
-    the first half of a CRLF, the event being built, the last event id.
+    between feeds: a partial line (and in it a partial UTF-8 sequence), a CR
+    that may be the first half of a CRLF, the event being built, the last event
+    id. Lines and events are bounded as the decoder's are.
+
+    Args:
+        max_line_chars: longest line accepted (bytes).
+        max_event_chars: largest event data accepted (bytes).
     """
 
-    def __init__(self) -> None:
-        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        self._started = False  # the first character (a possible BOM) has been seen
-        self._skip_lf = False  # the last chunk ended in CR: an LF opening the next one is its pair
-        self._line: list[str] = []  # pieces of an unfinished line (never hold CR or LF)
-        self._data: list[str] = []
-        self._event = ""
-        self._last_id = ""
-        self._retry: int | None = None
+    def __init__(self, max_line_chars: int = 1 << 20, max_event_chars: int = 8 << 20) -> None:
+        self._decoder = SSEDecoder(max_line_chars, max_event_chars)
+        self._tail = b""  # the last bytes fed (up to 3): an unfinished UTF-8 sequence?
 
     @property
     def last_event_id(self) -> str:
         """The last event id so far (``""`` if none): what a client resumes with."""
-        return self._last_id
+        return self._decoder.last_event_id or ""
 
     @property
     def retry(self) -> int | None:
         """The reconnection time in milliseconds the stream asked for, or ``None``."""
-        return self._retry
+        return self._decoder.retry
 
     @property
     def has_pending(self) -> bool:
         """Whether an unfinished line or event is buffered (a cut stream leaves one)."""
-        return bool(self._line or self._data or self._event or self._decoder.getstate()[0])
+        return self._decoder.has_pending
 
     def feed(self, chunk: bytes | str) -> list[SSEMessage]:
         """Parse the next piece of the stream.
@@ -94,14 +96,17 @@ class SSEParser:
 
         Raises:
             ValueError: text was fed in the middle of a UTF-8 sequence.
+            headwater.errors.SSEDecodeError: a line or an event exceeds its bound.
         """
         if isinstance(chunk, str):
-            if self._decoder.getstate()[0]:
+            if _unfinished_utf8(self._tail):
                 raise ValueError("text fed in the middle of a UTF-8 sequence; feed bytes")
-            text = chunk
+            data = chunk.encode("utf-8", "surrogatepass")
         else:
-            text = self._decoder.decode(chunk)
-        return self._text(text)
+            data = chunk
+        if data:
+            self._tail = (self._tail + data[-3:])[-3:]
+        return [_message(event) for event in self._decoder.feed(data)]
 
     def flush(self) -> list[SSEMessage]:
         """End the stream: drop what is unfinished, as the standard does.
@@ -114,69 +119,24 @@ class SSEParser:
         Returns:
             Always an empty list (kept so a caller can treat every stream end alike).
         """
-        self._decoder.reset()
-        self._started = False
-        self._skip_lf = False
-        self._line.clear()
-        self._data = []
-        self._event = ""
+        self._decoder.flush()
+        self._tail = b""
         return []
 
-    def _text(self, text: str) -> list[SSEMessage]:
-        if not text:
-            return []
-        if not self._started:
-            self._started = True
-            if text[0] == "\ufeff":
-                text = text[1:]
-        if self._skip_lf:
-            self._skip_lf = False
-            if text[:1] == "\n":
-                text = text[1:]
-        if "\r" in text:
-            self._skip_lf = text[-1] == "\r"
-            text = text.replace("\r\n", "\n").replace("\r", "\n")
-        if "\n" not in text:
-            if text:
-                self._line.append(text)  # no join per piece: byte-wise feeding stays linear
-            return []
-        if self._line:
-            self._line.append(text)
-            text = "".join(self._line)
-            self._line.clear()
-        *lines, tail = text.split("\n")
-        if tail:
-            self._line.append(tail)
-        messages: list[SSEMessage] = []
-        for line in lines:
-            self._process(line, messages)
-        return messages
 
-    def _process(self, line: str, messages: list[SSEMessage]) -> None:
-        if not line:
-            self._dispatch(messages)
-            return
-        if line[0] == ":":
-            return
-        name, colon, value = line.partition(":")
-        if colon and value[:1] == " ":
-            value = value[1:]
-        if name == "data":
-            self._data.append(value)
-        elif name == "event":
-            self._event = value
-        elif name == "id":
-            if "\0" not in value:
-                self._last_id = value
-        elif name == "retry" and value.isascii() and value.isdigit():
-            self._retry = int(value)
+def _message(event: ServerSentEvent) -> SSEMessage:
+    return SSEMessage(event.event, event.text, event.id or "", event.retry)
 
-    def _dispatch(self, messages: list[SSEMessage]) -> None:
-        data, event = self._data, self._event
-        self._data, self._event = [], ""
-        if data:
-            messages.append(SSEMessage(event or "message", "\n".join(data), self._last_id,
-                                       self._retry))
+
+def _unfinished_utf8(tail: bytes) -> bool:
+    """Whether ``tail`` (the last bytes of a stream) ends inside a UTF-8 sequence."""
+    for back in range(1, len(tail) + 1):
+        byte = tail[-back]
+        if byte < 0x80:  # ASCII: nothing open
+            return False
+        if byte >= 0xC0:  # a lead byte: does the sequence it opens still lack bytes?
+            return back < (2 if byte < 0xE0 else 3 if byte < 0xF0 else 4)
+    return False  # continuation bytes only: complete (or invalid, already replaced)
 
 
 async def aiter_sse(byte_iterator: AsyncIterable[bytes | str]) -> AsyncIterator[SSEMessage]:

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from headwater.errors import SSEDecodeError
-from headwater.models._sse import ServerSentEvent, SSEDecoder
+from headwater.sse import ServerSentEvent, SSEDecoder
 
 
 def decode(chunks: list[bytes], **kw: int) -> list[ServerSentEvent]:
