@@ -30,6 +30,7 @@ ALL_MODULES = (
     "headwater.tools",
     "headwater.agents",
     "headwater.gateway",
+    "headwater.sse",
 )
 
 

@@ -382,14 +382,23 @@ def encode_event(data: Any, event: str | None = None, id: int | str | None = Non
     text = _encode(data)
     if not text.isascii():  # O(1) in CPython: most deltas skip the scans
         text = _escape_separators(text)
-    if id is not None and id.__class__ is not int:
-        _check_field("id", str(id))
     if event is None:
-        line = f"data: {text}\n\n" if id is None else f"id: {id}\ndata: {text}\n\n"
+        if id is None:
+            line = f"data: {text}\n\n"
+        else:
+            if id.__class__ is not int:
+                _check_field("id", str(id))
+            line = f"id: {id}\ndata: {text}\n\n"
     else:
-        _check_field("event", event)
-        line = (f"event: {event}\ndata: {text}\n\n" if id is None
-                else f"id: {id}\nevent: {event}\ndata: {text}\n\n")
+        if not event.isprintable():  # a line break (one test, inline: this runs per event)
+            _check_field("event", event)
+        if id.__class__ is int:  # the gateway's frames
+            line = f"id: {id}\nevent: {event}\ndata: {text}\n\n"
+        elif id is None:
+            line = f"event: {event}\ndata: {text}\n\n"
+        else:
+            _check_field("id", str(id))
+            line = f"id: {id}\nevent: {event}\ndata: {text}\n\n"
     try:
         return line.encode()
     except UnicodeEncodeError:

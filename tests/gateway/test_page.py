@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import importlib.util
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -41,6 +42,20 @@ def config_of(html: str) -> Any:
 def app(**options: Any) -> Any:
     agent = Agent(name="support", model=ScriptedModel().reply("hi"))
     return create_app(agent, session_service=InMemorySessionService(), **options)
+
+
+def test_the_pages_sse_fixture_is_the_python_encoders_output() -> None:
+    # reducer.test.mjs feeds tests/fixtures/sse-page.json to the page's SSE reader: it must be
+    # what headwater.sse writes today, not what it once wrote.
+    spec = importlib.util.spec_from_file_location("sse_page", ROOT / "tests/fixtures/sse_page.py")
+    assert spec is not None and spec.loader is not None
+    generator = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(generator)
+    assert generator.FIXTURE.read_text(encoding="ascii") == generator.render(), (
+        "tests/fixtures/sse-page.json is stale: run PYTHONPATH=src python "
+        "tests/fixtures/sse_page.py")
+    events = json.loads(generator.render())["events"]
+    assert {e["type"] for e in events} == {"delta", "message", "done"} and len(events) > 10
 
 
 @pytest.mark.parametrize("name", ["reducer.test.mjs", "media.test.mjs"])

@@ -14,6 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from headwater import sse
+from headwater.gateway import agui, vercel
 from headwater.gateway.sse import (
     FRAME_TYPES,
     TERMINAL_TYPES,
@@ -22,6 +24,7 @@ from headwater.gateway.sse import (
     heartbeat,
     retry_hint,
 )
+from headwater.gateway.websocket import frame_text
 from headwater.testing import SSEMessage, SSEParser, aiter_sse
 
 
@@ -56,6 +59,19 @@ def test_lone_surrogate_is_sent_as_an_escape() -> None:
     frame = encode_frame(1, "delta", {"author": "é", "text": "x\ud800"})
     assert frame.raw.endswith(b'data: {"author":"\\u00e9","text":"x\\ud800"}\n\n')
     assert json.loads(parse(frame.raw)[0].data) == frame.data
+
+
+@pytest.mark.parametrize("text", ["plain", "a\u2028b\u2029c\x85d", "é€𝄞\n", "x\ud800"])
+def test_every_gateway_encoder_writes_the_one_codecs_bytes(text: str) -> None:
+    # The typed frames, AG-UI, Vercel and the WebSocket: the same JSON, the same escapes.
+    data = {"author": "a", "text": text}
+    frame = encode_frame(2, "delta", data)
+    assert frame.raw == sse.encode_event(data, "delta", 2)
+    assert agui.encode_event(data) == vercel.chunk(data) == sse.encode_event(data)
+    message = frame_text(frame)
+    assert message == f'{{"id":2,"type":"delta","data":{sse.encode_json(data)}}}'
+    assert json.loads(message) == {"id": 2, "type": "delta", "data": data}
+    assert message.splitlines() == [message] and message.encode()  # UTF-8, one line
 
 
 def test_terminal_types() -> None:

@@ -1,5 +1,6 @@
 // The page's reducer (seed 004) and SSE decoder: `node --test tests/js/reducer.test.mjs`.
 import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
 import { test } from "node:test";
 
 import {
@@ -353,4 +354,23 @@ test("the SSE decoder is chunk-boundary invariant, with ids, comments and CR/LF/
     assert.deepEqual(frames, whole, `cut at ${cut}`);
   }
   assert.equal(new SSEDecoder().feed("id: 1\ndata: x").length, 0);
+});
+
+test("the SSE decoder reads what the Python encoder writes, at every byte split", () => {
+  // tests/fixtures/sse-page.json: headwater.sse's output (checked by tests/gateway/test_page.py).
+  const fixture = new URL("../fixtures/sse-page.json", import.meta.url);
+  const { wire, events } = JSON.parse(readFileSync(fixture, "utf8"));
+  const read = (frames) => frames.map((f) => ({ id: f.id, type: f.type, data: JSON.parse(f.data) }));
+  assert.deepEqual(read(new SSEDecoder().feed(wire)), events);
+  const bytes = new TextEncoder().encode(wire);
+  const decodeIn = (pieces) => {  // as the page reads a body: TextDecoder in stream mode
+    const decoder = new SSEDecoder();
+    const text = new TextDecoder();
+    return read(pieces.flatMap((piece) => decoder.feed(text.decode(piece, { stream: true }))));
+  };
+  for (let cut = 0; cut <= bytes.length; cut++) {
+    assert.deepEqual(decodeIn([bytes.subarray(0, cut), bytes.subarray(cut)]), events,
+                     `cut at byte ${cut}`);
+  }
+  assert.deepEqual(decodeIn([...bytes].map((b) => Uint8Array.of(b))), events);
 });
