@@ -29,6 +29,7 @@ from headwater.testing import (
     ScriptedModel,
     ScriptedTurn,
     VirtualClock,
+    wait_until,
 )
 
 from . import seed_002_streaming as seed
@@ -100,18 +101,35 @@ def prices(live: LiveHarness) -> list[str]:
     return live.told("Function monitor_stock_price")
 
 
+async def answered(live: LiveHarness, clock: VirtualClock, text: str, *,
+                   sleeping: int = 1) -> None:
+    """Wait (real time, generously) until the model said ``text`` last and the seed's tool
+    is asleep again: over a socket a round trip may outlast the clock's settling."""
+    await wait_until(lambda: live.texts()[-1:] == [text] and clock.sleepers == sleeping,
+                     timeout=20, message=f"the model never said {text!r}")
+    await clock.settle()
+
+
+def alert(price: int) -> str:
+    return f"Function monitor_stock_price returned: the price for GOOG is {price}"
+
+
 @pytest.mark.parametrize("mode", MODES)
 async def test_the_seeds_stop_streaming_stops_the_price_watcher_and_the_model_is_told(
         mode: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     async with seed_run(mode, monkeypatch) as (live, clock, seen, service):
         await live.say("Monitor the stock price of GOOG.")
+        await answered(live, clock, "Monitoring GOOG.")
         assert live.responses("monitor_stock_price") == [
             {"status": "The function is running asynchronously and the results are pending."}]
         await clock.advance(4)
+        await answered(live, clock, "Alert: the price for GOOG is 300")
         await clock.advance(4)
-        assert prices(live) == ["Function monitor_stock_price returned: the price for GOOG is 300",
-                                "Function monitor_stock_price returned: the price for GOOG is 400"]
+        await answered(live, clock, "Alert: the price for GOOG is 400")
+        assert prices(live) == [alert(300), alert(400)]
         await live.say("Stop monitoring GOOG.")
+        await answered(live, clock, "Stopped: Successfully stopped streaming function "
+                                    "monitor_stock_price", sleeping=0)
         # The built-in stop ran (the seed's own `stop_streaming` returns None): the stream ended.
         assert live.responses("stop_streaming") == [STOPPED]
         await clock.advance(60)  # past the seed's 900 (t = 28) and 500 (t = 48)
@@ -147,10 +165,11 @@ async def test_the_seeds_stream_runs_to_its_end_when_nobody_stops_it(
         mode: str, monkeypatch: pytest.MonkeyPatch) -> None:
     async with seed_run(mode, monkeypatch) as (live, clock, _, _):
         await live.say("Monitor the stock price of GOOG.")
-        for _ in range(4):
-            await clock.advance(20)
-        assert prices(live) == [
-            *(f"Function monitor_stock_price returned: the price for GOOG is {p}"
-              for p in (300, 400, 900, 500)),
-            "Function monitor_stock_price finished streaming."]
-        assert live.texts()[-1] == "The price watch has ended."
+        await answered(live, clock, "Monitoring GOOG.")
+        for wait, price in ((4, 300), (4, 400), (20, 900)):
+            await clock.advance(wait)
+            await answered(live, clock, f"Alert: the price for GOOG is {price}")
+        await clock.advance(20)
+        await answered(live, clock, "The price watch has ended.", sleeping=0)
+        assert prices(live) == [alert(300), alert(400), alert(900), alert(500),
+                                "Function monitor_stock_price finished streaming."]
