@@ -6,15 +6,20 @@ recorder before it is yielded and before the task that made it goes on (tells
 the model, runs its calls). The pieces are
 :class:`~headwater.agents.flow.Flow`'s: request building, the model callbacks
 (before-model once, on the request that opens the connection; after-model on
-every turn's aggregate), the stream contract per turn, ``max_llm_calls``, tool
-execution with callbacks, middleware and budgets, result events.
+every turn's aggregate), the stream contract per turn, tool execution with
+callbacks, middleware and budgets, result events. The run's model-call budget
+(``max_llm_calls``, ``max_tokens_per_run``) is checked before a turn's request
+leaves: the connection asks :meth:`LiveFlow._admit` first, and content that
+would start a turn past the budget is not sent; the run ends ``budget_exceeded``.
 
 A live streaming tool (kind ``live``) is answered at once with a pending status
 and runs on: each value it yields is told to the model as ``Function <name>
 returned: <value>``, shown to the caller and stored; its end (normal, a bound,
 or an error) is one terminal message to both. ``stop_streaming`` stops streams
 by name (or one by call id) and returns only once they have ended: nothing of
-a stopped stream is told or stored after it returns.
+a stopped stream is told or stored after it returns. A call named
+``stop_streaming`` is always this built-in stop, even when the agent declares a
+tool of that name (ADK's docs do): that declaration only lends its description.
 
 Structured concurrency: one task group owns the input pump, the model pump,
 every call handler and every tool stream. Closing the queue, closing the
@@ -40,7 +45,13 @@ from typing import Any
 
 from pydantic_core import to_jsonable_python
 
-from ..errors import ModelProtocolViolation, QueueFull, UserError, public_message
+from ..errors import (
+    ERROR_MESSAGES,
+    ModelProtocolViolation,
+    QueueFull,
+    UserError,
+    public_message,
+)
 from ..events import Event, EventActions, partial_event
 from ..live_request_queue import LiveRequest, LiveRequestQueue
 from ..models.base import LlmResponse
@@ -64,6 +75,22 @@ STOP_DECLARATION = ToolDeclaration(
         "function_name": {"type": "string", "description": "Name of the streaming function."},
         "call_id": {"type": "string", "description": "Stop only this call."}}},
 )
+
+
+def stop_declared(tools: list[ToolDeclaration], streams: bool) -> list[ToolDeclaration]:
+    """A live run's tool declarations with its ``stop_streaming``: always the built-in one.
+
+    An agent's own tool named ``stop_streaming`` (ADK's docs declare one) only
+    lends the built-in its description; its function never runs in a live run.
+    Without one, the built-in is added when the agent has live streaming tools
+    (``streams``).
+    """
+    if not any(d.name == STOP_STREAMING for d in tools):
+        return [*tools, STOP_DECLARATION] if streams else list(tools)
+    return [replace(STOP_DECLARATION,
+                     description=d.description or STOP_DECLARATION.description)
+            if d.name == STOP_STREAMING else d for d in tools]
+
 
 @dataclass(slots=True, eq=False)
 class _Stream:
@@ -100,6 +127,8 @@ class LiveFlow:
         self._realtime_to_model = True
         self._received = 0
         self._progress = asyncio.Event()
+        self._admitted = 0  # turns counted when admitted, whose first response is still due
+        self._spent = False
 
     async def events(self) -> AsyncGenerator[Event, None]:
         """The run's events until the queue closes, the run ends or the consumer stops.
@@ -169,14 +198,14 @@ class LiveFlow:
         agent = flow.agent
         callback_context = ctx.callback_context(agent.name)
         request = await flow.request(callback_context)
-        tools = agent.tools_by_name
-        if any(t.options.kind == "live" for t in agent.tools) and STOP_STREAMING not in tools:
-            request.tools.append(STOP_DECLARATION)
+        request.tools = stop_declared(request.tools,
+                                      any(t.options.kind == "live" for t in agent.tools))
         replaced = await flow.before_model(callback_context, request)
         if replaced is not None:
             replaced.turn_complete = True
             await self._emit(flow.model_event(replaced, callback_context.actions))
         self._conn = agent.model.connect(request)
+        self._conn.before_turn = self._admit
 
     # -- input ----------------------------------------------------------------------------------
 
@@ -191,7 +220,8 @@ class LiveFlow:
                     continue
                 spent = self.flow.llm_budget_spent()
                 if spent is not None:
-                    await self._end_with(spent)
+                    await self._over_budget(spent)
+                    return
                 await conn.send_content(self._as_given(content), interrupt=True)
                 await self._caught_up()  # an answer this cut short is stored first
                 await self._emit(Event(invocation_id=self.ctx.invocation_id, author="user",
@@ -277,6 +307,25 @@ class LiveFlow:
 
     # -- model ----------------------------------------------------------------------------------
 
+    def _admit(self) -> bool:
+        """The connection's ``before_turn``: the run's model-call budget (``Flow``'s rule),
+        checked before the request that starts a turn leaves; an admitted turn is counted."""
+        spent = self.flow.llm_budget_spent()
+        if spent is not None:
+            with contextlib.suppress(RuntimeError):  # the task group is already ending
+                self._spawn(self._over_budget(spent))
+            return False
+        self.ctx.stats.llm_calls += 1
+        self._admitted += 1
+        return True
+
+    async def _over_budget(self, spent: Event) -> None:
+        """End the run with the budget's error event (once, whoever noticed first)."""
+        if self._spent:
+            return
+        self._spent = True
+        await self._end_with(spent)
+
     async def _pump_model(self) -> None:
         assert self._conn is not None
         async with aclosing(self._conn.receive()) as responses:
@@ -289,10 +338,14 @@ class LiveFlow:
         flow, ctx = self.flow, self.ctx
         turn = self._turn
         if turn is None:  # a new model turn
-            spent = flow.llm_budget_spent()
-            if spent is not None:
-                await self._end_with(spent)
-            ctx.stats.llm_calls += 1
+            if self._admitted:
+                self._admitted -= 1  # checked and counted when the connection started it
+            else:  # started by the server (speech), or by a connection without before_turn
+                spent = flow.llm_budget_spent()
+                if spent is not None:
+                    await self._over_budget(spent)
+                    return
+                ctx.stats.llm_calls += 1
             turn = self._turn = StreamContract()
         try:
             if response.partial:
@@ -301,6 +354,10 @@ class LiveFlow:
                                                    response.content))
                 return
             self._turn = None
+            if response.error_code == "model_protocol_violation":  # the connection checked it
+                await self._end_with(flow.error_event(
+                    "model_protocol_violation", response.error_message
+                    or ERROR_MESSAGES["model_protocol_violation"]))
             if response.error_code is None or response.content is not None:
                 turn.final_response(response)
         except ModelProtocolViolation as exc:
@@ -326,7 +383,7 @@ class LiveFlow:
         ordinary: list[FunctionCall] = []
         for call in calls:
             tool = tools.get(call.name)
-            if call.name == STOP_STREAMING and tool is None:
+            if call.name == STOP_STREAMING:  # always the built-in stop (stop_declared)
                 outcomes[call.id] = CallOutcome(call, await self._stop(call))
             elif (tool is not None and tool.options.kind == "live"
                   and not tool.options.requires_approval):

@@ -193,12 +193,13 @@ def store_error(exc: SessionError) -> GatewayHTTPError:
                             headers={"Retry-After": "1"})
 
 
-def exposes_of(agent: Agent) -> Callable[[str], bool]:
+def exposes_of(agent: Agent, *, live: bool = False) -> Callable[[str], bool]:
     """Which tools' arguments and results may leave raw: those with ``expose_result``, and
     the built-in ``stop_streaming`` (a tool's name and a call id in, a sentence out), so a
-    page can tell which stream the model stopped."""
+    page can tell which stream the model stopped. In a ``live`` run ``stop_streaming`` is
+    always the built-in one, whether or not the agent declares a tool of that name."""
     exposed = frozenset(name for name, tool in agent.tools_by_name.items()
                         if tool.options.expose_result)
-    if STOP_STREAMING not in agent.tools_by_name:
+    if live or STOP_STREAMING not in agent.tools_by_name:
         exposed |= {STOP_STREAMING}
     return exposed.__contains__

@@ -222,7 +222,7 @@ def notice_text(type: str, data: dict[str, Any]) -> str:  # wire JSON
 
 def add_live_routes(app: FastAPI, gw: Gateway) -> None:
     """Add ``WS /live/{session_id}`` to ``app`` (see the module docstring for the wire)."""
-    mappers = {name: FrameMapper(exposes_of(runner.agent), live=True)
+    mappers = {name: FrameMapper(exposes_of(runner.agent, live=True), live=True)
                for name, runner in gw.runners.items()}
 
     @app.websocket("/live/{session_id}")

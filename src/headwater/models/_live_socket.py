@@ -13,7 +13,9 @@ the answer's end and then starts one turn together with whatever else waited;
 content sent with ``interrupt=True`` ends the answer at once, locally (its
 final response, marked ``interrupted``, is in :meth:`receive`'s stream before
 :meth:`send_content` returns), asks the server to stop, and drops what the
-server still says of that answer.
+server still says of that answer. A turn it would start is first offered to
+:meth:`~headwater.models.connection.BaseLlmConnection.admit_turn` (the live
+flow's budget): a refused turn is not started, its content is not sent.
 
 Failures never raise out of :meth:`receive`: a socket that closes without a
 planned move, a message that is not JSON, a turn that goes quiet past
@@ -296,6 +298,10 @@ class SocketConnection(QueuedConnection):
         if self._ws is None or not self._ready.is_set():
             return  # the reader flushes once the socket is ready
         contents, self._held = self._held, []
+        if not self.admit_turn():
+            logger.info("live turn of %s refused (before_turn); %d content(s) dropped",
+                        self.model, len(contents))
+            return
         self.history.extend(contents)
         self.begin()
         await self.start_turn(contents)

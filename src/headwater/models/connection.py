@@ -6,7 +6,10 @@ model that only streams (OpenAI-compatible, Anthropic, scripted) gets
 :class:`EmulatedLlmConnection`: each content sent starts a model turn over the
 conversation so far; content sent with ``interrupt=True`` while the model is
 answering cuts that answer short — its provider stream is closed and what was
-said comes out as one final response marked ``interrupted``.
+said comes out as one final response marked ``interrupted``. Each call's stream
+is checked with the stream contract (``StreamContract``, as ``run_async``
+checks it): a call that breaks it ends as one ``model_protocol_violation``
+error final and nothing of it joins the conversation.
 """
 
 from __future__ import annotations
@@ -15,12 +18,13 @@ import asyncio
 import contextlib
 import logging
 from abc import ABC, abstractmethod
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from contextlib import aclosing
 from typing import Protocol
 
 from ..errors import ModelError, public_message
 from ..types import Blob, Content, Part
+from .contract import StreamContract
 from .llm_request import LlmRequest
 from .llm_response import LlmResponse
 
@@ -52,9 +56,20 @@ class BaseLlmConnection(ABC):
         queued: responses put into :meth:`receive`'s stream so far, for a
             connection that counts them (``None``: it does not). The live flow
             uses it to store an answer cut short before the content that cut it.
+        before_turn: asked (through :meth:`admit_turn`) right before each model
+            turn this connection starts, i.e. before the request that starts it
+            leaves; ``False`` refuses the turn: nothing is sent and the content
+            that would have started it is dropped. ``None``: every turn starts.
+            The live flow sets it to keep ``max_llm_calls`` and the token budget.
     """
 
     queued: int | None = None
+    before_turn: Callable[[], bool] | None = None
+
+    def admit_turn(self) -> bool:
+        """Whether the model turn about to start may start (:attr:`before_turn`)."""
+        gate = self.before_turn
+        return gate is None or gate()
 
     @abstractmethod
     async def send_history(self, contents: list[Content]) -> None:
@@ -185,6 +200,11 @@ class EmulatedLlmConnection(QueuedConnection):
             await self._wake.wait()
             self._wake.clear()
             while self._pending:
+                if not self.admit_turn():
+                    logger.info("live turn of %s refused (before_turn); %d content(s) dropped",
+                                self._model.model, len(self._pending))
+                    self._pending.clear()
+                    break
                 self._contents.extend(self._pending)
                 self._pending.clear()
                 self._turn = asyncio.create_task(self._run_turn())
@@ -195,21 +215,16 @@ class EmulatedLlmConnection(QueuedConnection):
                              system_instruction=self._request.system_instruction,
                              contents=list(self._contents), tools=list(self._request.tools),
                              config=dict(self._request.config))
-        said: list[str] = []
+        contract = StreamContract()
         try:
             async with aclosing(self._model.generate_content(request, stream=True)) as stream:
                 async for response in stream:
+                    contract.check(response)
                     if response.partial:
-                        if response.content is not None:
-                            said.append(response.content.text)
                         self.deliver(response)
-                        continue
-                    if response.content is not None and response.content.parts:
-                        self._contents.append(response.content)
-                    response.turn_complete = True
-                    self.deliver(response)
+            final = contract.finish()  # held until the call's stream has ended
         except asyncio.CancelledError:
-            text = "".join(said)
+            text = contract.shown_text()
             content = Content("model", [Part(text=text)]) if text else None
             if content is not None:
                 self._contents.append(content)
@@ -224,3 +239,8 @@ class EmulatedLlmConnection(QueuedConnection):
             logger.error("live turn of %s failed", self._model.model, exc_info=exc)
             self.deliver(LlmResponse(error_code="internal", error_message=type(exc).__name__,
                                   turn_complete=True))
+        else:
+            if final.content is not None and final.content.parts:
+                self._contents.append(final.content)
+            final.turn_complete = True
+            self.deliver(final)

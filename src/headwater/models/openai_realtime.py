@@ -160,7 +160,7 @@ class OpenAIRealtimeConnection(SocketConnection):
             return
         await self.send_json({"type": "input_audio_buffer.commit"})
         async with self.lock:
-            if self.can_start():
+            if self.can_start() and self.admit_turn():
                 self.begin()
                 await self.send_json({"type": "response.create"})
 
