@@ -15,6 +15,9 @@ from typing import Any as _Any
 
 if _TYPE_CHECKING:
     from .agents.agent import Agent as Agent
+    from .agents.workflow import LoopAgent as LoopAgent
+    from .agents.workflow import ParallelAgent as ParallelAgent
+    from .agents.workflow import SequentialAgent as SequentialAgent
     from .events import Event as Event
     from .events import EventActions as EventActions
     from .events import ToolStreamEvent as ToolStreamEvent
@@ -40,9 +43,12 @@ __all__ = (
     "FunctionResponse",
     "FunctionTool",
     "LiveRequestQueue",
+    "LoopAgent",
+    "ParallelAgent",
     "Part",
     "RunConfig",
     "Runner",
+    "SequentialAgent",
     "StreamingMode",
     "ToolContext",
     "ToolStreamEvent",
@@ -54,6 +60,9 @@ __version__ = "0.1.0"
 
 _LAZY: dict[str, str] = {
     "Agent": ".agents.agent",
+    "LoopAgent": ".agents.workflow",
+    "ParallelAgent": ".agents.workflow",
+    "SequentialAgent": ".agents.workflow",
     "Event": ".events",
     "EventActions": ".events",
     "ToolStreamEvent": ".events",

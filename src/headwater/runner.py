@@ -1,4 +1,5 @@
-"""``Runner``: drives an agent on a session and hands the caller one event stream.
+"""``Runner``: drives an agent (or a tree of agents) on a session and hands the caller
+one event stream.
 
 The runner alone persists. The step engine (``headwater.agents.flow``) hands
 every non-partial event up to the runner's recorder, which commits it to the
@@ -25,12 +26,11 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Literal
 
-from .agents.agent import Agent
 from .agents.approvals import answered_calls, split_approvals
+from .agents.base import BaseAgent
 from .agents.expiry import expired_event
-from .agents.flow import Flow
 from .agents.invocation import InvocationContext, RunStats
-from .agents.live_flow import LiveFlow
+from .agents.tree import TreeRun
 from .artifacts import BaseArtifactService
 from .clock import SYSTEM_CLOCK, Clock
 from .errors import (
@@ -248,7 +248,7 @@ class _Recorder:
             logger.warning("could not record the stop of run %s (%s)", ctx.invocation_id,
                            type(exc).__name__)
 
-    async def seal(self, flow: Flow, reason: SealReason,
+    async def seal(self, tree: TreeRun, reason: SealReason,
                    reload: Callable[[], Awaitable[Session | None]]) -> None:
         """Give every call left without a result a ``reason`` one; quiet on failure.
 
@@ -256,7 +256,7 @@ class _Recorder:
         result that got in first wins, and the seal is recomputed without it.
         """
         for _ in range(2):
-            sealed = flow.seal(reason)
+            sealed = tree.seal(reason)
             if sealed is None:
                 return
             try:
@@ -336,20 +336,21 @@ class _Hold:
 
     Entering takes the session's lease (storing the user's message in the same
     write when nothing needs repair), reads the session, and sets up the one
-    recorder every write of the run goes through, the flow, and the heartbeat
+    recorder every write of the run goes through, the agent tree's run, and the heartbeat
     that renews the lease. Leaving seals every call left without a result,
     records a stop, stops the heartbeat and releases the lease — whatever ended
     the run (its last event, an error, a cancel). See docs/architecture.md, "One
     flow, one persistence point" and "One run per session".
 
     Attributes (valid once entered):
-        flow: the run's step engine, writing through the recorder.
+        tree: the run of the agent tree (``headwater.agents.tree``), writing
+            through the recorder.
         stored: whether the lease's write stored the message (``None``: unknown).
         failure: the error event to end the run with when reading the session failed.
     """
 
     __slots__ = ("_first", "_heartbeat", "_lease", "_recorder", "_runner", "_spec", "failure",
-                 "flow", "reason", "stopped", "stored")
+                 "reason", "stopped", "stored", "tree")
 
     def __init__(self, runner: Runner, spec: _RunSpec) -> None:
         self._runner = runner
@@ -358,7 +359,7 @@ class _Hold:
         self._lease: Lease | None = None
         self._recorder: _Recorder | None = None
         self._heartbeat: _Heartbeat | None = None
-        self.flow: Flow | None = None
+        self.tree: TreeRun | None = None
         self.stored: bool | None = False
         self.failure: Event | None = None
         self.reason: SealReason = "cancelled"
@@ -406,17 +407,17 @@ class _Hold:
         self._recorder = _Recorder(runner.session_service, ctx, self._lease)
         self._heartbeat = _Heartbeat(runner.session_service, self._recorder,
                                      runner.settings.session_lease_ttl)
-        self.flow = Flow(runner.agent, ctx, self._recorder)
+        self.tree = TreeRun(runner.agent, ctx, self._recorder)
         return self
 
     async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                         tb: TracebackType | None) -> None:
-        recorder, flow = self._recorder, self.flow
-        if recorder is None or flow is None:
+        recorder, tree = self._recorder, self.tree
+        if recorder is None or tree is None:
             return  # never held (released on the way in)
         try:
             runner, spec = self._runner, self._spec
-            await recorder.seal(flow, self.reason, lambda: runner.session_service.get_session(
+            await recorder.seal(tree, self.reason, lambda: runner.session_service.get_session(
                 app_name=runner.app_name, user_id=spec.user_id, session_id=spec.session_id))
             if self.stopped and not recorder.released:  # stopped before its last event
                 await recorder.record_stop(self.reason, runner.agent.name)
@@ -571,35 +572,35 @@ class _Run:
 
     async def _prepare(self, hold: _Hold) -> None:
         """Repair what a dead run left, store the message, and pick the events' source."""
-        flow, recorder, spec = hold.flow, hold.recorder, self.spec
-        assert flow is not None
-        ctx = flow.ctx
+        tree, recorder, spec = hold.tree, hold.recorder, self.spec
+        assert tree is not None
+        ctx = tree.ctx
         try:
-            repaired = await flow.repair()  # calls of runs whose lease ended without them
+            repaired = await tree.repair()  # calls of runs whose lease ended without them
             if repaired is not None:
                 await recorder.commit(repaired)
-            expired = expired_event(ctx, flow.agent.name, time.time())  # as event stamps
+            expired = expired_event(ctx, tree.name, time.time())  # as event stamps
             if expired is not None:  # tickets whose result never came
                 await recorder.commit(expired)
             first = hold.first
             if first is not None and hold.stored is None:  # the write with it failed
                 hold.stored = any(e.id == first.id for e in reversed(ctx.session.events))
             if hold.stored:
-                self._source = flow.run()  # the message went in with the lease
+                self._source = tree.run()  # the message went in with the lease
             elif spec.message is not None:
                 content, decisions = split_approvals(spec.message)
                 ctx.resume = answered_calls(ctx.ledger, content, decisions)
                 await recorder.commit(Event(
                     invocation_id=spec.invocation_id, author="user", content=content,
                     actions=EventActions(approval_decisions=decisions)))
-                self._source = flow.run()
+                self._source = tree.run()
             else:
                 assert spec.queue is not None
-                self._source = LiveFlow(flow, spec.queue).events()
+                self._source = tree.live(spec.queue)
         except SessionError as exc:  # the store failed: one error event, not a raise
             logger.warning("run %s: the session store failed: %s", spec.invocation_id,
                            type(exc).__name__)
-            hold.failure = flow.error_event(exc.code, "the session store failed; the run stopped")
+            hold.failure = tree.error_event(exc.code, "the session store failed; the run stopped")
 
     async def events(self) -> AsyncGenerator[Event, None]:
         """The run's events; every non-partial one was committed before it is yielded."""
@@ -613,14 +614,14 @@ class _Run:
                 yield hold.failure
                 return
             source = self._source
-            assert source is not None and hold.flow is not None
+            assert source is not None and hold.tree is not None
             try:
                 async for event in source:
                     yield event
             except SessionError as exc:  # the store failed mid-run: one error event
                 logger.warning("run %s: the session store failed: %s", self.spec.invocation_id,
                                type(exc).__name__)
-                yield hold.flow.error_event(exc.code,
+                yield hold.tree.error_event(exc.code,
                                             "the session store failed; the run stopped")
         except (GeneratorExit, asyncio.CancelledError):
             hold.stopped = self.spec.message is not None  # a live run ends by being closed
@@ -653,13 +654,14 @@ class _Run:
 
 
 class Runner:
-    """Runs an agent on sessions of one app.
+    """Runs an agent, or a tree of agents, on sessions of one app.
 
     Use it as ``async with Runner(...) as runner`` (or call :meth:`aclose`) to
     release the session store's connections at the end.
 
     Args:
-        agent: the root agent.
+        agent: the root agent: an :class:`~headwater.Agent` (with or without
+            sub-agents) or a workflow agent (docs/multi-agent.md).
         app_name: the application's name; sessions are scoped by it.
         session_service: where sessions live (default: in memory).
         settings: bounds (default: from ``HEADWATER_*`` environment variables).
@@ -671,7 +673,7 @@ class Runner:
     def __init__(
         self,
         *,
-        agent: Agent,
+        agent: BaseAgent,
         app_name: str,
         session_service: BaseSessionService | None = None,
         settings: Settings | None = None,

@@ -1,9 +1,17 @@
-"""Agents (configuration) and the step engine that drives them."""
+"""Agents (configuration), the step engine that drives an LLM agent, and the orchestrator
+that drives a tree of them."""
 
 from .agent import Agent as Agent
+from .base import BaseAgent as BaseAgent
 from .flow import Flow as Flow
 from .invocation import InvocationContext as InvocationContext
 from .invocation import RunStats as RunStats
 from .live_flow import LiveFlow as LiveFlow
+from .transfer import TransferToAgentTool as TransferToAgentTool
+from .tree import TreeRun as TreeRun
+from .workflow import LoopAgent as LoopAgent
+from .workflow import ParallelAgent as ParallelAgent
+from .workflow import SequentialAgent as SequentialAgent
 
-__all__ = ("Agent", "Flow", "InvocationContext", "LiveFlow", "RunStats")
+__all__ = ("Agent", "BaseAgent", "Flow", "InvocationContext", "LiveFlow", "LoopAgent",
+           "ParallelAgent", "RunStats", "SequentialAgent", "TransferToAgentTool", "TreeRun")

@@ -295,13 +295,14 @@ class ToolExecutor:
 class _Progress:
     """Bounded forwarding of one call's progress (count and bytes; then latest wins)."""
 
-    __slots__ = ("_author", "_bytes", "_held", "_invocation", "_max_bytes", "_max_events",
-                 "_sent", "_sink", "_suppressed", "call_id", "seen", "tool_name")
+    __slots__ = ("_author", "_branch", "_bytes", "_held", "_invocation", "_max_bytes",
+                 "_max_events", "_sent", "_sink", "_suppressed", "call_id", "seen", "tool_name")
 
     def __init__(self, author: str, ctx: InvocationContext, tool_name: str, call_id: str,
                  sink: ProgressSink | None) -> None:
         self._author = author
         self._invocation = ctx.invocation_id
+        self._branch = ctx.branch
         self._sink = sink
         self._max_events = ctx.settings.max_progress_events
         self._max_bytes = ctx.settings.max_progress_bytes
@@ -333,7 +334,7 @@ class _Progress:
     def _send(self, event: ToolStreamEvent, coalesced: int) -> None:
         assert self._sink is not None
         self._sent += 1
-        self._sink(partial_event(self._invocation, self._author, None,
+        self._sink(partial_event(self._invocation, self._author, None, branch=self._branch,
                                  tool_progress=ToolProgress(self.call_id, self.tool_name, event,
                                                             self._sent, coalesced)))
 

@@ -1,12 +1,13 @@
 """``Agent``: the configuration of an LLM agent — a model, an instruction, tools, callbacks.
 
 An agent holds no run state and runs nothing itself: the runner drives it
-through the step engine (``headwater.agents.flow``), in every mode.
+through the step engine (``headwater.agents.flow``), in every mode. With
+sub-agents it is the root of a tree (``headwater.agents.base``) and may hand
+the conversation over with ``transfer_to_agent`` (docs/multi-agent.md).
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, TypeVar
@@ -16,6 +17,7 @@ from ..models.base import BaseLlm
 from ..models.registry import get_model
 from ..tools.function_tool import BaseTool, ToolLike, as_tool
 from ..tools.middleware import ToolMiddleware
+from .base import BaseAgent
 from .callbacks import (
     AfterModelCallback,
     AfterToolCallback,
@@ -24,7 +26,6 @@ from .callbacks import (
     InstructionProvider,
 )
 
-_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
 _C = TypeVar("_C")
 
 
@@ -36,15 +37,17 @@ def _as_tuple(callbacks: _C | Sequence[_C] | None) -> tuple[_C, ...]:
     return (callbacks,)
 
 
-class Agent:
+class Agent(BaseAgent):
     """An LLM agent's configuration.
 
     Args:
-        name: identifier; the author of the agent's events.
+        name: identifier, unique in its tree; the author of the agent's events.
         model: a model object or a string such as ``"openai:gpt-4o-mini"``,
             resolved on first use.
         instruction: the system instruction, or a (sync or async) callable of
-            the :class:`~headwater.context.CallbackContext` returning it.
+            the :class:`~headwater.context.CallbackContext` returning it. In a
+            string, ``{key}`` is filled from session state (``{key?}``: empty
+            when the state has no such key); a callable's text is left as is.
         description: what the agent does (for other agents and UIs).
         tools: tools or plain functions.
         before_model_callback: ``(callback_context=, llm_request=)``; a
@@ -58,13 +61,21 @@ class Agent:
         generate_config: provider options passed in ``LlmRequest.config``.
         tool_middleware: async wrappers around every tool call, outermost first;
             each sees exactly one final value per call (see ``headwater.tools.middleware``).
+        sub_agents: agents this one may transfer to (and that may transfer
+            back); each becomes its child.
+        output_key: a state key the agent's final answer text is saved under
+            (with the answer's event, atomically).
+        disallow_transfer_to_parent: the model is not offered its parent.
+        disallow_transfer_to_peers: the model is not offered its parent's
+            other sub-agents.
 
     Each callback argument also takes a list, tried in order until one returns
     something. Their shapes are the ``Protocol``s of ``headwater.agents.callbacks``.
 
     Raises:
-        UserError: a bad name, two tools with one name, or a tool whose
-            signature cannot be described.
+        UserError: a bad name, two tools with one name, a tool whose
+            signature cannot be described, or a tree that breaks a rule of
+            :class:`~headwater.agents.base.BaseAgent` (one parent, unique names).
     """
 
     def __init__(
@@ -81,13 +92,17 @@ class Agent:
         after_tool_callback: AfterToolCallback | Sequence[AfterToolCallback] | None = None,
         generate_config: dict[str, Any] | None = None,
         tool_middleware: Sequence[ToolMiddleware] = (),
+        sub_agents: Sequence[BaseAgent] = (),
+        output_key: str | None = None,
+        disallow_transfer_to_parent: bool = False,
+        disallow_transfer_to_peers: bool = False,
     ) -> None:
-        if not _NAME.match(name) or name == "user":
-            raise UserError(f"agent name {name!r} must be an identifier other than 'user'")
-        self.name = name
+        super().__init__(name=name, description=description, sub_agents=sub_agents)
         self._model = model
         self.instruction = instruction
-        self.description = description
+        self.output_key = output_key
+        self.disallow_transfer_to_parent = disallow_transfer_to_parent
+        self.disallow_transfer_to_peers = disallow_transfer_to_peers
         self.tools: tuple[BaseTool, ...] = tuple(as_tool(t) for t in tools)
         by_name: dict[str, BaseTool] = {}
         for t in self.tools:

@@ -32,11 +32,14 @@ from ..events import Event, EventActions, partial_event
 from ..models.base import LlmRequest, LlmResponse
 from ..models.contract import StreamContract
 from ..run_config import StreamingMode
+from ..tools.function_tool import BaseTool
 from ..types import Content, FunctionCall, FunctionResponse, Part
 from ._execution import CallOutcome, ProgressSink, ToolExecutor, error_result, maybe_await
 from .agent import Agent
 from .approvals import Resume
+from .instructions import inject_session_state
 from .invocation import InvocationContext
+from .transfer import TRANSFER_TO_AGENT, TransferToAgentTool, transfer_targets
 
 logger = logging.getLogger("headwater.agents")
 
@@ -66,24 +69,40 @@ class Flow:
 
     Args:
         agent: the agent (configuration only).
-        ctx: the run; its session and ledger are kept level by ``recorder``.
+        ctx: the run as this agent sees it (its ``branch``); its session and
+            ledger are kept level by ``recorder``.
         recorder: commits every non-partial event before the flow goes on.
+        transfer: offer ``transfer_to_agent`` when the agent has somewhere to
+            go (docs/multi-agent.md); off for live runs, which run one agent.
 
     Raises:
-        UserError: no recorder: a run whose record would be silently lost is refused.
+        UserError: no recorder: a run whose record would be silently lost is
+            refused; or the agent has a tool of its own named ``transfer_to_agent``
+            and agents to transfer to.
     """
 
-    __slots__ = ("agent", "commit", "ctx", "executor")
+    __slots__ = ("agent", "commit", "ctx", "executor", "tools")
 
-    def __init__(self, agent: Agent, ctx: InvocationContext, recorder: Recorder | None) -> None:
+    def __init__(self, agent: Agent, ctx: InvocationContext, recorder: Recorder | None,
+                 *, transfer: bool = True) -> None:
         if recorder is None:
             raise UserError("a run needs a recorder (the runner's session store) to persist "
                             "its events; run agents through headwater.Runner")
         self.agent = agent
         self.ctx = ctx
         self.commit = recorder.commit
+        tools, by_name = agent.tools, agent.tools_by_name
+        targets = transfer_targets(agent) if transfer else []
+        if targets:
+            if TRANSFER_TO_AGENT in by_name:
+                raise UserError(f"agent {agent.name!r} has a tool named {TRANSFER_TO_AGENT!r} "
+                                "and agents to transfer to: rename the tool")
+            transfer_tool = TransferToAgentTool(agent, targets)
+            tools = (*tools, transfer_tool)
+            by_name = {**by_name, TRANSFER_TO_AGENT: transfer_tool}
+        self.tools: tuple[BaseTool, ...] = tools
         self.executor = ToolExecutor(
-            agent_name=agent.name, tools=agent.tools_by_name,
+            agent_name=agent.name, tools=by_name,
             before=agent.before_tool_callbacks, after=agent.after_tool_callbacks,
             middleware=agent.tool_middleware)
 
@@ -103,10 +122,10 @@ class Flow:
                 async for event in events:
                     yield event
                     last = event
-            if last is not None and last.is_final_response():
+            if last is not None and (last.is_final_response() or last.actions.transfer_to_agent):
                 return
         agent, model = self.agent, self.agent.model
-        invocation_id, author = ctx.invocation_id, agent.name
+        invocation_id, author, branch = ctx.invocation_id, agent.name, ctx.branch
         stream = ctx.run_config.streaming_mode is StreamingMode.SSE
         while True:
             spent = self.llm_budget_spent()
@@ -126,7 +145,8 @@ class Flow:
                         async for response in chunks:  # the per-chunk path: keep it lean
                             if response.partial and not done:
                                 check_partial(response)
-                                yield partial_event(invocation_id, author, response.content)
+                                yield partial_event(invocation_id, author, response.content,
+                                                    branch=branch)
                             else:
                                 done = True
                                 contract.check(response)
@@ -155,7 +175,8 @@ class Flow:
                 async for item in events:
                     yield item
                     last = item
-            if last is None or last.actions.end_invocation or last.is_final_response():
+            if (last is None or last.actions.end_invocation or last.actions.transfer_to_agent
+                    or last.is_final_response()):
                 return
 
     async def execute(self, calls: Sequence[FunctionCall], approved: Container[str] = (),
@@ -205,15 +226,18 @@ class Flow:
 
     async def request(self, callback_context: CallbackContext) -> LlmRequest:
         """The next model request: instruction, the ledger's conversation, tools, config."""
-        agent = self.agent
+        agent, ctx = self.agent, self.ctx
         instruction = agent.instruction
         if callable(instruction):
             instruction = await maybe_await(instruction(callback_context))
+        elif "{" in instruction:
+            instruction = inject_session_state(instruction, ctx.session.state,
+                                               agent_name=agent.name)
         return LlmRequest(
             model=agent.model.model,
             system_instruction=str(instruction) or None,
-            contents=self.ctx.ledger.contents,
-            tools=[t.declaration() for t in agent.tools],
+            contents=ctx.ledger.contents_for(agent.name, ctx.branch),
+            tools=[t.declaration() for t in self.tools],
             config=dict(agent.generate_config),
         )
 
@@ -257,7 +281,8 @@ class Flow:
         A call whose id the session already holds (or that an earlier call of
         the aggregate took) gets a fresh one here, before the event is stored
         and its calls run (``CallLedger.unique_calls``); ``response`` is left
-        as the model gave it.
+        as the model gave it. A final answer of an agent with an ``output_key``
+        carries its text into state (``actions.state_delta``), stored with it.
         """
         ctx = self.ctx
         if response.usage is not None:
@@ -265,12 +290,18 @@ class Flow:
         content = response.content
         if content is not None:
             content = ctx.ledger.unique_calls(content)
+        if actions is None:
+            actions = EventActions()
+        key = self.agent.output_key
+        if (key is not None and response.error_code is None and content is not None
+                and not content.function_calls):
+            actions.state_delta[key] = content.text
         return Event(
-            invocation_id=ctx.invocation_id, author=self.agent.name, content=content,
-            finish_reason=response.finish_reason, usage=response.usage,
+            invocation_id=ctx.invocation_id, author=self.agent.name, branch=ctx.branch,
+            content=content, finish_reason=response.finish_reason, usage=response.usage,
             error_code=response.error_code, error_message=response.error_message,
             turn_complete=response.turn_complete, interrupted=response.interrupted,
-            actions=actions if actions is not None else EventActions(),
+            actions=actions,
         )
 
     async def keep_shown(self, text: str) -> None:
@@ -281,7 +312,7 @@ class Flow:
         if not text:
             return
         ctx = self.ctx
-        shown = Event(invocation_id=ctx.invocation_id, author=self.agent.name,
+        shown = Event(invocation_id=ctx.invocation_id, author=self.agent.name, branch=ctx.branch,
                       content=Content("model", [Part(text=text)]), interrupted=True,
                       finish_reason="interrupted")
         try:
@@ -294,7 +325,7 @@ class Flow:
         """An error record of this run (no content)."""
         logger.warning("agent %s: %s: %s", self.agent.name, code, message)
         return Event(invocation_id=self.ctx.invocation_id, author=self.agent.name,
-                     error_code=code, error_message=message)
+                     branch=self.ctx.branch, error_code=code, error_message=message)
 
     async def outcomes(self, calls: Sequence[FunctionCall], approved: Container[str] = (),
                        progress: ProgressSink | None = None) -> list[CallOutcome]:
@@ -320,7 +351,7 @@ class Flow:
         if any(o.return_direct for o in outcomes):
             actions.skip_summarization = True
         return Event(invocation_id=self.ctx.invocation_id, author=self.agent.name,
-                     content=Content("user", parts) if parts else None,
+                     branch=self.ctx.branch, content=Content("user", parts) if parts else None,
                      long_running_tool_ids=pending, actions=actions)
 
     # -- calls left without a result ----------------------------------------------------------
@@ -332,18 +363,7 @@ class Flow:
         error (``cancelled`` or ``interrupted``). The event is ``interrupted``
         when any result is synthetic.
         """
-        dangling = self.ctx.ledger.dangling()
-        if not dangling:
-            return None
-        found = results or {}
-        message = SEAL_MESSAGES[reason]
-        parts = [Part(function_response=FunctionResponse(
-            id=call.id, name=call.name,
-            response=found.get(call.id) or error_result(reason, message)))
-            for call in dangling]
-        return Event(invocation_id=self.ctx.invocation_id, author=self.agent.name,
-                     content=Content("user", parts),
-                     interrupted=any(call.id not in found for call in dangling))
+        return seal_event(self.ctx, self.agent.name, reason, results)
 
     async def repair(self) -> Event | None:
         """After a crash: re-run dangling calls to ``idempotent`` tools, seal the others.
@@ -355,15 +375,40 @@ class Flow:
         dangling = self.ctx.ledger.dangling()
         if not dangling:
             return None
-        tools = self.agent.tools_by_name
-        again = [c for c in dangling if (tool := tools.get(c.name)) is not None
+        return self.seal("interrupted", await self.rerun(dangling))
+
+    async def rerun(self, calls: Sequence[FunctionCall]) -> dict[str, dict[str, Any]]:
+        """Run again those of ``calls`` that are to this agent's ``idempotent`` tools
+        (and need no approval); their results by call id."""
+        tools = self.executor.tools
+        again = [c for c in calls if (tool := tools.get(c.name)) is not None
                  and tool.options.idempotent and not tool.options.requires_approval]
         results: dict[str, dict[str, Any]] = {}
         if again:
             for outcome in await self.executor.run(self.ctx, again):
                 if outcome.response is not None:
                     results[outcome.call.id] = outcome.response
-        return self.seal("interrupted", results)
+        return results
+
+
+def seal_event(ctx: InvocationContext, author: str, reason: str,
+               results: dict[str, dict[str, Any]] | None = None) -> Event | None:
+    """One event giving every dangling call of the session a result, or ``None``.
+
+    Calls in ``results`` get that result; the others a synthetic ``reason``
+    error (``cancelled`` or ``interrupted``), whichever agent made them.
+    """
+    dangling = ctx.ledger.dangling()
+    if not dangling:
+        return None
+    found = results or {}
+    message = SEAL_MESSAGES[reason]
+    parts = [Part(function_response=FunctionResponse(
+        id=call.id, name=call.name,
+        response=found.get(call.id) or error_result(reason, message)))
+        for call in dangling]
+    return Event(invocation_id=ctx.invocation_id, author=author, content=Content("user", parts),
+                 interrupted=any(call.id not in found for call in dangling))
 
 
 def split_decisions(resume: Resume) -> tuple[list[FunctionCall], list[CallOutcome]]:

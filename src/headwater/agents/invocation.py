@@ -53,6 +53,10 @@ class InvocationContext:
     clock: Clock = SYSTEM_CLOCK
     ledger: CallLedger = field(default_factory=CallLedger)
     """The session's calls (what is pending) and the conversation a model sees."""
+    branch: str | None = None
+    """The branch the agent runs on (``"<parallel>.<sub>"`` under a ``ParallelAgent``);
+    every event it makes carries it. An agent's context is a copy of the run's
+    (``dataclasses.replace``): session, ledger and stats are shared."""
 
     @property
     def user_id(self) -> str:

@@ -14,6 +14,7 @@ from typing import Any
 from fastapi import Request
 
 from ..agents.agent import Agent
+from ..agents.base import BaseAgent
 from ..agents.live_flow import STOP_STREAMING
 from ..errors import (
     ApprovalError,
@@ -193,13 +194,15 @@ def store_error(exc: SessionError) -> GatewayHTTPError:
                             headers={"Retry-After": "1"})
 
 
-def exposes_of(agent: Agent, *, live: bool = False) -> Callable[[str], bool]:
-    """Which tools' arguments and results may leave raw: those with ``expose_result``, and
-    the built-in ``stop_streaming`` (a tool's name and a call id in, a sentence out), so a
-    page can tell which stream the model stopped. In a ``live`` run ``stop_streaming`` is
-    always the built-in one, whether or not the agent declares a tool of that name."""
-    exposed = frozenset(name for name, tool in agent.tools_by_name.items()
+def exposes_of(agent: BaseAgent, *, live: bool = False) -> Callable[[str], bool]:
+    """Which tools' arguments and results may leave raw: those with ``expose_result`` (of
+    any LLM agent of the tree), and the built-in ``stop_streaming`` (a tool's name and a
+    call id in, a sentence out), so a page can tell which stream the model stopped. In a
+    ``live`` run ``stop_streaming`` is always the built-in one, whether or not the agent
+    declares a tool of that name."""
+    agents = [a for a in agent.walk() if isinstance(a, Agent)]
+    exposed = frozenset(name for a in agents for name, tool in a.tools_by_name.items()
                         if tool.options.expose_result)
-    if live or STOP_STREAMING not in agent.tools_by_name:
+    if live or not any(STOP_STREAMING in a.tools_by_name for a in agents):
         exposed |= {STOP_STREAMING}
     return exposed.__contains__

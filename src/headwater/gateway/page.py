@@ -30,6 +30,7 @@ from typing import Any, TypedDict
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 
+from ..agents.agent import Agent
 from .core import Gateway
 from .problems import GatewayHTTPError
 
@@ -72,8 +73,11 @@ class PageConfig(TypedDict):
 
 
 def _model_name(gw: Gateway, name: str) -> str:
+    agent = gw.runners[name].agent
+    if not isinstance(agent, Agent):
+        return type(agent).__name__  # a workflow agent calls no model itself
     try:
-        return gw.runners[name].agent.model.model
+        return agent.model.model
     except Exception:  # a model string that cannot be resolved yet: the page still loads
         return "unresolved model"
 

@@ -22,6 +22,16 @@ it (a long-running result replaces its ticket; a ``pending`` placeholder while
 none exists). Events without content (errors, control, approval records) are
 left out. So building a model request does not re-read the whole history.
 
+Several agents, one session (docs/multi-agent.md): each content entry
+remembers its author and branch. While a session has one agent author and the
+asking agent is on no branch, :meth:`contents_for` is :attr:`contents` itself
+(the single-agent path, unchanged). Otherwise each (agent, branch) asking gets
+its own view, built once and then kept level with every entry and every result
+that lands in a slot: other agents' messages re-cast as user-role context
+(``For context: [billing] said: …``, as ADK does) and other branches' entries
+left out. The ledger also keeps who last spoke as a model (:meth:`speakers`),
+which routes the next user turn.
+
 The ledger is updated by :meth:`observe` with each committed event, in commit
 order; :meth:`catch_up` brings it level with a session's events.
 
@@ -34,9 +44,10 @@ request name the call by its fresh id.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Literal
+from typing import Any, Literal
 
 from ..events import ApprovalRequest, Event, new_id
 from ..types import Content, FunctionCall, FunctionResponse, Part
@@ -57,6 +68,8 @@ class CallRecord:
         approval: the pending approval request (``awaiting_approval`` only).
         ticket_at: when the ticket was stored (``long_running`` only), seconds
             since the epoch.
+        author: the agent that made the call.
+        branch: the branch that agent ran on.
     """
 
     call: FunctionCall
@@ -64,6 +77,79 @@ class CallRecord:
     response: FunctionResponse | None = None
     approval: ApprovalRequest | None = None
     ticket_at: float | None = None
+    author: str = ""
+    branch: str | None = None
+
+
+Origin = tuple[str, str | None]
+"""The author and branch of a content entry."""
+
+
+def visible(viewer_branch: str | None, branch: str | None) -> bool:
+    """Whether an entry on ``branch`` is in the history of an agent on ``viewer_branch``.
+
+    ADK's rule: everything is visible from no branch; from a branch, the
+    entries of no branch, of that branch, and of the branches it descends
+    from (``p.a`` sees ``p``, not ``p.b``; ``p.a`` does not match ``p.ab``).
+    """
+    if viewer_branch is None or branch is None:
+        return True
+    return viewer_branch == branch or viewer_branch.startswith(branch + ".")
+
+
+def as_seen_by(viewer: str, author: str, content: Content) -> Content | None:
+    """``content`` as ``viewer`` sees it: its own and the user's as they are, another
+    agent's re-cast as user-role context (ADK's); ``None`` when nothing is left."""
+    if author == viewer or author == "user":
+        return content
+    parts = [Part(text="For context:")]
+    for part in content.parts:
+        if part.thought:
+            continue
+        if part.text is not None:
+            parts.append(Part(text=f"[{author}] said: {part.text}"))
+        elif part.function_call is not None:
+            call = part.function_call
+            parts.append(Part(text=f"[{author}] called tool `{call.name}` with parameters: "
+                                   f"{_json(call.args)}"))
+        elif part.function_response is not None:
+            response = part.function_response
+            parts.append(Part(text=f"[{author}] `{response.name}` tool returned result: "
+                                   f"{_json(response.response)}"))
+        else:
+            parts.append(part)
+    return Content("user", parts) if len(parts) > 1 else None
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, default=repr)
+
+
+class _View:
+    """One (agent, branch)'s conversation, kept level with the ledger's entries."""
+
+    __slots__ = ("at", "branch", "contents", "viewer")
+
+    def __init__(self, viewer: str, branch: str | None) -> None:
+        self.viewer = viewer
+        self.branch = branch
+        self.contents: list[Content] = []
+        self.at: dict[int, int] = {}  # ledger entry index -> index in contents
+
+    def add(self, index: int, content: Content, origin: Origin) -> None:
+        if not visible(self.branch, origin[1]):
+            return
+        seen = as_seen_by(self.viewer, origin[0], content)
+        if seen is not None:
+            self.at[index] = len(self.contents)
+            self.contents.append(seen)
+
+    def replace(self, index: int, content: Content, origin: Origin) -> None:
+        at = self.at.get(index)
+        if at is not None:
+            seen = as_seen_by(self.viewer, origin[0], content)
+            if seen is not None:
+                self.contents[at] = seen
 
 
 class CallLedger:
@@ -73,7 +159,8 @@ class CallLedger:
     :meth:`observe` after each commit.
     """
 
-    __slots__ = ("_calls", "_contents", "_last_id", "_observed", "_slots", "_unmatched")
+    __slots__ = ("_authors", "_calls", "_contents", "_last_id", "_observed", "_origins",
+                 "_slots", "_speakers", "_unmatched", "_views")
 
     def __init__(self) -> None:
         self._reset()
@@ -86,6 +173,10 @@ class CallLedger:
         self._unmatched: set[str] = set()  # ids of responses to no call (the store holds them)
         self._observed = 0
         self._last_id: str | None = None
+        self._origins: list[Origin] = []  # the author and branch of each entry of _contents
+        self._authors: set[str] = set()  # agents that authored an entry
+        self._views: dict[Origin, _View] = {}  # (agent, branch) -> its conversation
+        self._speakers: dict[str, None] = {}  # agents that spoke as a model, latest last
 
     @classmethod
     def of(cls, events: Sequence[Event]) -> CallLedger:
@@ -141,21 +232,37 @@ class CallLedger:
                 if part.function_call is not None:
                     calls.append(part.function_call)
                 rest.append(part)
+        origin = (event.author, event.branch)
+        if content.role == "model":
+            speakers = self._speakers
+            speakers.pop(event.author, None)
+            speakers[event.author] = None
         if responses:
             if rest:
-                self._contents.append(Content(content.role, rest))
+                self._append(Content(content.role, rest), origin)
             return
-        self._contents.append(content)
+        self._append(content, origin)
         if calls:
             index = len(self._contents)
             parts: list[Part] = []
             for n, call in enumerate(calls):
                 record = self._calls.get(call.id)
                 if record is None:
-                    record = self._calls[call.id] = CallRecord(call)
+                    record = self._calls[call.id] = CallRecord(
+                        call, author=event.author, branch=event.branch)
                 self._slots[call.id] = (index, n)
                 parts.append(Part(function_response=record.response or pending_response(call)))
-            self._contents.append(Content("user", parts))
+            self._append(Content("user", parts), origin)
+
+    def _append(self, content: Content, origin: Origin) -> None:
+        index = len(self._contents)
+        self._contents.append(content)
+        self._origins.append(origin)
+        author = origin[0]
+        if author != "user" and author not in self._authors:
+            self._authors.add(author)
+        for view in self._views.values():
+            view.add(index, content, origin)
 
     def _record_response(self, response: FunctionResponse, tickets: Sequence[str],
                          at: float) -> None:
@@ -174,7 +281,9 @@ class CallLedger:
             old = self._contents[index]
             parts = list(old.parts)  # a new Content: requests already built keep theirs
             parts[n] = Part(function_response=response)
-            self._contents[index] = Content(old.role, parts)
+            new = self._contents[index] = Content(old.role, parts)
+            for view in self._views.values():
+                view.replace(index, new, self._origins[index])
 
     # -- the one id per call rule ----------------------------------------------------------
 
@@ -220,6 +329,29 @@ class CallLedger:
     def contents(self) -> list[Content]:
         """The conversation for the next model request (a new list; do not mutate its items)."""
         return list(self._contents)
+
+    def contents_for(self, agent: str, branch: str | None = None) -> list[Content]:
+        """The conversation for ``agent``'s next request, on ``branch`` (a new list).
+
+        :attr:`contents` itself while ``agent`` is the session's only agent
+        author and runs on no branch; otherwise its view (see the module
+        docstring), built on first use and kept level from then on.
+        """
+        authors = self._authors
+        if branch is None and (not authors or (len(authors) == 1 and agent in authors)):
+            return list(self._contents)
+        key = (agent, branch)
+        view = self._views.get(key)
+        if view is None:
+            view = self._views[key] = _View(agent, branch)
+            for index, (content, origin) in enumerate(zip(self._contents, self._origins,
+                                                          strict=True)):
+                view.add(index, content, origin)
+        return list(view.contents)
+
+    def speakers(self) -> list[str]:
+        """The agents that spoke as a model in this session, the latest first."""
+        return list(reversed(self._speakers))
 
     def record(self, call_id: str) -> CallRecord | None:
         """The record of one call, or ``None`` when the session has no such call."""

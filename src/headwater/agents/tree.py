@@ -1,0 +1,314 @@
+"""``TreeRun``: one run of an agent tree — which agent takes the turn, then each kind driven.
+
+The runner hands the root agent to a ``TreeRun`` and iterates :meth:`TreeRun.run`;
+that yields the events of whichever agents run, in the order they are
+committed. Every agent writes through the run's one recorder (persist, then
+yield) and spends the run's one :class:`~headwater.agents.invocation.RunStats`
+(``max_llm_calls`` counts every agent's model calls).
+
+- **Who takes the turn** (ADK's rule, :meth:`TreeRun.agent_to_run`): a message
+  answering calls (approvals, long-running results) goes to the agent that made
+  them; otherwise the agent that last spoke as a model, when the conversation
+  can find its way back up from it (it and every agent above it are LLM agents
+  that may transfer to their parent, ``transfer.returns_to``); otherwise the
+  latest such speaker before it, else the root.
+- **An LLM agent** runs its :class:`~headwater.agents.flow.Flow`. A result event
+  carrying ``actions.transfer_to_agent`` ends its turn and the named agent runs
+  next, on the same branch.
+- **SequentialAgent** runs its sub-agents in order; **LoopAgent** in rounds until
+  ``max_iterations`` or an ``escalate``; both stop at a sub-agent that ends in
+  an error. **ParallelAgent** runs each sub-agent on its own branch
+  (``"<parallel>.<sub>"``) in one task group; their events reach the stream
+  through a queue (nothing is yielded from inside the group), and each branch
+  goes on only once its event has been yielded. A branch that fails ends with
+  its own error event; the others go on.
+
+A lone LLM agent (no sub-agents, no parent) runs its ``Flow`` directly: the
+single-agent path has no layer added. The run's last event releases the
+session's lease in its own write only where the tree says it is last (the
+tail of the run); elsewhere the hold releases it when the run ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncGenerator, Sequence
+from contextlib import aclosing
+from dataclasses import dataclass, replace
+
+from ..errors import ERROR_MESSAGES, ErrorCode, SessionError, UserError
+from ..events import Event
+from ..live_request_queue import LiveRequestQueue
+from ..types import FunctionCall
+from .agent import Agent
+from .approvals import Resume
+from .base import BaseAgent
+from .flow import Flow, Recorder, seal_event
+from .invocation import InvocationContext
+from .live_flow import LiveFlow
+from .transfer import returns_to
+from .workflow import LoopAgent, ParallelAgent, SequentialAgent
+
+logger = logging.getLogger("headwater.agents")
+
+
+@dataclass(slots=True)
+class _Outcome:
+    """How an agent's turn ended, for the workflow agent above it."""
+
+    failed: bool = False  # its last event was an error
+    escalated: bool = False  # it (or an agent under it) made an event with ``escalate``
+
+
+class _NotLast:
+    """A recorder for agents whose last event may not be the run's last: never releases."""
+
+    __slots__ = ("_commit",)
+
+    def __init__(self, recorder: Recorder) -> None:
+        self._commit = recorder.commit
+
+    async def commit(self, event: Event, *, last: bool = False) -> None:
+        await self._commit(event)
+
+
+class TreeRun:
+    """One run of an agent tree on a session.
+
+    Args:
+        root: the root agent (any kind).
+        ctx: the run; each agent gets a copy on its branch, sharing the
+            session, the ledger and the stats.
+        recorder: the runner's recorder; every event goes through it.
+
+    Raises:
+        UserError: no recorder.
+    """
+
+    __slots__ = ("_not_last", "ctx", "recorder", "root")
+
+    def __init__(self, root: BaseAgent, ctx: InvocationContext, recorder: Recorder | None
+                 ) -> None:
+        if recorder is None:
+            raise UserError("a run needs a recorder (the runner's session store) to persist "
+                            "its events; run agents through headwater.Runner")
+        self.root = root
+        self.ctx = ctx
+        self.recorder = recorder
+        self._not_last = _NotLast(recorder)
+
+    @property
+    def name(self) -> str:
+        """The root agent's name: the author of the run's own records (errors, seals)."""
+        return self.root.name
+
+    # -- the runner's seams -----------------------------------------------------------------
+
+    def run(self) -> AsyncGenerator[Event, None]:
+        """The run's events: the agent that takes the turn, and whatever runs after it.
+
+        Closing the generator closes every running agent's model stream and
+        cancels their tools. Call it once the user's message is committed.
+
+        Raises (when iterated):
+            UserError: an agent kind the orchestrator cannot run, or an
+                instruction naming a state key the session does not hold.
+        """
+        agent, branch = self.agent_to_run()
+        ctx = self.ctx
+        if isinstance(agent, Agent) and not agent.sub_agents and agent.parent_agent is None:
+            return Flow(agent, ctx, self.recorder).run()  # the single-agent path, as it was
+        return self._run(agent, branch, True, _Outcome(), ctx.resume)
+
+    def live(self, queue: LiveRequestQueue) -> AsyncGenerator[Event, None]:
+        """A live run: the root LLM agent alone, over one connection.
+
+        Transfer is not offered in live runs yet (its sub-agents do not run).
+
+        Raises:
+            UserError: the root is not an LLM agent.
+        """
+        root = self.root
+        if not isinstance(root, Agent):
+            raise UserError(f"run_live drives an LLM agent; the root {root.name!r} is a "
+                            f"{type(root).__name__}: run it with run_async")
+        return LiveFlow(Flow(root, self.ctx, self.recorder, transfer=False), queue).events()
+
+    def error_event(self, code: ErrorCode, message: str) -> Event:
+        """An error record of the run, authored by the root."""
+        logger.warning("agent %s: %s: %s", self.root.name, code, message)
+        return Event(invocation_id=self.ctx.invocation_id, author=self.root.name,
+                     error_code=code, error_message=message)
+
+    def seal(self, reason: str) -> Event | None:
+        """One event giving every dangling call of the session a ``reason`` result, or ``None``."""
+        return seal_event(self.ctx, self.root.name, reason)
+
+    async def repair(self) -> Event | None:
+        """After a crash: each dangling call to an ``idempotent`` tool runs again on the
+        agent that made it; the others get ``interrupted`` results. ``None``: nothing dangles."""
+        ledger = self.ctx.ledger
+        dangling = ledger.dangling()
+        if not dangling:
+            return None
+        by_author: dict[str, list[FunctionCall]] = {}
+        for call in dangling:
+            record = ledger.record(call.id)
+            author = record.author if record is not None and record.author else self.root.name
+            by_author.setdefault(author, []).append(call)
+        results = {}
+        for author, calls in by_author.items():
+            agent = self.root.find_agent(author)
+            if isinstance(agent, Agent):
+                flow = Flow(agent, self.ctx, self.recorder, transfer=False)
+                results.update(await flow.rerun(calls))
+        return seal_event(self.ctx, self.root.name, "interrupted", results)
+
+    def agent_to_run(self) -> tuple[BaseAgent, str | None]:
+        """The agent that takes this turn, and the branch it runs on (see the module docstring)."""
+        root, ctx = self.root, self.ctx
+        if not root.sub_agents:
+            return root, None
+        ledger = ctx.ledger
+        answered = [call.id for call, _ in ctx.resume]
+        events = ctx.session.events
+        if not answered and events and events[-1].author == "user":
+            answered = [response.id for response in events[-1].function_responses]
+        for call_id in answered:
+            record = ledger.record(call_id)
+            if record is not None and (agent := root.find_agent(record.author)) is not None:
+                return agent, record.branch
+        for name in ledger.speakers():
+            if name == root.name:
+                return root, None
+            found = root.find_sub_agent(name)
+            if found is not None and returns_to(found):
+                return found, None
+        return root, None
+
+    # -- driving each kind ------------------------------------------------------------------
+
+    def _run(self, agent: BaseAgent, branch: str | None, tail: bool, outcome: _Outcome,
+             resume: Resume | None = None) -> AsyncGenerator[Event, None]:
+        if isinstance(agent, Agent):
+            return self._llm(agent, branch, tail, outcome, resume or [])
+        if isinstance(agent, SequentialAgent):
+            return self._sequence(agent.sub_agents, branch, tail, outcome)
+        if isinstance(agent, LoopAgent):
+            return self._loop(agent, branch, outcome)
+        if isinstance(agent, ParallelAgent):
+            return self._parallel(agent, branch, outcome)
+        raise UserError(f"agent {agent.name!r} is a {type(agent).__name__}, which the runner "
+                        "cannot drive: use Agent, SequentialAgent, ParallelAgent or LoopAgent")
+
+    async def _llm(self, agent: Agent, branch: str | None, tail: bool, outcome: _Outcome,
+                   resume: Resume) -> AsyncGenerator[Event, None]:
+        recorder = self.recorder if tail else self._not_last
+        while True:
+            flow = Flow(agent, replace(self.ctx, branch=branch, resume=resume), recorder)
+            resume = []
+            last: Event | None = None
+            async with aclosing(flow.run()) as events:
+                async for event in events:
+                    yield event
+                    if not event.partial:
+                        last = event
+                        if event.actions.escalate:
+                            outcome.escalated = True
+            if last is None:
+                return
+            if last.error_code is not None:
+                outcome.failed = True
+                return
+            name = last.actions.transfer_to_agent
+            target = self.root.find_agent(name) if name else None
+            if target is None:
+                return
+            if not isinstance(target, Agent):
+                async with aclosing(self._run(target, branch, tail, outcome)) as events:
+                    async for event in events:
+                        yield event
+                return
+            agent = target  # LLM to LLM: a loop, not a nested generator per transfer
+
+    async def _sequence(self, subs: Sequence[BaseAgent], branch: str | None, tail: bool,
+                        outcome: _Outcome) -> AsyncGenerator[Event, None]:
+        for n, sub in enumerate(subs):
+            done = _Outcome()
+            async with aclosing(self._run(sub, branch, tail and n == len(subs) - 1,
+                                          done)) as events:
+                async for event in events:
+                    yield event
+            outcome.escalated = outcome.escalated or done.escalated
+            if done.failed:
+                outcome.failed = True
+                return
+
+    async def _loop(self, agent: LoopAgent, branch: str | None, outcome: _Outcome
+                    ) -> AsyncGenerator[Event, None]:
+        limit, rounds = agent.max_iterations, 0
+        while agent.sub_agents and (limit is None or rounds < limit):
+            rounds += 1
+            for sub in agent.sub_agents:
+                done = _Outcome()
+                async with aclosing(self._run(sub, branch, False, done)) as events:
+                    async for event in events:
+                        yield event
+                if done.failed:
+                    outcome.failed = True
+                    return
+                if done.escalated:
+                    outcome.escalated = True  # as in ADK: an enclosing loop stops too
+                    return
+
+    async def _parallel(self, agent: ParallelAgent, branch: str | None, outcome: _Outcome
+                        ) -> AsyncGenerator[Event, None]:
+        queue: asyncio.Queue[tuple[Event, asyncio.Event] | None] = asyncio.Queue()
+
+        async def one(sub: BaseAgent) -> None:
+            sub_branch = f"{branch}.{agent.name}.{sub.name}" if branch else \
+                f"{agent.name}.{sub.name}"
+            done, seen = _Outcome(), asyncio.Event()
+            try:
+                async with aclosing(self._run(sub, sub_branch, False, done)) as events:
+                    async for event in events:
+                        seen.clear()
+                        queue.put_nowait((event, seen))
+                        await seen.wait()  # go on once the caller has the event
+            except SessionError:
+                raise
+            except Exception as exc:  # this branch fails alone; the others go on
+                logger.error("agent %s (branch %s) failed: %s: %s", sub.name, sub_branch,
+                             type(exc).__name__, exc, exc_info=exc)
+                failed = Event(invocation_id=self.ctx.invocation_id, author=sub.name,
+                               branch=sub_branch, error_code="internal",
+                               error_message=ERROR_MESSAGES["internal"])
+                await self.recorder.commit(failed)
+                done.failed = True
+                queue.put_nowait((failed, seen))
+            outcome.failed = outcome.failed or done.failed
+            outcome.escalated = outcome.escalated or done.escalated
+
+        async def supervise() -> None:
+            try:
+                async with asyncio.TaskGroup() as group:
+                    for sub in agent.sub_agents:
+                        group.create_task(one(sub))
+            finally:
+                queue.put_nowait(None)
+
+        task = asyncio.create_task(supervise())
+        try:
+            while (item := await queue.get()) is not None:
+                event, seen = item
+                yield event
+                seen.set()
+            try:
+                await task
+            except BaseExceptionGroup as group:  # one branch's store failure: as itself
+                raise group.exceptions[0] from None
+        finally:
+            if not task.done():
+                task.cancel()
+                await asyncio.wait([task])
