@@ -83,7 +83,8 @@ def _model_name(gw: Gateway, name: str) -> str:
 
 
 def _agent_info(gw: Gateway, name: str) -> AgentInfo:
-    tools = gw.runners[name].agent.tools
+    agent = gw.runners[name].agent  # a live run drives the root LLM agent alone
+    tools = agent.tools if isinstance(agent, Agent) else ()
     return AgentInfo(name=name, model=_model_name(gw, name),
                      input_stream=any(t.consumes_input_stream for t in tools))
 
