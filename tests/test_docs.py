@@ -22,7 +22,7 @@ PAGES = ("architecture.md", "event-contract.md", "frame-protocol.md", "public-ap
 PENDING_CODES: dict[str, str] = {}  # codes documented before errors.py has them
 TOOL_RESULT_CODES = {"tool_error", "invalid_arguments", "unknown_tool", "timeout",
                      "budget_exceeded", "cancelled", "interrupted", "denied",
-                     "stream_incomplete", "expired"}
+                     "stream_incomplete", "expired", "unknown_agent", "transfer_not_allowed"}
 
 
 def table_codes(markdown: str, heading: str) -> list[str]:

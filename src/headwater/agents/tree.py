@@ -121,6 +121,16 @@ class TreeRun:
             return Flow(agent, ctx, self.recorder).run()  # the single-agent path, as it was
         return self._run(agent, branch, True, _Outcome(), ctx.resume)
 
+    def drive(self, agent: BaseAgent, branch: str | None = None) -> AsyncGenerator[Event, None]:
+        """The events of ``agent`` (any kind of this tree) running on ``branch`` within this run.
+
+        The seam for running an agent inside another's turn (an agent used as
+        a tool): its events are committed through the run's recorder, never as
+        the run's last event, and it spends the run's budgets. Closing the
+        generator stops it as closing the run would.
+        """
+        return self._run(agent, branch, False, _Outcome())
+
     def live(self, queue: LiveRequestQueue) -> AsyncGenerator[Event, None]:
         """A live run: the root LLM agent alone, over one connection.
 
