@@ -248,3 +248,50 @@ async def test_cancelling_a_parallel_run_closes_every_model_stream_and_seals_cal
              and e.content.role == "model"}
     assert shown == {"p.a", "p.b"}
     assert runner._ledgers[("u1", sid)].dangling() == []
+
+
+async def test_nested_parallel_branches_name_their_path_and_a_sequence_keeps_its_branch() -> None:
+    inner = ParallelAgent(name="inner", sub_agents=[
+        Agent(name="x", model=ScriptedModel().reply("x done")),
+        Agent(name="y", model=ScriptedModel().reply("y done"))])
+    first = ScriptedModel().reply("a done")
+    root = ParallelAgent(name="outer", sub_agents=[
+        SequentialAgent(name="seq", sub_agents=[Agent(name="a", model=first), inner]),
+        Agent(name="b", model=ScriptedModel().reply("b done"))])
+    runner, sid = await make(root)
+    events = await collect(runner, sid, "go", config=NONE)
+    assert {(e.author, e.branch) for e in events} == {
+        ("a", "outer.seq"), ("x", "outer.seq.inner.x"), ("y", "outer.seq.inner.y"),
+        ("b", "outer.b")}
+    # x descends from outer.seq: it sees a's answer; it never sees b's or y's.
+    x_model = models(inner)["x"]
+    assert texts(x_model.requests[0]) == ["user: go", "user: For context: | [a] said: a done"]
+
+
+@tool
+def finish(tool_context: ToolContext) -> str:
+    """End the whole run."""
+    tool_context.actions.end_invocation = True
+    return "ending"
+
+
+async def test_end_invocation_ends_the_sequence_and_an_empty_loop_ends_at_once() -> None:
+    later = ScriptedModel().reply("never")
+    root = SequentialAgent(name="s", sub_agents=[
+        Agent(name="a", model=ScriptedModel().call("finish"), tools=[finish]),
+        Agent(name="b", model=later)])
+    runner, sid = await make(root)
+    events = await collect(runner, sid, "go", config=NONE)
+    assert [e.author for e in events] == ["a", "a"] and events[-1].actions.end_invocation
+    assert later.requests == []
+    runner, sid = await make(LoopAgent(name="idle", sub_agents=[
+        SequentialAgent(name="empty")]))
+    assert await asyncio.wait_for(collect(runner, sid, "go"), 10) == []
+
+
+def test_a_refused_agent_leaves_its_sub_agents_free() -> None:
+    child = Agent(name="child", model=ScriptedModel())
+    with pytest.raises(UserError, match="two tools named"):
+        Agent(name="p", model=ScriptedModel(), tools=[exit_loop, exit_loop], sub_agents=[child])
+    assert child.parent_agent is None
+    assert Agent(name="p", model=ScriptedModel(), sub_agents=[child]).sub_agents == (child,)

@@ -97,7 +97,6 @@ class Agent(BaseAgent):
         disallow_transfer_to_parent: bool = False,
         disallow_transfer_to_peers: bool = False,
     ) -> None:
-        super().__init__(name=name, description=description, sub_agents=sub_agents)
         self._model = model
         self.instruction = instruction
         self.output_key = output_key
@@ -116,6 +115,8 @@ class Agent(BaseAgent):
         self.after_tool_callbacks = _as_tuple(after_tool_callback)
         self.generate_config: Mapping[str, Any] = MappingProxyType(dict(generate_config or {}))
         self.tool_middleware: tuple[ToolMiddleware, ...] = tuple(tool_middleware)
+        # Last: the sub-agents become this agent's only once everything else is valid.
+        super().__init__(name=name, description=description, sub_agents=sub_agents)
 
     @property
     def model(self) -> BaseLlm:

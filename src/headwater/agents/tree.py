@@ -17,7 +17,7 @@ yield) and spends the run's one :class:`~headwater.agents.invocation.RunStats`
   next, on the same branch.
 - **SequentialAgent** runs its sub-agents in order; **LoopAgent** in rounds until
   ``max_iterations`` or an ``escalate``; both stop at a sub-agent that ends in
-  an error. **ParallelAgent** runs each sub-agent on its own branch
+  an error or with ``end_invocation``. **ParallelAgent** runs each sub-agent on its own branch
   (``"<parallel>.<sub>"``) in one task group; their events reach the stream
   through a queue (nothing is yielded from inside the group), and each branch
   goes on only once its event has been yielded. A branch that fails ends with
@@ -57,7 +57,7 @@ logger = logging.getLogger("headwater.agents")
 class _Outcome:
     """How an agent's turn ended, for the workflow agent above it."""
 
-    failed: bool = False  # its last event was an error
+    stopped: bool = False  # its last event was an error, or ended the run (end_invocation)
     escalated: bool = False  # it (or an agent under it) made an event with ``escalate``
 
 
@@ -228,11 +228,11 @@ class TreeRun:
                             outcome.escalated = True
             if last is None:
                 return
-            if last.error_code is not None:
-                outcome.failed = True
+            if last.error_code is not None or last.actions.end_invocation:
+                outcome.stopped = True
                 return
             name = last.actions.transfer_to_agent
-            target = self.root.find_agent(name) if name else None
+            target = agent.root_agent.find_agent(name) if name else None
             if target is None:
                 return
             if not isinstance(target, Agent):
@@ -251,22 +251,23 @@ class TreeRun:
                 async for event in events:
                     yield event
             outcome.escalated = outcome.escalated or done.escalated
-            if done.failed:
-                outcome.failed = True
+            if done.stopped:
+                outcome.stopped = True
                 return
 
     async def _loop(self, agent: LoopAgent, branch: str | None, outcome: _Outcome
                     ) -> AsyncGenerator[Event, None]:
-        limit, rounds = agent.max_iterations, 0
-        while agent.sub_agents and (limit is None or rounds < limit):
-            rounds += 1
+        limit, rounds, made = agent.max_iterations, 0, True
+        while made and (limit is None or rounds < limit):
+            rounds, made = rounds + 1, False  # a round that made no event would spin forever
             for sub in agent.sub_agents:
                 done = _Outcome()
                 async with aclosing(self._run(sub, branch, False, done)) as events:
                     async for event in events:
+                        made = True
                         yield event
-                if done.failed:
-                    outcome.failed = True
+                if done.stopped:
+                    outcome.stopped = True
                     return
                 if done.escalated:
                     outcome.escalated = True  # as in ADK: an enclosing loop stops too
@@ -295,9 +296,9 @@ class TreeRun:
                                branch=sub_branch, error_code="internal",
                                error_message=ERROR_MESSAGES["internal"])
                 await self.recorder.commit(failed)
-                done.failed = True
+                done.stopped = True
                 queue.put_nowait((failed, seen))
-            outcome.failed = outcome.failed or done.failed
+            outcome.stopped = outcome.stopped or done.stopped
             outcome.escalated = outcome.escalated or done.escalated
 
         async def supervise() -> None:
