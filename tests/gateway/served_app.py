@@ -6,7 +6,8 @@ directory is this folder). It reads where things are from the environment:
 - ``HW_TEST_PROVIDER_URL``: the test's ``FakeProvider`` (the model speaks the
   OpenAI wire format to ``<url>/v1``);
 - ``HW_TEST_DIR``: a temporary folder for the SQLite store, the pid file the
-  ``hold`` tool writes (its ``sleep`` child) and the marker ``block`` writes;
+  ``hold`` tool writes (its ``sleep`` child) and the markers ``block`` and
+  ``stubborn`` write;
 - ``HEADWATER_*``: the settings (short grace, heartbeats and timeouts).
 
 ``served_agents`` next to it holds the plain agents ``headwater serve`` turns
@@ -31,6 +32,7 @@ PROVIDER = os.environ.get("HW_TEST_PROVIDER_URL", "http://127.0.0.1:9")
 DIR = Path(os.environ.get("HW_TEST_DIR", "."))
 PID_FILE = DIR / "hold.pid"
 BLOCK_FILE = DIR / "block.started"
+STUBBORN_FILE = DIR / "stubborn.started"
 DATABASE = DIR / "sessions.db"
 TOKEN = "token-a"
 USER = "alice"
@@ -65,7 +67,22 @@ def block(seconds: float) -> str:
     return f"blocked {seconds} s"
 
 
+async def stubborn(seconds: float) -> str:
+    """Wait, and go on waiting when cancelled (a tool that does not stop when asked).
+
+    Args:
+        seconds: how long.
+    """
+    loop = asyncio.get_running_loop()
+    end = loop.time() + seconds
+    STUBBORN_FILE.write_text("started")
+    while (left := end - loop.time()) > 0:
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.sleep(left)
+    return f"waited {seconds} s"
+
+
 model = OpenAIChatModel(model="gpt-4o-mini", base_url=f"{PROVIDER}/v1", api_key="x")
-agent = Agent(name="bot", model=model, tools=[hold, block])
+agent = Agent(name="bot", model=model, tools=[hold, block, stubborn])
 app = create_app(agent, session_service=SqlSessionService(f"sqlite+aiosqlite:///{DATABASE}"),
                  auth=StaticTokenAuth({TOKEN: USER}), settings=Settings())

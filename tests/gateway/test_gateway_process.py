@@ -474,3 +474,58 @@ def test_serve_a_bad_target_exits_2_with_a_message(server_env: dict[str, str], t
     assert done.returncode == 2, done.stderr
     assert done.stderr.startswith("headwater serve: ") and says in done.stderr, done.stderr
     assert "Traceback" not in done.stderr
+
+
+# -- 4. Ctrl-C (SIGINT) takes SIGTERM's path -----------------------------------------------------
+
+
+async def test_sigint_ends_open_streams_with_server_shutdown_and_exits_without_a_traceback(
+        spawn: Spawn, provider: FakeProvider) -> None:
+    # A long grace: the exit must come from the streams ending, not from the grace running out.
+    server = await spawn("served_app:app", env={"HW_TEST_PROVIDER_URL": provider.base_url,
+                                                "HEADWATER_SHUTDOWN_GRACE": "30"})
+    provider.enqueue(trickled(WORDS, every=0.05))
+    async with httpx.AsyncClient(base_url=server.base_url, timeout=10) as client:
+        sid = await new_session(client)
+        stream = await open_run(client, sid, "go")
+        await stream.read_until(deltas(3))
+        sent = time.monotonic()
+        server.process.send_signal(signal.SIGINT)
+        await stream.read_to_end(within=3)
+    assert stream.ended and stream.types[-1] == "error"
+    assert stream.data(-1)["code"] == "server_shutdown" and stream.data(-1)["retryable"] is True
+    await wait_until(lambda: server.process.poll() is not None,
+                     timeout=max(0.0, sent + 3 - time.monotonic()), interval=0.01,
+                     message=f"the server to exit within 3 s of SIGINT:\n{server.stderr()}")
+    assert server.process.returncode == 130, server.stderr()  # as a shell reports Ctrl-C
+    log = server.stderr()
+    assert "Traceback" not in log and "CancelledError" not in log, log
+    assert "timeout graceful shutdown exceeded" not in log
+
+
+@pytest.mark.parametrize("tool", ["stubborn", "block"])
+async def test_sigint_does_not_wait_past_the_streams_and_a_second_one_exits_at_once(
+        spawn: Spawn, provider: FakeProvider, tmp_path: Path, tool: str) -> None:
+    """``stubborn`` ignores the cancel, so the first Ctrl-C waits (up to the grace) and a
+    second one ends the wait; ``block`` leaves a sync-tool thread busy, which the exit does
+    not wait for."""
+    server = await spawn("served_app:app", env={"HW_TEST_PROVIDER_URL": provider.base_url,
+                                                "HEADWATER_SHUTDOWN_GRACE": "60"})
+    provider.enqueue(tool_call(tool, {"seconds": 60}, f"call_{tool}"))
+    async with httpx.AsyncClient(base_url=server.base_url, timeout=10) as client:
+        sid = await new_session(client)
+        stream = await open_run(client, sid, "go")
+        await stream.read_until(lambda s: "tool_call" in s.types)
+        await wait_until((tmp_path / f"{tool}.started").exists, timeout=5)
+        server.process.send_signal(signal.SIGINT)
+        if tool == "stubborn":
+            await asyncio.sleep(1.0)
+            assert server.process.poll() is None, "the first SIGINT waits for the run"
+            server.process.send_signal(signal.SIGINT)
+        else:
+            await stream.read_to_end(within=5)
+            assert stream.data(-1)["code"] == "server_shutdown"
+        await wait_until(lambda: server.process.poll() is not None, timeout=5, interval=0.01,
+                         message=f"the server to exit:\n{server.stderr()}")
+    assert server.process.returncode == 130, server.stderr()
+    assert "Traceback" not in server.stderr()

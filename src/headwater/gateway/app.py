@@ -165,7 +165,7 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        restore = _on_sigterm(gateway.begin_shutdown)
+        restore = _on_stop_signal(gateway.begin_shutdown)
         if settings.gc_freeze:
             # What is loaded now (the app, its modules) lives as long as the process: out
             # of the collector's full passes, which otherwise stall the loop for each
@@ -407,27 +407,37 @@ async def _first_title(gw: Gateway, user: str, session: SessionOut) -> str | Non
     return _session_title(page.events, gw.settings.session_title_chars)
 
 
-def _on_sigterm(callback: Any) -> Any:
-    """Run ``callback`` on the loop when SIGTERM arrives, then the handler before it.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+"""The signals that stop a served gateway (Ctrl-C, ``kill``): one path for both."""
+
+
+def _on_stop_signal(callback: Any) -> Any:
+    """Run ``callback`` on the loop when SIGINT or SIGTERM arrives, then the handler before it.
 
     Chained in front of whatever server installed its own (uvicorn's), so open
     streams end with ``server_shutdown`` before the server waits for them.
-    Returns the function that puts the previous handler back.
+    Returns the function that puts the previous handlers back.
     """
-    previous = signal.getsignal(signal.SIGTERM)
-    if threading.current_thread() is not threading.main_thread() or not callable(previous):
+    if threading.current_thread() is not threading.main_thread():
         return lambda: None  # no server handler to chain to: the lifespan's end still stops runs
     loop = asyncio.get_running_loop()
+    installed: dict[int, Any] = {}
+    for signum in STOP_SIGNALS:
+        previous = signal.getsignal(signum)
+        if not callable(previous) or previous is signal.default_int_handler:
+            continue  # no server's handler (the lifespan's end still stops runs)
 
-    def handler(signum: int, frame: Any) -> None:
-        loop.call_soon_threadsafe(callback)
-        previous(signum, frame)
+        def handler(signum: int, frame: Any, previous: Any = previous) -> None:
+            loop.call_soon_threadsafe(callback)
+            previous(signum, frame)
 
-    signal.signal(signal.SIGTERM, handler)
+        signal.signal(signum, handler)
+        installed[signum] = (handler, previous)
 
     def restore() -> None:
-        if signal.getsignal(signal.SIGTERM) is handler:
-            signal.signal(signal.SIGTERM, previous)
+        for signum, (handler, previous) in installed.items():
+            if signal.getsignal(signum) is handler:
+                signal.signal(signum, previous)
     return restore
 
 

@@ -1,12 +1,22 @@
-"""``headwater serve module:attr``: an app, an agent or a list of agents under uvicorn."""
+"""``headwater serve module:attr``: an app, an agent or a list of agents under uvicorn.
+
+Ctrl-C (SIGINT) and SIGTERM stop the server the same way: the gateway's
+lifespan chains its shutdown in front of uvicorn's handler, so every open
+stream ends with ``error`` ``server_shutdown`` and the process exits once they
+have (within ``Settings.shutdown_grace``). A second Ctrl-C while it stops
+exits the process at once.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import math
 import os
+import signal
 import sys
 from collections.abc import Sequence
+from types import FrameType
 from typing import Any
 
 import uvicorn
@@ -25,6 +35,9 @@ TARGET_ENV = "HEADWATER_SERVE_TARGET"
 
 MODEL_ENV = "HEADWATER_SERVE_MODEL"
 """Where ``--reload`` passes ``--model`` to the worker it restarts."""
+
+INTERRUPTED = 128 + signal.SIGINT
+"""The exit code of a process stopped at once by a second Ctrl-C (130, as a shell's)."""
 
 
 def load_target(spec: str, model: str | None = None) -> Any:
@@ -109,13 +122,52 @@ def serve(spec: str, *, host: str = "127.0.0.1", port: int = 8000, reload: bool 
     app = load_target(spec, model)
     check_bind(app, host, insecure_dev)
     grace = max(1, math.ceil(get_settings().shutdown_grace))
+    options: dict[str, Any] = {"host": host, "port": port, "log_level": log_level,
+                               "timeout_graceful_shutdown": grace,
+                               "log_config": log_config(log_level), "access_log": False}
     if reload:
         os.environ[TARGET_ENV] = spec
         if model is not None:
             os.environ[MODEL_ENV] = model
-        uvicorn.run("headwater.gateway.serve:app_from_env", factory=True, host=host, port=port,
-                    reload=True, log_level=log_level, timeout_graceful_shutdown=grace,
-                    log_config=log_config(log_level), access_log=False)
+        uvicorn.run("headwater.gateway.serve:app_from_env", factory=True, reload=True,
+                    **options)
         return
-    uvicorn.run(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=grace,
-                log_config=log_config(log_level), access_log=False)
+    server = _Server(uvicorn.Config(app, **options))
+    try:
+        server.run()
+    except KeyboardInterrupt:
+        if not server.interrupted:
+            raise  # Ctrl-C before the server listened: the caller's to handle
+    if server.interrupted:
+        # As after SIGTERM (which uvicorn re-raises, ending the process), the process ends
+        # here: once stopped, it waits for no thread a stopped sync tool left busy.
+        _exit(INTERRUPTED)
+    if not server.started:
+        raise SystemExit(3)  # uvicorn logged why (its STARTUP_FAILURE code, as uvicorn.run)
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, whose Ctrl-C ends the process like SIGTERM does.
+
+    The first SIGINT or SIGTERM goes to the gateway's chained handler (its
+    open streams end with ``server_shutdown``), then here: uvicorn stops
+    accepting and waits for the streams to close. A second Ctrl-C while it
+    waits exits at once.
+    """
+
+    interrupted = False
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        if sig == signal.SIGINT:
+            if self.should_exit:
+                _exit(INTERRUPTED)  # no more waiting: not for a stream, not for a tool
+            self.interrupted = True
+        super().handle_exit(sig, frame)
+
+
+def _exit(code: int) -> None:
+    """End the process now (what was written is flushed; no thread is waited for)."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)
