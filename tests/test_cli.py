@@ -118,6 +118,26 @@ def test_an_unreachable_database_without_its_password(tmp_path: Path,
     assert "hunter2" not in result.stderr + result.stdout
 
 
+@pytest.mark.parametrize("url", ["sqlite:///", "sqlite://", "sqlite:///:memory:"])
+def test_a_sqlite_url_without_a_file(url: str, tmp_path: Path, env: dict[str, str]) -> None:
+    for command in (["sessions"], ["demo", "--terminal"]):
+        line = one_line_error(hw(*command, "--db", url, cwd=tmp_path, env=env))
+        assert "--db names no SQLite file" in line and "sqlite:///sessions.db" in line
+
+
+def test_a_reader_that_leaves_early_is_no_error(tmp_path: Path, env: dict[str, str]) -> None:
+    """``headwater sessions | head``: the pipe's reader is gone before the table is written."""
+    child = subprocess.Popen([sys.executable, "-m", "headwater.cli", "sessions"], cwd=tmp_path,
+                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert child.stdout is not None and child.stderr is not None
+    child.stdout.close()
+    try:
+        assert child.wait(timeout=60) == 0
+        assert child.stderr.read() == b""  # no "Broken pipe", no "Exception ignored"
+    finally:
+        child.stderr.close()
+
+
 def test_an_unwritable_path(tmp_path: Path, env: dict[str, str]) -> None:
     (tmp_path / "file").write_text("x")
     line = one_line_error(hw("sessions", "--db", "sqlite+aiosqlite:///file/sub/s.db",
@@ -340,6 +360,9 @@ def test_run_uses_the_agent_files_model_unless_model_is_given(tmp_path: Path,
 def test_run_bad_files(tmp_path: Path, env: dict[str, str]) -> None:
     line = one_line_error(hw("run", "missing.py", "hi", cwd=tmp_path, env=env))
     assert "no such file: missing.py" in line
+    (tmp_path / "agents").mkdir()
+    line = one_line_error(hw("run", "agents", "hi", cwd=tmp_path, env=env))
+    assert "agents is a directory: give the Python file that defines the agent" in line
     (tmp_path / "empty.py").write_text("x = 1\n")
     line = one_line_error(hw("run", "empty.py", "hi", cwd=tmp_path, env=env))
     assert "defines no Agent named `agent` or `root_agent`" in line
@@ -360,12 +383,26 @@ def test_a_bad_port_is_a_usage_error(command: list[str], port: str, tmp_path: Pa
     assert "argument --port:" in result.stderr.strip().splitlines()[-1]
 
 
-def test_a_port_left_in_time_wait_by_a_stopped_server_is_free() -> None:
-    """A server killed with connections open leaves its port in TIME_WAIT; uvicorn can listen
-    there again (SO_REUSEADDR), so the demo's check must not call it "in use"."""
+@pytest.mark.parametrize("command", [["demo", "--no-browser"], ["serve", "shop:root_agent"]])
+def test_a_busy_port(command: list[str], tmp_path: Path, env: dict[str, str]) -> None:
     import socket
 
-    from headwater.cli._demo import _check_port
+    (tmp_path / "shop.py").write_text(AGENT_FILE)
+    with socket.socket() as other:  # another server listens there
+        other.bind(("127.0.0.1", 0))
+        other.listen()
+        port = other.getsockname()[1]
+        line = one_line_error(hw(*command, "--port", str(port), cwd=tmp_path, env=env))
+    assert line.endswith(f"cannot listen on 127.0.0.1:{port} (Address already in use); "
+                         "pass another --port")
+
+
+def test_a_port_left_in_time_wait_by_a_stopped_server_is_free() -> None:
+    """A server killed with connections open leaves its port in TIME_WAIT; uvicorn can listen
+    there again (SO_REUSEADDR), so the check of demo and serve must not call it "in use"."""
+    import socket
+
+    from headwater.cli._common import check_port
 
     with socket.socket() as server:
         server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -378,12 +415,12 @@ def test_a_port_left_in_time_wait_by_a_stopped_server_is_free() -> None:
         client.close()
     with socket.socket() as plain, pytest.raises(OSError):
         plain.bind(("127.0.0.1", port))  # the state this test is about
-    _check_port(port)
+    check_port("127.0.0.1", port)
     with socket.socket() as other:  # a port another server listens on is still refused
         other.bind(("127.0.0.1", 0))
         other.listen()
         with pytest.raises(CommandError, match="cannot listen on"):
-            _check_port(other.getsockname()[1])
+            check_port("127.0.0.1", other.getsockname()[1])
 
 
 def test_demo_serves_the_example_agents_and_stops_on_sigterm(tmp_path: Path,

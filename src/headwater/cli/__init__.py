@@ -3,8 +3,9 @@
 Only the standard library loads before a command runs, so ``--help`` answers
 at once; each command imports what it needs. Bad input (a malformed or
 unreachable ``--db``, an unwritable path, a file that is not a database, a bad
-``HEADWATER_*`` setting, a missing optional driver) ends with one line on
-stderr and exit code 2, never a traceback.
+``HEADWATER_*`` setting, a missing optional driver, a busy port) ends with one
+line on stderr and exit code 2, never a traceback. A reader of stdout that
+leaves early (``| head``) ends the command quietly, with exit code 0.
 """
 
 from __future__ import annotations
@@ -215,12 +216,27 @@ def _guarded(command: Callable[[Any], int], args: Any) -> int:
     from ._errors import describe
 
     try:
-        return command(args)
+        code = command(args)
+        sys.stdout.flush()  # a reader that left (`| head`) shows here, not at exit
+        return code
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        _stdout_gone()
+        return 0
     except Exception as exc:
         line = describe(exc)
         if line is None:
             raise
         print(f"headwater {args.command}: {line}", file=sys.stderr)
         return 2
+
+
+def _stdout_gone() -> None:
+    """The reader of stdout left (``headwater sessions | head``): not an error, and nothing
+    more to say; what is still buffered goes nowhere (not to a "Broken pipe" at exit)."""
+    import os
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)

@@ -1,6 +1,9 @@
-"""What every ``headwater`` command shares: the demo's app and user, the bad-input error."""
+"""What every ``headwater`` command shares: the demo's app and user, the bad-input error,
+the check that a port is free."""
 
 from __future__ import annotations
+
+import socket
 
 DEMO_APP = "support"
 """The app of the demo's support agent: the gateway names an agent's sessions' app after
@@ -16,3 +19,31 @@ DEMO_USER = "local"
 
 class CommandError(Exception):
     """Bad input a command reports in one line (exit code 2)."""
+
+
+def check_port(host: str, port: int) -> None:
+    """Check ``host:port`` can be listened on, as the server will bind it.
+
+    SO_REUSEADDR, as uvicorn binds: a port held only by connections of a server
+    that just stopped (TIME_WAIT) is free to listen on; one another process
+    listens on is not.
+
+    Raises:
+        CommandError: the host does not resolve, or an address of it cannot be bound.
+    """
+    try:
+        addresses = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                       flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise CommandError(f"cannot listen on {host}:{port} ({exc.strerror}); "
+                           "pass another --host") from None
+    for family, kind, proto, _, address in addresses:
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:  # as asyncio binds: the IPv4 address is its own
+                probe.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            try:
+                probe.bind(address)
+            except OSError as exc:
+                raise CommandError(f"cannot listen on {host}:{port} ({exc.strerror}); "
+                                   "pass another --port") from None

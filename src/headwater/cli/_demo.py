@@ -8,14 +8,13 @@ The gateway is started through ``headwater.gateway.serve`` with this module's
 from __future__ import annotations
 
 import asyncio
-import socket
 import sys
 import threading
 import webbrowser
 from dataclasses import dataclass
 from typing import Any
 
-from ._common import CommandError
+from ._common import check_port
 
 BROWSER_DELAY = 1.0
 """Seconds between printing the URL and opening the browser (the server is up by then)."""
@@ -44,7 +43,7 @@ def demo_command(args: Any) -> int:  # argparse.Namespace
     service, shown = open_store(args.db)
     asyncio.run(_probe_and_close(service, shown, probe))
     model = resolve_model(args.model)
-    _check_port(args.port)
+    check_port("127.0.0.1", args.port)
     _config = _Config(database_url(args.db), model)
     url = f"http://127.0.0.1:{args.port}/"
     print(f"headwater demo: serving the example agents at {url}\n"
@@ -63,18 +62,6 @@ async def _probe_and_close(service: Any, shown: str, probe: Any) -> None:
         await probe(service, shown)
     finally:
         await service.close()
-
-
-def _check_port(port: int) -> None:
-    # SO_REUSEADDR, as uvicorn binds: a port held only by connections of a server that just
-    # stopped (TIME_WAIT) is free to listen on; one another process listens on is not.
-    with socket.socket() as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind(("127.0.0.1", port))
-        except OSError as exc:
-            raise CommandError(f"cannot listen on 127.0.0.1:{port} ({exc.strerror}); "
-                               "pass another --port") from None
 
 
 def demo_app(database_url: str, model: Any) -> Any:

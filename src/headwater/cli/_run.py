@@ -32,8 +32,11 @@ def load_agent(path: Path) -> Agent:
     """The ``agent`` (else ``root_agent``) of the Python file at ``path``.
 
     Raises:
-        CommandError: no such file, a syntax error, or no agent in it.
+        CommandError: no such file (or a directory), a syntax error, or no agent in it.
     """
+    if path.is_dir():
+        raise CommandError(f"{path} is a directory: give the Python file that defines the "
+                           "agent, e.g. agent.py")
     if not path.is_file():
         raise CommandError(f"no such file: {path}")
     spec = importlib.util.spec_from_file_location("headwater_run_target", path)

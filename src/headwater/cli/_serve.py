@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ._common import check_port
+
 
 def serve_command(args: Any) -> int:  # argparse.Namespace
     """Serve the target until stopped; bad targets raise ``UserError`` (exit code 2)."""
@@ -17,6 +19,7 @@ def serve_command(args: Any) -> int:  # argparse.Namespace
 
         resolve_model(model)  # an unknown provider or a missing key fails here, in words
         model = "demo:demo" if model == "demo" else model
+    check_port(args.host, args.port)  # a busy port fails here, in words
     serve(args.target, host=args.host, port=args.port, reload=args.reload,
           insecure_dev=args.insecure_dev, log_level=args.log_level, model=model)
     return 0

@@ -52,7 +52,10 @@ def check_url(url: str) -> str:
 
 
 def _check_sqlite_path(database: str | None) -> None:
-    if not database or database == ":memory:" or database.startswith("file:"):
+    if not database or database == ":memory:" or "mode=memory" in database:
+        raise CommandError("--db names no SQLite file (the store is a file several "
+                           "connections share); give a path, e.g. sqlite:///sessions.db")
+    if database.startswith("file:"):
         return
     path = Path(database)
     if path.is_dir():
