@@ -142,6 +142,7 @@ def test_an_approval_is_asked_and_the_deploy_reports_progress(
     term.child.sendline("maybe")  # asked again until it is a yes or a no
     term.expect(r"Approve deploy\? \[y/n\]")
     shown = term.say("n")
+    assert "✗ deploy denied" in shown and "failed" not in shown
     assert "the deploy call was denied" in shown
     assert "3/5" not in shown
     term.child.sendline("/quit")

@@ -246,9 +246,10 @@ class Chat:
 
     def _turn(self, body: dict[str, Any] | None, pending: list[Approval] | None = None) -> None:
         """Run ``body``, then ask each approval the run paused for and run the answers."""
+        denied: set[str] = set()
         while True:
             if body is not None:
-                view = RunView(self.console)
+                view = RunView(self.console, denied)
                 if not self._interruptible(self._run(body, view), view):
                     return
                 if view.error is not None or not view.approvals:
@@ -256,8 +257,10 @@ class Chat:
                 pending = view.approvals
             if not pending:
                 return
-            body = {"approvals": [{"call_id": a.call_id, "approved": self._ask(a),
-                                   "args_sha256": a.args_sha256} for a in pending]}
+            answers = [{"call_id": a.call_id, "approved": self._ask(a),
+                        "args_sha256": a.args_sha256} for a in pending]
+            denied = {str(a["call_id"]) for a in answers if not a["approved"]}
+            body = {"approvals": answers}
             pending = None
 
     def _ask(self, approval: Approval) -> bool:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -65,13 +66,15 @@ class Approval:
 class RunView:
     """Writes one run's frames to ``console``; one view per run.
 
-    After the stream ends, :attr:`approvals` holds the calls to ask about,
-    :attr:`error` the terminal error code (if any) and :attr:`ended` whether a
-    terminal frame came.
+    ``denied`` are the calls this run answers with a no: their ``error`` results
+    show as denied, not failed. After the stream ends, :attr:`approvals` holds
+    the calls to ask about, :attr:`error` the terminal error code (if any) and
+    :attr:`ended` whether a terminal frame came.
     """
 
-    def __init__(self, console: Console) -> None:
+    def __init__(self, console: Console, denied: Collection[str] = ()) -> None:
         self.console = console
+        self.denied = frozenset(denied)  # call ids the user said no to: their results say so
         self.approvals: list[Approval] = []
         self.error: str | None = None
         self.ended = False
@@ -180,7 +183,10 @@ class RunView:
             self._stop_progress()
         for result in data.get("results", []):
             name = escape(str(result.get("name", "tool")))
-            if result.get("status") == "error":
+            if result.get("status") == "error" and result.get("id") in self.denied:
+                self.console.print(f"[yellow]✗ {name} denied[/]"
+                                   + _response(result.get("response")))
+            elif result.get("status") == "error":
                 self.console.print(f"[red]✗ {name} failed[/]"
                                    + _response(result.get("response")))
             else:
