@@ -36,7 +36,7 @@ def test_demo_terminal_runs_on_sqlite_and_the_scripted_model(tmp_path: Path,
     result = hw("demo", "--terminal", cwd=tmp_path, env=env)
     assert result.returncode == 0, result.stderr
     out = result.stdout
-    assert "SCRIPTED" in out
+    assert "model 'demo' (scripted demo model, offline)" in out
     assert '[tool call] lookup_order({"order_id": "1042"})' in out
     assert "support> Order 1042 shipped on 30 September and is due Monday.\n" in out
     assert out.count("Order 1042 shipped") == 1  # streamed once, never rendered twice
@@ -45,6 +45,24 @@ def test_demo_terminal_runs_on_sqlite_and_the_scripted_model(tmp_path: Path,
         authors = [row[0] for row in raw.execute("SELECT author FROM hw_events ORDER BY seq")]
     raw.close()
     assert authors == ["user", "support", "support", "support"]
+
+
+def test_demo_terminal_runs_the_demo_model_or_the_model_given(tmp_path: Path,
+                                                              env: dict[str, str]) -> None:
+    story = hw("demo", "--terminal", "--prompt", "Tell me a long story", cwd=tmp_path, env=env)
+    assert story.returncode == 0, story.stderr
+    assert "support> Once upon a time" in story.stdout and "lookup_order" not in story.stdout
+    line = one_line_error(hw("demo", "--terminal", "--model", "bogus", cwd=tmp_path, env=env))
+    assert line.startswith("headwater demo: ") and "bogus" in line
+    line = one_line_error(hw("demo", "--terminal", cwd=tmp_path,
+                             env={**env, "HEADWATER_MODEL": "bogus"}))
+    assert line.startswith("headwater demo: ") and "bogus" in line
+    # A real model string: the run goes to that provider (here a closed loopback port).
+    result = hw("demo", "--terminal", "--model", "openai-compatible:m@http://127.0.0.1:9/v1",
+                cwd=tmp_path, env={**env, "HEADWATER_MODEL_MAX_ATTEMPTS": "1"})
+    assert result.returncode == 1, result.stderr
+    assert "model 'm'" in result.stdout
+    assert "[error] provider_unavailable" in result.stdout
 
 
 # -- help -----------------------------------------------------------------------------------------

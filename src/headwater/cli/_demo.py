@@ -35,7 +35,8 @@ def demo_command(args: Any) -> int:  # argparse.Namespace
         from ..run_config import StreamingMode
         from ._terminal import demo
 
-        return asyncio.run(demo(args.prompt, args.db, StreamingMode(args.mode), sys.stdout))
+        return asyncio.run(demo(args.prompt, args.db, args.model, StreamingMode(args.mode),
+                                sys.stdout))
     global _config
     from ._models import describe_model, resolve_model
     from ._store import database_url, open_store, probe

@@ -1,75 +1,53 @@
-"""``headwater demo --terminal``: one streamed support turn, narrated in the terminal.
+"""``headwater demo --terminal``: one streamed turn of the demo's support agent, narrated
+in the terminal.
 
-It runs on the embedded defaults: the offline scripted model (no network, no
-key) and the SQLite session store.
+The agent is the one ``headwater demo`` serves (``headwater.examples.support``),
+on ``--model``, else ``HEADWATER_MODEL``, else the offline demo model (no
+network, no key); sessions go to the SQLite store unless ``--db`` names another.
 """
 
 from __future__ import annotations
 
 import json
-import re
 from typing import TextIO
 
-from ..agents.agent import Agent
-from ..examples.support import lookup_order
-from ..models.base import LlmRequest
-from ..models.scripted import ScriptedCall, ScriptedModel, ScriptedTurn
+from ..examples import support
 from ..run_config import RunConfig, StreamingMode
 from ..runner import Runner, RunStream
-from ..types import Usage
 from ._common import DEMO_APP, DEMO_USER
+from ._models import describe_model, resolve_model
 from ._store import open_store, probe
 
 
-def support_responder(request: LlmRequest) -> ScriptedTurn:
-    """The demo's scripted 'model': calls lookup_order for an order number, then answers."""
-    last = request.contents[-1]
-    if last.function_responses:
-        result = last.function_responses[0].response
-        order_id = next((c.function_calls[0].args.get("order_id") for c in request.contents
-                         if c.function_calls), "?")
-        if "error" in result:
-            words = ["I could not find ", f"order {order_id}. ", "Please check the number."]
-        elif result.get("status") == "shipped":
-            words = [f"Order {order_id} shipped ", f"on {result['shipped_on']} ",
-                     f"and is due {result['due']}."]
-        else:
-            words = [f"Order {order_id} is ", f"{result.get('status', 'in progress')} ",
-                     f"and is due {result.get('due', 'soon')}."]
-        return ScriptedTurn(text=words, usage=Usage(48, 14, 62), delay=0.04)
-    match = re.search(r"\b(\d{3,})\b", last.text)
-    if match:
-        return ScriptedTurn(calls=[ScriptedCall("lookup_order", {"order_id": match.group(1)},
-                                                fragments=3)],
-                            usage=Usage(31, 9, 40), finish_reason="tool_calls")
-    return ScriptedTurn(text=["I can look up ", "an order for you: ", "tell me its number."],
-                        usage=Usage(20, 10, 30), delay=0.04)
+async def demo(prompt: str, db: str | None, model_name: str | None, mode: StreamingMode,
+               out: TextIO) -> int:
+    """Run one turn of the demo's support agent and narrate the event stream; returns the
+    exit code (1 when the run ends in an error event).
 
-
-async def demo(prompt: str, db: str | None, mode: StreamingMode, out: TextIO) -> int:
-    """Run one turn and narrate the event stream; returns the exit code.
+    Args:
+        model_name: ``--model`` (else ``HEADWATER_MODEL``, else the demo model).
 
     Raises:
         CommandError: the session store cannot be used.
+        UserError: an unknown model string or a missing API key.
     """
+    model = resolve_model(model_name)
     service, database_url = open_store(db)
     try:
         await probe(service, database_url)
     except BaseException:
         await service.close()
         raise
-    model = ScriptedModel(model="scripted-support", responder=support_responder)
-    agent = Agent(name="support", model=model, tools=[lookup_order],
-                  instruction="You are a shop's support agent.")
-    runner = Runner(agent=agent, app_name=DEMO_APP, session_service=service)
+    runner = Runner(agent=support.build_agent(model), app_name=DEMO_APP,
+                    session_service=service)
     try:
         session = await service.create_session(app_name=DEMO_APP, user_id=DEMO_USER)
-        out.write(f"headwater demo: model 'scripted-support' (SCRIPTED, offline), "
+        out.write(f"headwater demo: model {describe_model(model)}, "
                   f"sessions in {database_url}\n\nyou> {prompt}\n")
         async with runner.run_async(user_id=DEMO_USER, session_id=session.id,
                                     new_message=prompt,
                                     run_config=RunConfig(streaming_mode=mode)) as stream:
-            await narrate(stream, out)
+            failed = await narrate(stream, out)
         stored = await service.get_session(app_name=DEMO_APP, user_id=DEMO_USER,
                                            session_id=session.id)
         count = len(stored.events) if stored else 0
@@ -77,7 +55,7 @@ async def demo(prompt: str, db: str | None, mode: StreamingMode, out: TextIO) ->
         out.write(f"\n[done] {stream.stats.llm_calls} model calls, {u.input_tokens} tokens in / "
                   f"{u.output_tokens} out; session {session.id} holds {count} events "
                   "(no partials)\n")
-        return 0
+        return 1 if failed else 0
     finally:
         await runner.aclose()  # closes the session store too
 
