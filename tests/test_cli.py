@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sqlite3
 import subprocess
 import sys
@@ -373,6 +374,57 @@ def test_run_uses_the_agent_files_model_unless_model_is_given(tmp_path: Path,
                env=unreadable)
     assert fixed.returncode == 0, fixed.stderr
     assert "broken> That is a job for the lookup_order tool" in fixed.stdout  # the demo model
+
+
+def readme_example() -> str:
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    found = re.search(r"^## In code\n\n```python\n(.*?)^```", readme, re.S | re.M)
+    assert found, "README has no code example under ## In code"
+    return found.group(1)
+
+
+def test_the_readme_example_runs_both_ways(tmp_path: Path, env: dict[str, str]) -> None:
+    (tmp_path / "agent.py").write_text(readme_example())
+    direct = subprocess.run([sys.executable, "agent.py"], cwd=tmp_path, env=env,
+                            capture_output=True, text=True, timeout=60, check=False)
+    assert direct.returncode == 0, direct.stderr
+    assert direct.stdout == "Order 1042 is due Monday.\n"
+    result = hw("run", "agent.py", "Where is order 1042?", cwd=tmp_path, env=env)
+    assert result.returncode == 0, result.stderr
+    assert "support> Order 1042 is due Monday.\n" in result.stdout
+    assert result.stderr == ""  # no note: nothing ran at import
+
+
+def test_run_says_when_a_file_ran_code_at_import(tmp_path: Path, env: dict[str, str]) -> None:
+    unguarded = readme_example().replace('if __name__ == "__main__":', "if True:")
+    (tmp_path / "agent.py").write_text(unguarded)
+    result = hw("run", "agent.py", "Where is order 1042?", cwd=tmp_path, env=env)
+    line = 1 + unguarded.splitlines().index("    asyncio.run(main())")
+    notes = [n for n in result.stderr.splitlines() if "note:" in n]
+    assert notes == [f"headwater run: note: agent.py:{line} runs asyncio.run(…) at import, "
+                     "so that code ran before this run; put it under "
+                     '`if __name__ == "__main__":`'], result.stderr
+    assert result.stdout.startswith("Order 1042 is due Monday.\n")  # main() ran at import
+
+
+@pytest.mark.parametrize(("source", "found"), [
+    ("import asyncio\nasyncio.run(main())\n", (2, "asyncio.run")),
+    ("from asyncio import run as go\nx = 1\ngo(main())\n", (3, "go")),
+    ("import asyncio\nloop = asyncio.new_event_loop()\ntry:\n    pass\nfinally:\n"
+     "    loop.run_until_complete(main())\n", (6, "loop.run_until_complete")),
+    ("import asyncio\nif __name__ == '__main__':\n    asyncio.run(main())\n", None),
+    ("import asyncio\nasync def main():\n    await x\ndef go():\n    asyncio.run(main())\n"
+     "handler = lambda: asyncio.run(main())\n", None),
+    ("import asyncio\nif __name__ == '__main__':\n    pass\nelse:\n    asyncio.run(m())\n",
+     (5, "asyncio.run")),
+    ("runner.run(x)\n", None),  # not an event loop's run
+])
+def test_loop_run_at_import(source: str, found: tuple[int, str] | None) -> None:
+    import ast
+
+    from headwater.cli._run import loop_run_at_import
+
+    assert loop_run_at_import(ast.parse(source)) == found
 
 
 def test_run_bad_files(tmp_path: Path, env: dict[str, str]) -> None:

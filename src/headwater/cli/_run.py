@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import importlib.util
 import json
@@ -31,6 +32,9 @@ def run_command(args: Any) -> int:  # argparse.Namespace
 def load_agent(path: Path) -> Agent:
     """The ``agent`` (else ``root_agent``) of the Python file at ``path``.
 
+    A file that runs an event loop at import (a module-level ``asyncio.run(main())``)
+    has run before the command's run; one line on stderr says so.
+
     Raises:
         CommandError: no such file (or a directory), a syntax error, or no agent in it.
     """
@@ -39,20 +43,87 @@ def load_agent(path: Path) -> Agent:
                            "agent, e.g. agent.py")
     if not path.is_file():
         raise CommandError(f"no such file: {path}")
+    try:
+        tree = ast.parse(path.read_bytes(), filename=str(path))
+    except SyntaxError as exc:
+        raise CommandError(f"{path}:{exc.lineno}: syntax error: {exc.msg}") from None
     spec = importlib.util.spec_from_file_location("headwater_run_target", path)
     if spec is None or spec.loader is None:
         raise CommandError(f"cannot load {path}: not a Python file")
     module = importlib.util.module_from_spec(spec)
     sys.path.insert(0, str(path.resolve().parent))  # its sibling modules import
+    ran = loop_run_at_import(tree)
     try:
         spec.loader.exec_module(module)
-    except SyntaxError as exc:
-        raise CommandError(f"{path}:{exc.lineno}: syntax error: {exc.msg}") from None
+    finally:
+        if ran is not None:
+            line, call = ran
+            print(f"headwater run: note: {path}:{line} runs {call}(…) at import, so that code "
+                  "ran before this run; put it under `if __name__ == \"__main__\":`",
+                  file=sys.stderr, flush=True)
     for name in ("agent", "root_agent"):
         found = getattr(module, name, None)
         if isinstance(found, Agent):
             return found
     raise CommandError(f"{path} defines no Agent named `agent` or `root_agent`")
+
+
+_LOOP_RUNNERS = {"asyncio", "anyio", "trio", "uvloop"}
+
+
+def loop_run_at_import(tree: ast.Module) -> tuple[int, str] | None:
+    """Where a module runs an event loop when imported: the line and the call
+    (``asyncio.run``, ``loop.run_until_complete``, …), outside functions, classes and
+    ``if __name__ == "__main__":``; ``None`` when it does not."""
+    runs_from = {alias.asname or alias.name for node in tree.body
+                 if isinstance(node, ast.ImportFrom) and node.module in _LOOP_RUNNERS
+                 for alias in node.names if alias.name == "run"}
+    pending: list[ast.stmt] = list(tree.body)
+    while pending:
+        statement = pending.pop(0)
+        if isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            continue
+        if isinstance(statement, ast.If) and _is_main_guard(statement.test):
+            pending = statement.orelse + pending
+            continue
+        inner = [child for field in ("body", "orelse", "finalbody", "handlers")
+                 for child in getattr(statement, field, [])]
+        for node in _expressions(statement):
+            if not isinstance(node, ast.Call):
+                continue
+            func = node.func
+            if isinstance(func, ast.Attribute) and (
+                    func.attr in ("run_until_complete", "run_forever")
+                    or (func.attr == "run" and isinstance(func.value, ast.Name)
+                        and func.value.id in _LOOP_RUNNERS)):
+                return node.lineno, ast.unparse(func)
+            if isinstance(func, ast.Name) and func.id in runs_from:
+                return node.lineno, func.id
+        pending = [s for s in inner if isinstance(s, ast.stmt)] + [
+            s for handler in inner if isinstance(handler, ast.ExceptHandler)
+            for s in handler.body] + pending
+    return None
+
+
+def _expressions(statement: ast.stmt) -> list[ast.AST]:
+    """The nodes of ``statement`` outside its nested statements and lambdas."""
+    found: list[ast.AST] = []
+    pending: list[ast.AST] = [child for child in ast.iter_child_nodes(statement)
+                              if not isinstance(child, ast.stmt | ast.ExceptHandler)]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, ast.Lambda):
+            continue
+        found.append(node)
+        pending.extend(ast.iter_child_nodes(node))
+    return sorted(found, key=lambda n: getattr(n, "lineno", 0))
+
+
+def _is_main_guard(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Compare) and isinstance(test.left, ast.Name)
+            and test.left.id == "__name__" and len(test.comparators) == 1
+            and isinstance(test.comparators[0], ast.Constant)
+            and test.comparators[0].value == "__main__")
 
 
 async def run_once(agent: Agent, message: str, db: str | None, as_json: bool,
