@@ -238,6 +238,32 @@ async def test_one_log_line_per_run_end_without_message_text(
     assert "private question" not in logged and "secret answer" not in logged
 
 
+def broken_callback(**_: Any) -> None:
+    raise RuntimeError("the callback's own words")
+
+
+@pytest.mark.parametrize(("agent", "kind", "words"), [
+    (Agent(name="bot", model=ScriptedModel()), "UserError", "no scripted turn left"),
+    (Agent(name="bot", model=ScriptedModel().reply("x"), before_model_callback=broken_callback),
+     "RuntimeError", "the callback's own words"),
+])
+async def test_an_internal_failure_is_logged_whole_and_the_client_gets_the_code(
+        client_for: Any, caplog: pytest.LogCaptureFixture, agent: Agent, kind: str,
+        words: str) -> None:
+    app = create_app(agent, auth=AUTH, session_service=InMemorySessionService(),
+                     settings=quick())
+    client = await client_for(app)
+    sid = await new_session(client)
+    with caplog.at_level(logging.INFO, logger="headwater.gateway"):
+        got = await post_run(client, sid, {"message": "hi"})
+    assert got.frames[-1][1:] == ("error", {"code": "internal", "retryable": False,
+                                            "request_id": got.frames[-1][2]["request_id"]})
+    assert words not in got.raw.decode() and kind not in got.raw.decode()
+    [failed] = [r for r in caplog.records if "failed (internal)" in r.getMessage()]
+    assert failed.levelno == logging.ERROR and failed.exc_info is not None
+    assert f"{kind}: " in failed.getMessage() and words in failed.getMessage()
+
+
 async def test_thoughts_stream_as_reasoning_frames_never_as_deltas(client_for: Any) -> None:
     model = ScriptedModel().add(ScriptedTurn(thoughts=["let me ", "think"], text=["Answer."]))
     app = create_app(Agent(name="bot", model=model), auth=AUTH,

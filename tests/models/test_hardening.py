@@ -142,6 +142,42 @@ async def test_a_canary_in_a_provider_error_never_reaches_events_store_or_info_l
     assert any("[redacted]" in line for line in debug)  # the body went to DEBUG, redacted
 
 
+# -- a failed call says where and why in the log ------------------------------------------------
+
+async def test_an_unreachable_provider_is_logged_with_its_host_and_cause(
+        caplog: pytest.LogCaptureFixture) -> None:
+    import socket
+
+    with socket.socket() as probe:  # a port nobody listens on: connection refused
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    model = make_model("openai", f"http://127.0.0.1:{port}", None,
+                       FAST.model_copy(update={"model_max_attempts": 2}), api_key=CANARY)
+    caplog.set_level("WARNING", logger="headwater.models")
+    async with model:
+        runner, sid = await runner_for(model)
+        (event,) = await run_turn(runner, sid)
+    assert event.error_code == "provider_unavailable"
+    [line] = [r.getMessage() for r in caplog.records if r.name == "headwater.models"]
+    assert line.startswith(f"openai: the call to 127.0.0.1:{port} failed (provider_unavailable) "
+                           "after 2 attempts: ")
+    assert "; cause: ConnectError" in line and CANARY not in line
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+async def test_an_http_error_is_logged_with_its_host_and_status_never_its_body(
+        fmt: str, provider: FakeProvider, client: httpx.AsyncClient,
+        caplog: pytest.LogCaptureFixture) -> None:
+    provider.enqueue(*canary_scenarios(fmt)[0][1])  # 401, the key echoed in the body
+    caplog.set_level("WARNING", logger="headwater.models")
+    runner, sid = await runner_for(make_model(fmt, provider.base_url, client, api_key=CANARY))
+    await run_turn(runner, sid)
+    [line] = [r.getMessage() for r in caplog.records if r.name == "headwater.models"]
+    host = provider.base_url.removeprefix("http://")
+    assert f"the call to {host} failed (" in line and "HTTP 401" in line
+    assert CANARY not in line and "Incorrect API key" not in line
+
+
 # -- connections are reused ---------------------------------------------------------------------
 
 @pytest.mark.parametrize("fmt", FORMATS)

@@ -198,12 +198,15 @@ class RunManager:
             terminal = error_frame("budget_exceeded", run.request_id)
         except LeaseLostError:
             terminal = error_frame("session_busy", run.request_id)
-        except HeadwaterError as exc:
-            logger.warning("run %s failed: %s", run.id, type(exc).__name__)
-            terminal = error_frame(exc.code, run.request_id)
-        except Exception:
-            logger.exception("run %s failed", run.id)
-            terminal = error_frame("internal", run.request_id)
+        except Exception as exc:
+            code = exc.code if isinstance(exc, HeadwaterError) else "internal"
+            # The client gets the code only; the log says what happened (for `internal`, a
+            # bug: with its traceback, at ERROR).
+            logger.log(logging.ERROR if code == "internal" else logging.WARNING,
+                       "run %s failed (%s): %s: %s", run.id, code, type(exc).__name__, exc,
+                       exc_info=exc if code == "internal" else None,
+                       extra={"run": run.id, "request_id": run.request_id})
+            terminal = error_frame(code, run.request_id)
         finally:
             with contextlib.suppress(Exception):
                 await run.stream.aclose()

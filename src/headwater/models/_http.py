@@ -80,12 +80,17 @@ def redact(text: str, *secrets: str | None) -> str:
 
 
 class _Retry(Exception):
-    """An attempt failed before any content; ``final`` is raised if no attempt is left."""
+    """An attempt failed before any content; ``final`` is raised if no attempt is left.
 
-    def __init__(self, final: ModelError, retry_after: float | None = None) -> None:
+    ``cause`` is the transport's own exception, for the log.
+    """
+
+    def __init__(self, final: ModelError, retry_after: float | None = None,
+                 cause: BaseException | None = None) -> None:
         super().__init__(str(final))
         self.final = final
         self.retry_after = retry_after
+        self.cause = cause
 
 
 class StreamParser(ABC):
@@ -356,19 +361,41 @@ class HttpStreamingModel(BaseLlm):
                 if retry.retry_after is not None and retry.retry_after > s.model_retry_after_cap:
                     if isinstance(retry.final, ModelHTTPError):
                         retry.final.retry_after = retry.retry_after
+                    self._log_failure(retry.final, attempt, retry.cause)
                     raise retry.final from None
                 delay = self._delay(attempt, retry.retry_after)
                 if attempt >= s.model_max_attempts or loop.time() + delay >= deadline:
+                    self._log_failure(retry.final, attempt, retry.cause)
                     raise retry.final from None
                 await asyncio.sleep(delay)
                 continue
+            except ModelError as exc:
+                self._log_failure(exc, attempt)
+                raise
             try:
                 final = parser.finish()
             except _WRONG_SHAPE as exc:
-                raise MalformedChunk(f"{self.provider}: the stream does not form an answer "
-                                     f"({type(exc).__name__})") from None
+                error = MalformedChunk(f"{self.provider}: the stream does not form an answer "
+                                       f"({type(exc).__name__})")
+                self._log_failure(error, attempt)
+                raise error from None
             yield final
             return
+
+    def _log_failure(self, error: ModelError, attempts: int,
+                     cause: BaseException | None = None) -> None:
+        """One WARNING line for a failed call: the provider's host, the error (its HTTP
+        status, when it has one) and the transport's cause; never a key, never a body
+        (bodies go to DEBUG only, redacted)."""
+        url = httpx.URL(self.url)
+        host = url.host + (f":{url.port}" if url.port is not None else "")
+        tried = f" after {attempts} attempts" if attempts > 1 else ""
+        why = ""
+        if cause is not None:
+            text = redact(str(cause)[:_MAX_LOGGED], self._api_key).strip()
+            why = f"; cause: {type(cause).__name__}" + (f": {text}" if text else "")
+        logger.warning("%s: the call to %s failed (%s)%s: %s%s", self.provider, host,
+                       error.code, tried, error, why)
 
     def _delay(self, attempt: int, retry_after: float | None) -> float:
         if retry_after is not None:
@@ -438,7 +465,8 @@ class HttpStreamingModel(BaseLlm):
                     raise ProviderTruncated(
                         f"{self.provider}: {type(exc).__name__} after the first chunk") from None
                 raise _Retry(ProviderUnavailable(
-                    f"{self.provider}: {type(exc).__name__} before any content")) from None
+                    f"{self.provider}: {type(exc).__name__} before any content"),
+                    cause=exc) from None
             if not parser.complete:
                 if agg.has_content:
                     raise ProviderTruncated(
@@ -495,10 +523,11 @@ class HttpStreamingModel(BaseLlm):
             raise ProviderTimeout(f"{self.provider}: no response before the deadline") from None
         except httpx.TimeoutException as exc:
             raise _Retry(ProviderUnavailable(
-                f"{self.provider}: {type(exc).__name__} while connecting")) from None
+                f"{self.provider}: {type(exc).__name__} while connecting"), cause=exc) from None
         except httpx.TransportError as exc:
             raise _Retry(ProviderUnavailable(
-                f"{self.provider}: {type(exc).__name__} before the response")) from None
+                f"{self.provider}: {type(exc).__name__} before the response"),
+                cause=exc) from None
 
     async def _fail_status(self, response: httpx.Response) -> None:
         body = b""
