@@ -76,3 +76,13 @@ def test_the_license_is_the_one_pyproject_names() -> None:
     assert pyproject["project"]["license"] == {"text": "Apache-2.0"}
     license_text = (ROOT / "LICENSE").read_text(encoding="utf-8")
     assert "Apache License" in license_text and "Version 2.0, January 2004" in license_text
+
+
+def test_the_readme_says_what_the_tests_need_and_scripts_test_sees_to_it() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("### Running the tests"):readme.index("## In code")]
+    assert "Debian's `chromium`" in section and "/usr/bin/chromium" in section
+    assert "HEADWATER_TEST_POSTGRES_URL" in section
+    script = (ROOT / "scripts" / "test").read_text(encoding="utf-8")
+    assert "apt-get install -y -qq chromium" in script and "browser tests skip:" in script
+    assert "PostgreSQL tests skip: set HEADWATER_TEST_POSTGRES_URL" in script

@@ -1,6 +1,6 @@
 """The page in a real browser: Debian's chromium, driven by Playwright, on a real server.
 
-Skipped off CI when chromium or Playwright is missing (``.ci/run`` installs
+Skipped off CI when chromium or Playwright is missing (``scripts/test`` installs
 chromium; Playwright comes with the dev extras); each test leaves a screenshot
 in ``test-artifacts/``.
 """
