@@ -538,3 +538,60 @@ def test_demo_serves_the_example_agents_and_stops_on_sigterm(tmp_path: Path,
             child.kill()
             child.wait()
         log.close()
+
+
+def test_ctrl_c_on_the_demo_ends_an_open_stream_with_server_shutdown(
+        tmp_path: Path, env: dict[str, str]) -> None:
+    import signal
+    import socket
+    import threading
+
+    import httpx
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    log = (tmp_path / "demo.log").open("wb")
+    child = subprocess.Popen([sys.executable, "-m", "headwater.cli", "demo", "--no-browser",
+                              "--port", str(port)], cwd=tmp_path,
+                             env={**env, "HEADWATER_DEMO_WORD_DELAY": "0.2"}, stdout=log,
+                             stderr=subprocess.STDOUT)
+    lines: list[str] = []
+    try:
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, (tmp_path / "demo.log").read_text()
+            time.sleep(0.05)
+        sid = httpx.post(f"{base}/sessions", json={"agent": "support"}).json()["id"]
+
+        def read() -> None:
+            with httpx.stream("POST", f"{base}/sessions/{sid}/runs", timeout=30,
+                              json={"message": "Tell me a long story"}) as response:
+                lines.extend(response.iter_lines())
+
+        reader = threading.Thread(target=read)
+        reader.start()
+        deadline = time.monotonic() + 20
+        while lines.count("event: delta") < 2:  # the story is streaming
+            assert time.monotonic() < deadline, lines
+            time.sleep(0.05)
+        child.send_signal(signal.SIGINT)
+        assert child.wait(timeout=15) == 130
+        reader.join(15)
+        assert not reader.is_alive()
+        events = [i for i, line in enumerate(lines) if line.startswith("event: ")]
+        assert lines[events[-1]] == "event: error"
+        assert '"code":"server_shutdown"' in lines[events[-1] + 1]
+        out = (tmp_path / "demo.log").read_text()
+        assert "Traceback" not in out and "CancelledError" not in out, out
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+        log.close()
