@@ -17,6 +17,7 @@ from ..models.registry import get_model
 from ..settings import get_settings
 from .app import create_app
 from .auth import is_loopback
+from .connections import http_protocol
 from .core import Gateway
 from .logs import log_config
 
@@ -115,7 +116,7 @@ def serve(spec: str, *, host: str = "127.0.0.1", port: int = 8000, reload: bool 
             os.environ[MODEL_ENV] = model
         uvicorn.run("headwater.gateway.serve:app_from_env", factory=True, host=host, port=port,
                     reload=True, log_level=log_level, timeout_graceful_shutdown=grace,
-                    log_config=log_config(log_level), access_log=False)
+                    log_config=log_config(log_level), access_log=False, http=http_protocol())
         return
     uvicorn.run(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=grace,
-                log_config=log_config(log_level), access_log=False)
+                log_config=log_config(log_level), access_log=False, http=http_protocol())
