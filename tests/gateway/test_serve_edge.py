@@ -167,3 +167,33 @@ def test_bearer_tokens_never_reach_the_debug_log(edge_env: dict[str, str],
     assert "/live/no-such-session" in log
     assert TOKEN not in log, log
     assert secret not in log, log
+
+
+def test_serve_cors_origin_lists_origins(edge_env: dict[str, str], tmp_path: Path) -> None:
+    page, other = "http://localhost:3000", "http://127.0.0.1:5173"
+    server = start("served_agents:agent", edge_env, tmp_path / "cors.log",
+                   "--cors-origin", page, "--cors-origin", other)
+    try:
+        for origin, status in ((page, b"204"), (other, b"204"), ("https://evil.example", b"403")):
+            with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+                sock.sendall(b"OPTIONS /sessions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                             b"Origin: " + origin.encode() + b"\r\n"
+                             b"Access-Control-Request-Method: POST\r\nConnection: close\r\n\r\n")
+                answer = read_all(sock)
+            assert answer.startswith(b"HTTP/1.1 " + status), answer
+            allowed = b"access-control-allow-origin: " + origin.encode()
+            assert (allowed in answer.lower()) is (status == b"204")
+    finally:
+        server.process.kill()
+        server.process.wait(10)
+
+
+@pytest.mark.parametrize("command", ["serve", "demo"])
+def test_a_cors_origin_that_is_not_an_origin_is_refused_in_words(
+        command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from headwater.cli import main
+
+    args = ["served_agents:agent"] if command == "serve" else [
+        "--no-browser", "--db", f"sqlite:///{tmp_path / 'demo.db'}", "--port", str(free_port())]
+    assert main([command, *args, "--cors-origin", "*"]) == 2
+    assert "scheme://host[:port]" in capsys.readouterr().err

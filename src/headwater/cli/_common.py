@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import os
+from collections.abc import Sequence
+
 DEMO_APP = "support"
 """The app of the demo's support agent: the gateway names an agent's sessions' app after
 the agent."""
@@ -16,3 +20,20 @@ DEMO_USER = "local"
 
 class CommandError(Exception):
     """Bad input a command reports in one line (exit code 2)."""
+
+
+def use_cors_origins(origins: Sequence[str] | None) -> None:
+    """``--cors-origin``: the served gateway lists these origins (``HEADWATER_CORS_ORIGINS``,
+    which ``--reload`` workers inherit; an app built with ``cors_origins=`` keeps its own).
+
+    Raises:
+        UserError: an entry that is not ``scheme://host[:port]``.
+    """
+    if not origins:
+        return
+    from ..gateway.origins import allowed_origins
+    from ..settings import reload_settings
+
+    allowed_origins(origins)  # a bad origin fails here, in words
+    os.environ["HEADWATER_CORS_ORIGINS"] = json.dumps(list(origins))
+    reload_settings()
