@@ -152,13 +152,13 @@ def test_bearer_tokens_never_reach_the_debug_log(edge_env: dict[str, str],
     try:
         url = f"ws://127.0.0.1:{server.port}/live/no-such-session"
         secret = "s3cr3t-in-query"
-        with pytest.raises(WebSocketException):  # the token opens no session: closed 4404
-            with connect(url, subprotocols=["bearer", TOKEN],  # type: ignore[list-item]
-                         open_timeout=10) as ws:
-                ws.recv(timeout=10)
-        with pytest.raises((InvalidStatus, WebSocketException)):  # no token: 1008
-            with connect(f"{url}?token={secret}", open_timeout=10) as ws:
-                ws.recv(timeout=20)
+        with pytest.raises(WebSocketException), \
+                connect(url, subprotocols=["bearer", TOKEN],  # type: ignore[list-item]
+                        open_timeout=10) as ws:
+            ws.recv(timeout=10)  # the token opens no session: closed 4404
+        with pytest.raises((InvalidStatus, WebSocketException)), \
+                connect(f"{url}?token={secret}", open_timeout=10) as ws:
+            ws.recv(timeout=20)  # no token: closed 1008 after ws_auth_timeout
     finally:
         server.process.kill()
         server.process.wait(10)
