@@ -12,6 +12,9 @@ from urllib.parse import urlsplit
 
 import httpx
 import pytest
+from starlette.applications import Starlette
+from starlette.responses import HTMLResponse
+from starlette.routing import Route
 from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 
@@ -23,6 +26,7 @@ from headwater.settings import Settings
 from headwater.testing import ScriptedModel
 
 from .conftest import Serve
+from .test_page_browser import browser  # noqa: F401 - the chromium fixture
 
 A = {"Authorization": "Bearer token-a"}
 AUTH = StaticTokenAuth({"token-a": "alice"})
@@ -194,3 +198,39 @@ async def test_a_lone_surrogate_in_any_json_body_is_400_invalid_request(
                              content='{"state": {"a": "\\ud83d\\ude00", "b": "\\\\ud800"}}')
     assert fine.status_code == 201
     assert fine.json()["state"] == {"a": "\U0001f600", "b": "\\ud800"}
+
+
+# -- a real browser on another origin ------------------------------------------------------------
+
+FETCH_RUN = """async ([gateway, token]) => {
+  const headers = {"Authorization": `Bearer ${token}`, "Content-Type": "application/json"};
+  try {
+    const made = await fetch(`${gateway}/sessions`, {method: "POST", headers, body: "{}"});
+    const sid = (await made.json()).id;
+    const run = await fetch(`${gateway}/sessions/${sid}/runs`, {
+      method: "POST", headers, body: JSON.stringify({message: "hello"})});
+    return {status: run.status, runId: run.headers.get("X-Run-Id"), body: await run.text()};
+  } catch (error) {
+    return {blocked: String(error)};
+  }
+}"""
+
+
+@pytest.mark.slow
+async def test_a_page_of_a_listed_origin_runs_the_agent_from_a_browser(
+        start: Start, serve: Serve, browser: Any) -> None:  # noqa: F811 - the fixture
+    page_app = Starlette(routes=[Route("/", lambda _: HTMLResponse("<p>another origin</p>"))])
+    page_origin = await serve(page_app)
+    listed, _ = await start(auth=AUTH, cors_origins=[page_origin])
+    unlisted, _ = await start(auth=AUTH)
+    page = await browser.new_page()
+    try:
+        await page.goto(page_origin + "/")
+        ran = await page.evaluate(FETCH_RUN, [listed, "token-a"])
+        assert ran.get("status") == 200, ran
+        assert ran["runId"]  # X-Run-Id is exposed to the page
+        assert "event: done" in ran["body"]
+        refused = await page.evaluate(FETCH_RUN, [unlisted, "token-a"])
+        assert "blocked" in refused, refused  # the preflight is refused: fetch fails
+    finally:
+        await page.close()
