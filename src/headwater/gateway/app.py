@@ -32,6 +32,7 @@ from .agui import add_agui_routes
 from .auth import Authenticator
 from .core import NOT_FOUND_RUN, NOT_FOUND_SESSION, STREAM_RESPONSES, Gateway, store_error
 from .limits import RequestLimits
+from .logs import redact_uvicorn_logs
 from .origins import OriginGuard, allowed_origins
 from .page import add_page_routes
 from .problems import ErrorBody, GatewayHTTPError, install_error_handlers, request_id_of
@@ -168,6 +169,7 @@ def create_app(
     """
     settings = settings or get_settings()
     origins = allowed_origins(settings.cors_origins if cors_origins is None else cors_origins)
+    redact_uvicorn_logs()  # the server's own lines may carry a client's token
     agents = [agent_or_agents] if isinstance(agent_or_agents, Agent) else list(agent_or_agents)
     owns_service = session_service is None
     service = session_service or SqlSessionService(settings.database_url)

@@ -64,6 +64,23 @@ class RedactSecrets(logging.Filter):
         return True
 
 
+REDACTED_LOGGERS: Final = ("uvicorn.error", "uvicorn.access")
+"""uvicorn's loggers that may carry a token: the WebSocket library logs handshake headers
+on ``uvicorn.error``; the access lines carry query strings."""
+
+
+def redact_uvicorn_logs() -> None:
+    """Put :class:`RedactSecrets` on uvicorn's loggers (once), however logging is configured.
+
+    :func:`~headwater.gateway.app.create_app` calls it, so ``uvicorn app:app``
+    redacts as ``headwater serve`` does.
+    """
+    for name in REDACTED_LOGGERS:
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, RedactSecrets) for f in logger.filters):
+            logger.addFilter(RedactSecrets())
+
+
 def log_config(level: str) -> dict[str, Any]:
     """uvicorn's logging config plus the ``headwater`` loggers at ``level``, with fields.
 
@@ -78,7 +95,7 @@ def log_config(level: str) -> dict[str, Any]:
     config["handlers"]["fields"] = {"formatter": "fields", "class": "logging.StreamHandler",
                                     "stream": "ext://sys.stderr"}
     config.setdefault("filters", {})["redact"] = {"()": RedactSecrets}
-    for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
+    for name in REDACTED_LOGGERS:
         config["loggers"].setdefault(name, {})["filters"] = ["redact"]
     config["loggers"]["headwater"] = {"handlers": ["fields"], "level": level.upper(),
                                       "propagate": False}
