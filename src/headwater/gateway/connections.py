@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Any, Final
 
 from uvicorn.protocols.http.h11_impl import H11Protocol
@@ -36,6 +37,18 @@ logger = logging.getLogger("headwater.gateway")
 BUSY: Final = (b"HTTP/1.1 503 Service Unavailable\r\nretry-after: 1\r\nconnection: close\r\n"
                b"content-length: 0\r\n\r\n")
 """What a connection past ``max_connections`` is sent before it is closed."""
+
+_WARN_EVERY: Final = 10.0  # seconds between two warnings about refused connections
+_warned = {"at": -_WARN_EVERY, "refused": 0}  # a flood of connections is one line a while
+
+
+def _refused(open_now: int) -> None:
+    _warned["refused"] += 1
+    now = time.monotonic()
+    if now - _warned["at"] >= _WARN_EVERY:
+        logger.warning("refused %d connection(s): %d are open (max_connections)",
+                       _warned["refused"], open_now)
+        _warned["at"], _warned["refused"] = now, 0
 
 
 class _Bounds:
@@ -55,8 +68,7 @@ class _Bounds:
         self._header_timeout = settings.header_timeout
         self._head_timer: asyncio.TimerHandle | None = None
         if len(self.connections) > settings.max_connections:
-            logger.warning("refusing a connection: %d are open (max_connections)",
-                           len(self.connections) - 1)
+            _refused(len(self.connections) - 1)
             self.transport.write(BUSY)
             self.transport.close()
             return False
