@@ -34,12 +34,16 @@ def test_an_app_redacts_tokens_in_uvicorn_s_lines(caplog: pytest.LogCaptureFixtu
     create_app(Agent(name="bot", model=ScriptedModel()),  # as under `uvicorn app:app`
                session_service=InMemorySessionService())
     error = logging.getLogger("uvicorn.error")
-    with caplog.at_level(logging.DEBUG, logger="uvicorn.error"):
-        error.info('%s - "WebSocket %s" [accepted]', "127.0.0.1:5", "/live/s?token=abc&x=1")
-        error.debug("< %s: %s", "Sec-WebSocket-Protocol", "bearer, tok-123, other")
-        error.debug("< %s: %s", "Authorization", "Bearer tok-456")
-        error.info("no secret here")
-    lines = [r.getMessage() for r in caplog.records]
+    error.addHandler(caplog.handler)  # uvicorn's config may stop it short of the root logger
+    try:
+        with caplog.at_level(logging.DEBUG, logger="uvicorn.error"):
+            error.info('%s - "WebSocket %s" [accepted]', "127.0.0.1:5", "/live/s?token=abc&x=1")
+            error.debug("< %s: %s", "Sec-WebSocket-Protocol", "bearer, tok-123, other")
+            error.debug("< %s: %s", "Authorization", "Bearer tok-456")
+            error.info("no secret here")
+    finally:
+        error.removeHandler(caplog.handler)
+    lines = list(dict.fromkeys(r.getMessage() for r in caplog.records))  # once if propagated
     assert lines == ['127.0.0.1:5 - "WebSocket /live/s?token=[redacted]&x=[redacted]" '
                      "[accepted]",
                      "< Sec-WebSocket-Protocol: bearer, [redacted], other",

@@ -27,7 +27,7 @@ from .problems import ERROR_LOGGED, error_response, new_request_id
 
 _BODY_METHODS: Final = frozenset({"POST", "PUT", "PATCH"})
 _SANE_ID: Final = re.compile(r"[A-Za-z0-9._-]{1,64}")
-# A JSON \\u escape of a UTF-16 surrogate (after an even run of backslashes, so not an
+# A JSON \u escape of a UTF-16 surrogate (after an even run of backslashes, so not an
 # escaped backslash followed by "u"): a high one with the low one that pairs it, or alone.
 _SURROGATE: Final = re.compile(
     rb"(?<!\\)(?:\\\\)*\\u[dD](?:(?P<high>[89abAB][0-9a-fA-F]{2})"
