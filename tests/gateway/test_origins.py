@@ -140,8 +140,9 @@ async def test_dev_mode_refuses_a_cross_origin_request(start: Start) -> None:
     cancel = await client.post("/runs/r1/cancel", content="x",
                                headers={"Content-Type": "text/plain", "Origin": EVIL})
     assert cancel.status_code == 403
-    listing = await client.get("/sessions", headers={"Origin": EVIL})
-    assert listing.status_code == 403
+    for origin in (EVIL, "null", "http://[bad"):  # an opaque or malformed one too
+        listing = await client.get("/sessions", headers={"Origin": origin})
+        assert listing.status_code == 403, origin
     # the page's own origin, a listed one and none at all are served
     for origin in (base, PAGE):
         assert (await client.get("/sessions", headers={"Origin": origin})).status_code == 200

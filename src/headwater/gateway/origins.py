@@ -70,7 +70,14 @@ def _header(scope: Scope, name: bytes) -> str | None:
 def _host_name(host: str) -> str:
     try:
         return urlsplit(f"//{host}").hostname or ""
-    except ValueError:
+    except ValueError:  # a malformed Host (an unclosed "[", say)
+        return ""
+
+
+def _netloc(origin: str) -> str:
+    try:
+        return urlsplit(origin).netloc.lower()
+    except ValueError:  # a malformed Origin: the same as no other origin
         return ""
 
 
@@ -104,8 +111,7 @@ class OriginGuard:
                 _header(scope, b"access-control-request-method") is not None:
             await self._preflight(scope, receive, send, origin, listed)
             return
-        same = origin is None or (host is not None and urlsplit(origin).netloc.lower()
-                                  == host.lower())
+        same = origin is None or (bool(host) and _netloc(origin) == (host or "").lower())
         if not (same or listed) and (self.dev_mode or kind == "websocket"):
             await _refuse(scope, receive, send, "this origin is not allowed (cors_origins)")
             return
