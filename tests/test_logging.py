@@ -19,12 +19,14 @@ TOOL_RAISES = textwrap.dedent('''
 
     def explode() -> str:
         """Fail on purpose."""
-        raise RuntimeError("boom")
+        raise RuntimeError("boom: secret-in-message")
 
 
     async def main() -> None:
         if "--configure-logging" in sys.argv:
             logging.basicConfig(level=logging.WARNING)
+        if "--debug" in sys.argv:
+            logging.basicConfig(level=logging.DEBUG)
         model = ScriptedModel().call("explode").reply("It failed.")
         runner = Runner(agent=Agent(name="a", model=model, tools=[explode]), app_name="app",
                         auto_create_session=True)
@@ -56,4 +58,16 @@ def test_an_application_that_configures_logging_sees_the_warning(
         child_env: dict[str, str]) -> None:
     done = run_child(child_env, "--configure-logging")
     assert done.returncode == 0, done.stderr
-    assert "tool explode" in done.stderr and "RuntimeError: boom" in done.stderr
+    assert "tool explode" in done.stderr and "raised RuntimeError" in done.stderr
+    # the message (it may hold what the tool was given) and the traceback are DEBUG's
+    assert "secret-in-message" not in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+@pytest.mark.slow
+def test_the_tool_error_message_and_traceback_are_logged_at_debug(
+        child_env: dict[str, str]) -> None:
+    done = run_child(child_env, "--debug")
+    assert done.returncode == 0, done.stderr
+    assert "RuntimeError: boom: secret-in-message" in done.stderr
+    assert "Traceback" in done.stderr

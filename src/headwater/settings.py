@@ -108,6 +108,17 @@ class Settings(BaseSettings):
         max_body_bytes: largest request body the gateway reads (413 past it).
         body_read_timeout: seconds a client may take to send its request body (408).
         shutdown_grace: seconds open streams get to end when the server stops.
+        header_timeout: seconds a connection has to send a whole request head
+            (request line and headers), from when it opens or its previous
+            response ended; past it the server closes it (slow-header clients).
+        max_connections: connections ``headwater serve`` holds open at once
+            (HTTP and WebSocket); one more is answered 503 and closed at once.
+            Keep it under the process's file-descriptor limit (``ulimit -n``)
+            less what the app itself opens (store, provider connections).
+        cors_origins: origins (``scheme://host[:port]``) whose pages may call
+            the gateway from a browser: their CORS preflights are answered and
+            their WebSockets (and, in dev mode, their requests) taken. Empty:
+            none. Env: a JSON list.
         gc_freeze: the gateway moves everything alive at startup out of the
             garbage collector's passes (``gc.freeze()``), so full collections
             scan only what runs allocate (shorter event-loop stalls).
@@ -202,6 +213,9 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(default=1 << 20, ge=1024)
     body_read_timeout: float = Field(default=10.0, gt=0)
     shutdown_grace: float = Field(default=10.0, ge=0)
+    header_timeout: float = Field(default=10.0, gt=0)
+    max_connections: int = Field(default=1000, ge=1)
+    cors_origins: list[str] = Field(default_factory=list)
     max_page_size: int = Field(default=200, ge=1)
     session_title_chars: int = Field(default=80, ge=2)
     gc_freeze: bool = True

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import re
 from collections.abc import AsyncIterator
@@ -12,13 +13,15 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 from fastapi import Depends, FastAPI, Request
+from hypothesis import given
+from hypothesis import strategies as st
 from pydantic import BaseModel
 from starlette.responses import StreamingResponse
 from starlette.types import ASGIApp
 
 from headwater.errors import UserError
 from headwater.gateway.auth import StaticTokenAuth, user_dependency
-from headwater.gateway.limits import RequestLimits
+from headwater.gateway.limits import RequestLimits, lone_surrogate
 from headwater.gateway.problems import (
     GatewayHTTPError,
     error_response,
@@ -343,3 +346,24 @@ def test_an_unknown_code_is_a_programming_error() -> None:
 def test_request_limits_refuse_bounds_that_are_not_positive(size: int, timeout: float) -> None:
     with pytest.raises(UserError):
         RequestLimits(FastAPI(), max_body_bytes=size, body_read_timeout=timeout)
+
+
+@given(st.lists(st.one_of(st.text(max_size=4), st.sampled_from(
+    ["\ud800", "\udfff", "\ud83d\ude00", "\\", "\\u", "u", "d800", '"']))).map("".join))
+def test_lone_surrogate_finds_exactly_the_strings_utf8_cannot_encode(text: str) -> None:
+    body = json.dumps({"k": text, text: [text]}).encode("ascii")  # every non-ASCII escaped
+    try:  # what a store would do with the decoded body
+        json.dumps(json.loads(body), ensure_ascii=False).encode("utf-8")
+        encodable = True
+    except UnicodeEncodeError:
+        encodable = False
+    assert lone_surrogate(body) is not encodable
+
+
+async def test_a_lone_surrogate_escape_is_400_before_the_route(client: httpx.AsyncClient,
+                                                               seen: Seen) -> None:
+    answer = await client.post("/orders", content=b'{"text": "\\udc00", "n": 1}',
+                               headers={"Content-Type": "application/json"})
+    assert answer.status_code == 400
+    assert answer.json()["error"]["code"] == "invalid_request"
+    assert seen.calls == []

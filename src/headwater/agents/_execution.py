@@ -369,8 +369,11 @@ def _as_part(artifact: Any) -> Part:
 
 
 def _failure(tool: BaseTool, call: FunctionCall, exc: Exception) -> dict[str, Any]:
-    logger.warning("tool %s (call %s) raised %s", tool.name, call.id, type(exc).__name__,
-                   exc_info=exc)
+    # The exception's text may hold what the tool was given (secrets, payloads): at WARNING
+    # only its type; the text and the traceback at DEBUG, for whoever turns that on.
+    logger.warning("tool %s (call %s) raised %s", tool.name, call.id, type(exc).__name__)
+    logger.debug("tool %s (call %s) raised %s: %s", tool.name, call.id, type(exc).__name__,
+                 exc, exc_info=exc)
     return error_result("tool_error", f"{type(exc).__name__}: {exc}")
 
 

@@ -88,6 +88,13 @@ def _add_model(parser: argparse.ArgumentParser) -> None:
                              "else the offline demo model)")
 
 
+def _add_cors_origin(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--cors-origin", action="append", default=None, metavar="ORIGIN",
+                        help="let pages of this origin (scheme://host[:port]) call the gateway "
+                             "from a browser; repeat for more (default: none; sets "
+                             "HEADWATER_CORS_ORIGINS)")
+
+
 def _parser() -> argparse.ArgumentParser:
     formatter = argparse.RawDescriptionHelpFormatter
     parser = argparse.ArgumentParser(
@@ -106,6 +113,7 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--no-browser", action="store_true", help="do not open a browser")
     _add_db(demo)
     _add_model(demo)
+    _add_cors_origin(demo)
     demo.add_argument("--terminal", action="store_true",
                       help="instead of serving, run one support turn in the terminal")
     demo.add_argument("--prompt", default="Where is order 1042?",
@@ -182,6 +190,7 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--log-level", default="info",
                        choices=["critical", "error", "warning", "info", "debug"],
                        help="uvicorn's log level (default: %(default)s)")
+    _add_cors_origin(serve)
     return parser
 
 

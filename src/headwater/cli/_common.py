@@ -3,7 +3,10 @@ the check that a port is free."""
 
 from __future__ import annotations
 
+import json
+import os
 import socket
+from collections.abc import Sequence
 
 DEMO_APP = "support"
 """The app of the demo's support agent: the gateway names an agent's sessions' app after
@@ -47,3 +50,20 @@ def check_port(host: str, port: int) -> None:
             except OSError as exc:
                 raise CommandError(f"cannot listen on {host}:{port} ({exc.strerror}); "
                                    "pass another --port") from None
+
+
+def use_cors_origins(origins: Sequence[str] | None) -> None:
+    """``--cors-origin``: the served gateway lists these origins (``HEADWATER_CORS_ORIGINS``,
+    which ``--reload`` workers inherit; an app built with ``cors_origins=`` keeps its own).
+
+    Raises:
+        UserError: an entry that is not ``scheme://host[:port]``.
+    """
+    if not origins:
+        return
+    from ..gateway.origins import allowed_origins
+    from ..settings import reload_settings
+
+    allowed_origins(origins)  # a bad origin fails here, in words
+    os.environ["HEADWATER_CORS_ORIGINS"] = json.dumps(list(origins))
+    reload_settings()

@@ -14,7 +14,7 @@ import webbrowser
 from dataclasses import dataclass
 from typing import Any
 
-from ._common import check_port
+from ._common import check_port, use_cors_origins
 
 BROWSER_DELAY = 1.0
 """Seconds between printing the URL and opening the browser (the server is up by then)."""
@@ -38,6 +38,7 @@ def demo_command(args: Any) -> int:  # argparse.Namespace
         return asyncio.run(demo(args.prompt, args.db, args.model, StreamingMode(args.mode),
                                 sys.stdout))
     global _config
+    use_cors_origins(args.cors_origin)
     from ._models import describe_model, resolve_model
     from ._store import database_url, open_store, probe
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._common import check_port
+from ._common import check_port, use_cors_origins
 
 
 def serve_command(args: Any) -> int:  # argparse.Namespace
@@ -13,6 +13,7 @@ def serve_command(args: Any) -> int:  # argparse.Namespace
     from ..settings import get_settings
 
     get_settings()  # a bad HEADWATER_* setting fails here, in words
+    use_cors_origins(args.cors_origin)
     model = args.model
     if model is not None:
         from ._models import resolve_model

@@ -32,6 +32,8 @@ from .agui import add_agui_routes
 from .auth import Authenticator
 from .core import NOT_FOUND_RUN, NOT_FOUND_SESSION, STREAM_RESPONSES, Gateway, store_error
 from .limits import RequestLimits
+from .logs import redact_uvicorn_logs
+from .origins import OriginGuard, allowed_origins
 from .page import add_page_routes
 from .problems import ErrorBody, GatewayHTTPError, install_error_handlers, request_id_of
 from .runlog import InMemoryRunLog, RunLog
@@ -142,6 +144,7 @@ def create_app(
     settings: Settings | None = None,
     *,
     run_log: RunLog | None = None,
+    cors_origins: Sequence[str] | None = None,
 ) -> FastAPI:
     """The gateway as a FastAPI app.
 
@@ -153,11 +156,20 @@ def create_app(
             ``token -> user_id | None``; ``None`` is dev mode (one local user).
         settings: bounds (default: from ``HEADWATER_*`` environment variables).
         run_log: where run frames go (default: in process).
+        cors_origins: the origins (``http(s)://host[:port]``) whose pages may call
+            the gateway from a browser (default: ``Settings.cors_origins``, none);
+            see :mod:`.origins`.
 
     Returns:
         The app; ``app.state.gateway`` is its :class:`Gateway`.
+
+    Raises:
+        UserError: no agent, duplicate agent names, or a listed origin that is
+            not ``scheme://host[:port]``.
     """
     settings = settings or get_settings()
+    origins = allowed_origins(settings.cors_origins if cors_origins is None else cors_origins)
+    redact_uvicorn_logs()  # the server's own lines may carry a client's token
     agents = [agent_or_agents] if isinstance(agent_or_agents, Agent) else list(agent_or_agents)
     owns_service = session_service is None
     service = session_service or SqlSessionService(settings.database_url)
@@ -190,6 +202,7 @@ def create_app(
                   responses={401: {"model": ErrorBody}, 422: {"model": ErrorBody}})
     app.state.gateway = gateway
     install_error_handlers(app)
+    app.add_middleware(OriginGuard, dev_mode=gateway.dev_mode, origins=origins)
     app.add_middleware(RequestLimits, max_body_bytes=settings.max_body_bytes,
                        body_read_timeout=settings.body_read_timeout)
     _routes(app, gateway)

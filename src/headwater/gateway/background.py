@@ -20,6 +20,7 @@ import uvicorn
 
 from ..errors import UserError
 from ..settings import get_settings
+from .connections import http_protocol
 from .logs import log_config
 
 START_TIMEOUT = 30.0
@@ -46,7 +47,7 @@ class BackgroundServer:
         grace = max(1, math.ceil(get_settings().shutdown_grace))
         config = uvicorn.Config(app, host=host, port=port, log_level=log_level,
                                 log_config=log_config(log_level), access_log=False,
-                                timeout_graceful_shutdown=grace)
+                                timeout_graceful_shutdown=grace, http=http_protocol())
         self._server = uvicorn.Server(config)
         self._host = host
         self._port = port

@@ -27,6 +27,11 @@ from .problems import ERROR_LOGGED, error_response, new_request_id
 
 _BODY_METHODS: Final = frozenset({"POST", "PUT", "PATCH"})
 _SANE_ID: Final = re.compile(r"[A-Za-z0-9._-]{1,64}")
+# A JSON \u escape of a UTF-16 surrogate (after an even run of backslashes, so not an
+# escaped backslash followed by "u"): a high one with the low one that pairs it, or alone.
+_SURROGATE: Final = re.compile(
+    rb"(?<!\\)(?:\\\\)*\\u[dD](?:(?P<high>[89abAB][0-9a-fA-F]{2})"
+    rb"(?P<pair>\\u[dD][c-fC-F][0-9a-fA-F]{2})?|(?P<low>[c-fC-F][0-9a-fA-F]{2}))")
 _DEFAULT_MAX_BODY: Final[int] = Settings.model_fields["max_body_bytes"].default
 _DEFAULT_BODY_TIMEOUT: Final[float] = Settings.model_fields["body_read_timeout"].default
 
@@ -55,7 +60,9 @@ class RequestLimits:
       soon as a chunked body passes the bound), then hands it to the app as one
       ``http.request`` message. Later ``receive()`` calls reach the server, so
       the app still sees ``http.disconnect``. A 413 or 408 closes the
-      connection. A client that disconnects mid-body ends the request quietly;
+      connection. A client that disconnects mid-body ends the request quietly.
+      A body holding a lone UTF-16 surrogate (a ``\\ud800`` escape without its
+      pair), which no store can encode, is answered 400 ``invalid_request``;
     - answers 500 ``internal`` for an exception escaping the app before any
       response started; an exception after a complete response was already
       answered (``install_error_handlers``) and is dropped, after a partial
@@ -153,6 +160,10 @@ class _Exchange:
             except TimeoutError:
                 await self._refuse("request_timeout", "The request body did not arrive in time.")
                 return
+            if lone_surrogate(body):
+                await self._refuse("invalid_request", "The body holds a lone surrogate "
+                                   "(a \\ud800-\\udfff escape without its pair).", status=400)
+                return
             receive = _replay(body, self.receive)
         await self._call_app(receive)
 
@@ -177,8 +188,8 @@ class _Exchange:
             if not message.get("more_body", False):
                 return b"".join(chunks)
 
-    async def _refuse(self, code: str, message: str) -> None:
-        response = error_response(code, message, self.request_id,
+    async def _refuse(self, code: str, message: str, status: int | None = None) -> None:
+        response = error_response(code, message, self.request_id, status=status,
                                   headers={"Connection": "close"})
         await response(self.scope, self.receive, self.send)
 
@@ -220,6 +231,18 @@ class _Exchange:
         status = "-" if self.status is None else self.status
         self.limits.logger.info("%s %s %s %.1fms", method, path, status, duration_ms,
                                 extra=extra)
+
+
+def lone_surrogate(body: bytes) -> bool:
+    """Whether a JSON body escapes a UTF-16 surrogate without its pair (``"\\ud800"``).
+
+    Such a string decodes in Python but cannot be encoded as UTF-8, so it must
+    not get past the edge. Raw surrogate bytes are not UTF-8 and fail JSON
+    decoding already. A body without ``\\u`` is not scanned.
+    """
+    if b"\\u" not in body:
+        return False
+    return any(m["low"] is not None or m["pair"] is None for m in _SURROGATE.finditer(body))
 
 
 def _replay(body: bytes, receive: Receive) -> Receive:

@@ -41,6 +41,7 @@ ERROR_STATUS: Final[Mapping[str, int]] = {
     "internal": 500,
     # HTTP-only codes
     "unauthorized": 401,
+    "forbidden": 403,
     "not_found": 404,
     "invalid_request": 422,  # also answered with 400 (pass status=400)
     "payload_too_large": 413,
@@ -51,6 +52,7 @@ ERROR_STATUS: Final[Mapping[str, int]] = {
 
 _MESSAGES: Final[Mapping[str, str]] = {
     "unauthorized": "Missing or refused credentials.",
+    "forbidden": "Forbidden.",
     "not_found": "Not found.",
     "invalid_request": "Invalid request.",
     "payload_too_large": "Request body too large.",
@@ -62,6 +64,7 @@ _MESSAGES: Final[Mapping[str, str]] = {
 _STATUS_CODES: Final[Mapping[int, str]] = {
     400: "invalid_request",
     401: "unauthorized",
+    403: "forbidden",
     404: "not_found",
     405: "method_not_allowed",
     408: "request_timeout",

@@ -27,6 +27,7 @@ from ..models.registry import get_model
 from ..settings import get_settings
 from .app import create_app
 from .auth import is_loopback
+from .connections import http_protocol
 from .core import Gateway
 from .logs import log_config
 
@@ -124,7 +125,8 @@ def serve(spec: str, *, host: str = "127.0.0.1", port: int = 8000, reload: bool 
     grace = max(1, math.ceil(get_settings().shutdown_grace))
     options: dict[str, Any] = {"host": host, "port": port, "log_level": log_level,
                                "timeout_graceful_shutdown": grace,
-                               "log_config": log_config(log_level), "access_log": False}
+                               "log_config": log_config(log_level), "access_log": False,
+                               "http": http_protocol()}
     if reload:
         os.environ[TARGET_ENV] = spec
         if model is not None:
