@@ -53,6 +53,7 @@ LAYERS: dict[str, int] = {
     "live_request_queue": 0,
     "clock": 0,
     "sse": 0,
+    "telemetry": 0,
     "models": 1,
     "tools": 1,
     "sessions": 1,

@@ -50,6 +50,7 @@ from .sessions.base import BaseSessionService, Lease, Session
 from .sessions.ledger import CallLedger
 from .sessions.memory import InMemorySessionService
 from .settings import Settings, get_settings
+from .telemetry import NO_TRACE, RunTrace, error_type, start_run
 from .types import Content, Usage, as_content
 
 logger = logging.getLogger("headwater.runner")
@@ -350,7 +351,7 @@ class _Hold:
     """
 
     __slots__ = ("_first", "_heartbeat", "_lease", "_recorder", "_runner", "_spec", "failure",
-                 "reason", "stopped", "stored", "tree")
+                 "reason", "stopped", "stored", "trace", "tree")
 
     def __init__(self, runner: Runner, spec: _RunSpec) -> None:
         self._runner = runner
@@ -364,6 +365,7 @@ class _Hold:
         self.failure: Event | None = None
         self.reason: SealReason = "cancelled"
         self.stopped = False  # stopped before its last event: the stop is recorded
+        self.trace: RunTrace = NO_TRACE
 
     @property
     def first(self) -> Event | None:
@@ -377,6 +379,9 @@ class _Hold:
 
     async def __aenter__(self) -> _Hold:
         runner, spec = self._runner, self._spec
+        self.trace = start_run(agent=runner.agent.name,
+                               session_id=spec.session_id, invocation_id=spec.invocation_id,
+                               capture_content=runner.settings.otel_capture_content)
         self._lease, self.stored = await self._take()
         try:
             session = await runner.session_service.get_session(
@@ -403,7 +408,7 @@ class _Hold:
             invocation_id=spec.invocation_id, app_name=runner.app_name, session=session,
             run_config=spec.config, settings=runner.settings, stats=spec.stats,
             artifact_service=runner.artifact_service, clock=runner.clock,
-            ledger=runner._ledger(session))
+            ledger=runner._ledger(session), trace=self.trace)
         self._recorder = _Recorder(runner.session_service, ctx, self._lease)
         self._heartbeat = _Heartbeat(runner.session_service, self._recorder,
                                      runner.settings.session_lease_ttl)
@@ -428,6 +433,15 @@ class _Hold:
             finally:  # a cancel landing in the wait above must not keep the session busy
                 if not recorder.released:
                     await self._release()
+
+    def end_trace(self) -> None:
+        """End the run's span: its usage, and the error code of its last event if it has one."""
+        error = self.failure.error_code if self.failure is not None else None
+        if error is None and self.tree is not None:
+            events = self.tree.ctx.session.events
+            if events and events[-1].invocation_id == self._spec.invocation_id:
+                error = events[-1].error_code
+        self.trace.end(self._spec.stats.usage, error)
 
     def _first_event(self) -> tuple[Event, str | None] | None:
         """The user's message as an event the lease's write may store, and the event it follows.
@@ -566,6 +580,7 @@ class _Run:
         except BaseException as exc:
             if isinstance(exc, asyncio.CancelledError):
                 self._hold.stopped = self.spec.message is not None
+            self._hold.trace.fail(error_type(exc))
             await self.close()
             raise
         self.phase = "started"
@@ -621,6 +636,7 @@ class _Run:
             except SessionError as exc:  # the store failed mid-run: one error event
                 logger.warning("run %s: the session store failed: %s", self.spec.invocation_id,
                                type(exc).__name__)
+                hold.trace.fail(exc.code)
                 yield hold.tree.error_event(exc.code,
                                             "the session store failed; the run stopped")
         except (GeneratorExit, asyncio.CancelledError):
@@ -639,7 +655,10 @@ class _Run:
             if self._source is not None:
                 await self._source.aclose()
         finally:
-            await self._exits.aclose()
+            try:
+                await self._exits.aclose()
+            finally:
+                self._hold.end_trace()
 
     def __del__(self) -> None:
         # Started (RunStream.start) but dropped before its first event: Python finalises

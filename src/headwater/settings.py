@@ -162,6 +162,10 @@ class Settings(BaseSettings):
         live_go_away_margin: seconds before a ``goAway`` deadline at which a
             native live connection moves to its resumed session even with a
             model turn in progress (that turn ends ``interrupted``).
+        otel_capture_content: put prompts, completions and tool arguments and
+            results in the OpenTelemetry spans (``gen_ai.input.messages``,
+            ``gen_ai.output.messages``, ``gen_ai.tool.call.arguments``/``result``);
+            off, no span holds payload text (docs/observability.md).
     """
 
     model_config = SettingsConfigDict(env_prefix="HEADWATER_", extra="ignore",
@@ -232,6 +236,7 @@ class Settings(BaseSettings):
     live_max_message_bytes: int = Field(default=16 << 20, ge=1024)
     live_close_timeout: float = Field(default=2.0, gt=0)
     live_go_away_margin: float = Field(default=1.0, ge=0)
+    otel_capture_content: bool = False
 
 
 _settings: Settings | None = None

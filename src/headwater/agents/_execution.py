@@ -165,12 +165,14 @@ class ToolExecutor:
                 f"the run's budget of {limit} tool calls is spent; not executed"))
         ctx.stats.tool_calls += 1
         tool_context = self.tool_context(ctx, call)
-        result, ok = await self._result(ctx, tool, call, tool_context, sink)
-        limit_bytes = ctx.settings.max_result_bytes
-        if _small(result):
-            result = _bounded(result, limit_bytes)
-        else:  # serialising and cutting a large result would block the event loop
-            result = await asyncio.to_thread(_bounded_large, result, limit_bytes)
+        with ctx.trace.tool(self.agent_name, tool.name, call.id, call.args) as span:
+            result, ok = await self._result(ctx, tool, call, tool_context, sink)
+            limit_bytes = ctx.settings.max_result_bytes
+            if _small(result):
+                result = _bounded(result, limit_bytes)
+            else:  # serialising and cutting a large result would block the event loop
+                result = await asyncio.to_thread(_bounded_large, result, limit_bytes)
+            span.result(result)
         return CallOutcome(call, result, tool_context.actions,
                            long_running=ok and tool.options.long_running,
                            return_direct=ok and tool.options.return_direct)

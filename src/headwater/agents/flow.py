@@ -32,6 +32,7 @@ from ..events import Event, EventActions, partial_event
 from ..models.base import LlmRequest, LlmResponse
 from ..models.contract import StreamContract
 from ..run_config import StreamingMode
+from ..telemetry import error_type
 from ..tools.function_tool import BaseTool
 from ..types import Content, FunctionCall, FunctionResponse, Part
 from ._execution import CallOutcome, ProgressSink, ToolExecutor, error_result, maybe_await
@@ -140,9 +141,13 @@ class Flow:
                 ctx.stats.llm_calls += 1
                 contract = StreamContract()
                 check_partial, done = contract.partial, False
+                chat = ctx.trace.chat(author, model, request, stream=stream)
+                waiting = chat.recording  # the time to the first chunk is still to record
                 try:
                     async with aclosing(model.generate_content(request, stream=stream)) as chunks:
                         async for response in chunks:  # the per-chunk path: keep it lean
+                            if waiting:
+                                waiting = chat.first_chunk()
                             if response.partial and not done:
                                 check_partial(response)
                                 yield partial_event(invocation_id, author, response.content,
@@ -151,16 +156,22 @@ class Flow:
                                 done = True
                                 contract.check(response)
                     aggregate = contract.finish()
+                    chat.end(aggregate)
                 except ModelError as exc:
+                    chat.fail(exc.code)
                     logger.info("agent %s: model call failed: %s", author, exc)
                     failed = self.error_event(exc.code, public_message(exc))
                     await commit(failed, last=True)
                     yield failed
                     return
                 except (GeneratorExit, asyncio.CancelledError):
+                    chat.fail("cancelled")
                     # An explicit stop keeps what was shown, marked interrupted (a transport
                     # failure, above, keeps nothing of the call).
                     await self.keep_shown(contract.shown_text())
+                    raise
+                except BaseException as exc:
+                    chat.fail(error_type(exc))
                     raise
             aggregate = await self.after_model(callback_context, aggregate)
             event = self.model_event(aggregate, callback_context.actions)

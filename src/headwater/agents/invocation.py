@@ -12,6 +12,7 @@ from ..run_config import RunConfig
 from ..sessions.base import Session
 from ..sessions.ledger import CallLedger
 from ..settings import Settings
+from ..telemetry import NO_TRACE, RunTrace
 from ..types import FunctionCall, Usage
 
 
@@ -57,6 +58,8 @@ class InvocationContext:
     """The branch the agent runs on (``"<parallel>.<sub>"`` under a ``ParallelAgent``);
     every event it makes carries it. An agent's context is a copy of the run's
     (``dataclasses.replace``): session, ledger and stats are shared."""
+    trace: RunTrace = NO_TRACE
+    """The run's span: parent of its model calls' and tool calls' spans."""
 
     @property
     def user_id(self) -> str:

@@ -38,6 +38,7 @@ from .page import add_page_routes
 from .problems import ErrorBody, GatewayHTTPError, install_error_handlers, request_id_of
 from .runlog import InMemoryRunLog, RunLog
 from .runs import Run
+from .tracing import TraceContext
 from .vercel import add_vercel_routes
 from .websocket import add_live_routes
 
@@ -205,6 +206,7 @@ def create_app(
     app.add_middleware(OriginGuard, dev_mode=gateway.dev_mode, origins=origins)
     app.add_middleware(RequestLimits, max_body_bytes=settings.max_body_bytes,
                        body_read_timeout=settings.body_read_timeout)
+    app.add_middleware(TraceContext)  # outermost: the caller's trace for all of the request
     _routes(app, gateway)
     add_agui_routes(app, gateway)
     add_page_routes(app, gateway)

@@ -23,6 +23,8 @@ class BaseLlm(ABC):
     """
 
     model: str
+    provider: str = ""
+    """The provider's name (``openai``, ``anthropic``, ``gemini``), for messages and traces."""
 
     def __init__(self, model: str) -> None:
         self.model = model

@@ -1,0 +1,266 @@
+"""OpenTelemetry traces of a run (headwater.telemetry): the GenAI spans, nested, and no
+payload text unless capture is on. Spans go to the SDK's in-memory exporter through a
+provider given to headwater alone (the global provider is never set here)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import pytest
+from opentelemetry import trace
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import StatusCode
+
+from headwater import Agent, RunConfig, Runner, StreamingMode, telemetry
+from headwater.errors import ProviderTimeout
+from headwater.sessions import InMemorySessionService
+from headwater.settings import Settings
+from headwater.testing import ScriptedModel, ScriptedTurn
+from headwater.types import Usage
+
+QUESTION = "Where is my parcel 7731?"
+ARGS_TEXT = "parcel-7731-Zanzibar"
+RESULT_TEXT = "left the Quillport depot"
+ANSWER = ("Your parcel ", "left the depot ", "this morning.")
+SYSTEM = "You are the courier's helper."
+SECRETS = (QUESTION, ARGS_TEXT, RESULT_TEXT, "this morning", SYSTEM)
+USAGE = (Usage(input_tokens=40, output_tokens=9, total_tokens=49),
+         Usage(input_tokens=71, output_tokens=14, total_tokens=85))
+
+
+@pytest.fixture
+def exporter() -> Iterator[InMemorySpanExporter]:
+    """headwater's spans, recorded in memory for this test only."""
+    spans = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(spans))
+    telemetry.set_tracer_provider(provider)
+    yield spans
+    telemetry.set_tracer_provider(None)
+    provider.shutdown()
+
+
+seen_in_tool: list[Any] = []
+
+
+def track_parcel(parcel: str) -> dict[str, str]:
+    """Where a parcel is.
+
+    Args:
+        parcel: the parcel's reference.
+    """
+    seen_in_tool.append(trace.get_current_span())
+    return {"where": RESULT_TEXT, "parcel": parcel}
+
+
+def courier(model: ScriptedModel) -> Agent:
+    return Agent(name="courier", model=model, tools=[track_parcel], instruction=SYSTEM)
+
+
+def parcel_model() -> ScriptedModel:
+    return (ScriptedModel(model="scripted-courier")
+            .call("track_parcel", {"parcel": ARGS_TEXT}, call_id="call-7", usage=USAGE[0],
+                  finish_reason="tool_calls")
+            .reply(*ANSWER, usage=USAGE[1]))
+
+
+async def run(agent: Agent, settings: Settings | None = None,
+              mode: StreamingMode = StreamingMode.SSE) -> Any:
+    runner = Runner(agent=agent, app_name="post", session_service=InMemorySessionService(),
+                    settings=settings or Settings(), auto_create_session=True)
+    return await runner.run_once(user_id="u1", new_message=QUESTION,
+                                 run_config=RunConfig(streaming_mode=mode))
+
+
+def by_operation(spans: Sequence[ReadableSpan]) -> dict[str, list[ReadableSpan]]:
+    found: dict[str, list[ReadableSpan]] = {}
+    for span in sorted(spans, key=lambda s: s.start_time or 0):
+        assert span.attributes is not None
+        found.setdefault(str(span.attributes["gen_ai.operation.name"]), []).append(span)
+    return found
+
+
+def texts_of(spans: Sequence[ReadableSpan]) -> str:
+    """Every attribute and event value of every span, as one text to search."""
+    values: list[str] = []
+    for span in spans:
+        values += [span.name, *(str(v) for v in (span.attributes or {}).values())]
+        for event in span.events:
+            values += [event.name, *(str(v) for v in (event.attributes or {}).values())]
+    return "\n".join(values)
+
+
+async def test_a_run_with_a_tool_call_is_one_agent_span_over_chat_and_tool_spans(
+        exporter: InMemorySpanExporter) -> None:
+    seen_in_tool.clear()
+    result = await run(courier(parcel_model()))
+    assert result.text == "".join(ANSWER)
+    spans = exporter.get_finished_spans()
+    ops = by_operation(spans)
+    assert sorted((op, len(found)) for op, found in ops.items()) == [
+        ("chat", 2), ("execute_tool", 1), ("invoke_agent", 1)]
+    (agent,), (tool,), chats = ops["invoke_agent"], ops["execute_tool"], ops["chat"]
+
+    # nested: the run is the root; model calls and the tool call are its children, in order
+    assert agent.parent is None and agent.context is not None
+    for child in (*chats, tool):
+        assert child.parent is not None and child.context is not None
+        assert child.parent.span_id == agent.context.span_id
+        assert child.context.trace_id == agent.context.trace_id
+    assert [s.name for s in sorted(spans, key=lambda s: s.start_time or 0)] == [
+        "invoke_agent courier", "chat scripted-courier", "execute_tool track_parcel",
+        "chat scripted-courier"]
+    assert agent.kind is trace.SpanKind.INTERNAL and chats[0].kind is trace.SpanKind.CLIENT
+    # the tool ran with its span current (its own instrumented calls nest there)
+    assert [s.get_span_context() for s in seen_in_tool] == [tool.context]
+    assert trace.get_current_span() is trace.INVALID_SPAN  # nothing leaked to the caller
+
+    assert agent.attributes == {
+        "gen_ai.operation.name": "invoke_agent", "gen_ai.provider.name": "_OTHER",
+        "gen_ai.agent.name": "courier", "gen_ai.conversation.id": result.session_id,
+        "gen_ai.request.model": "scripted-courier",
+        "headwater.invocation_id": result.invocation_id,
+        "gen_ai.usage.input_tokens": result.usage.input_tokens,
+        "gen_ai.usage.output_tokens": result.usage.output_tokens}
+    assert (result.usage.input_tokens, result.usage.output_tokens) == (111, 23)
+    for chat, usage, reason in zip(chats, USAGE, ("tool_calls", "stop"), strict=True):
+        attributes = dict(chat.attributes or {})
+        ttfc = attributes.pop("gen_ai.response.time_to_first_chunk")
+        assert isinstance(ttfc, float) and ttfc >= 0
+        assert attributes == {
+            "gen_ai.operation.name": "chat", "gen_ai.provider.name": "_OTHER",
+            "gen_ai.agent.name": "courier",
+            "gen_ai.request.model": "scripted-courier", "gen_ai.request.stream": True,
+            "gen_ai.response.model": "scripted-courier",
+            "gen_ai.response.finish_reasons": (reason,),
+            "gen_ai.usage.input_tokens": usage.input_tokens,
+            "gen_ai.usage.output_tokens": usage.output_tokens}
+    assert tool.attributes == {
+        "gen_ai.operation.name": "execute_tool", "gen_ai.agent.name": "courier",
+        "gen_ai.tool.name": "track_parcel", "gen_ai.tool.call.id": "call-7",
+        "gen_ai.tool.type": "function"}
+    assert all(s.status.status_code is StatusCode.UNSET for s in spans)
+
+    # no payload: not the question, the instruction, the arguments, the result, the answer
+    text = texts_of(spans)
+    assert [secret for secret in SECRETS if secret in text] == []
+
+
+async def test_with_capture_on_the_spans_hold_the_payloads(
+        exporter: InMemorySpanExporter) -> None:
+    await run(courier(parcel_model()), Settings(otel_capture_content=True))
+    ops = by_operation(exporter.get_finished_spans())
+    (tool,), (first, second) = ops["execute_tool"], ops["chat"]
+    assert first.attributes is not None and second.attributes is not None
+    assert json.loads(str(first.attributes["gen_ai.system_instructions"])) == [
+        {"type": "text", "content": SYSTEM}]
+    assert json.loads(str(first.attributes["gen_ai.input.messages"])) == [
+        {"role": "user", "parts": [{"type": "text", "content": QUESTION}]}]
+    assert json.loads(str(first.attributes["gen_ai.output.messages"])) == [
+        {"role": "assistant", "finish_reason": "tool_calls", "parts": [
+            {"type": "tool_call", "id": "call-7", "name": "track_parcel",
+             "arguments": {"parcel": ARGS_TEXT}}]}]
+    asked = json.loads(str(second.attributes["gen_ai.input.messages"]))
+    assert [m["role"] for m in asked] == ["user", "assistant", "tool"]
+    assert asked[2]["parts"] == [{"type": "tool_call_response", "id": "call-7",
+                                  "response": {"where": RESULT_TEXT, "parcel": ARGS_TEXT}}]
+    assert json.loads(str(second.attributes["gen_ai.output.messages"])) == [
+        {"role": "assistant", "finish_reason": "stop",
+         "parts": [{"type": "text", "content": "".join(ANSWER)}]}]
+    assert tool.attributes is not None
+    assert json.loads(str(tool.attributes["gen_ai.tool.call.arguments"])) == {"parcel": ARGS_TEXT}
+    assert json.loads(str(tool.attributes["gen_ai.tool.call.result"])) == {
+        "where": RESULT_TEXT, "parcel": ARGS_TEXT}
+
+
+async def test_a_failed_model_call_marks_its_span_and_the_run_failed(
+        exporter: InMemorySpanExporter) -> None:
+    model = ScriptedModel().add(ScriptedTurn(text=("Your par",), raise_after=1,
+                                             raise_error=ProviderTimeout("no data for 30 s")))
+    result = await run(courier(model))
+    assert result.error_code == "provider_timeout"
+    ops = by_operation(exporter.get_finished_spans())
+    (agent,), (chat,) = ops["invoke_agent"], ops["chat"]
+    for span in (agent, chat):
+        assert span.status.status_code is StatusCode.ERROR
+        assert span.attributes is not None
+        assert span.attributes["error.type"] == "provider_timeout"
+    assert chat.parent is not None and agent.context is not None
+    assert chat.parent.span_id == agent.context.span_id
+    assert "no data for 30 s" not in texts_of([agent, chat])  # the provider's words stay out
+
+
+async def test_a_tool_error_result_marks_the_tool_span_failed(
+        exporter: InMemorySpanExporter) -> None:
+    def broken(parcel: str) -> str:
+        """Always fails.
+
+        Args:
+            parcel: a parcel.
+        """
+        raise RuntimeError(f"depot offline for {parcel}")
+
+    model = ScriptedModel().call("broken", {"parcel": ARGS_TEXT}).reply("Sorry.")
+    result = await run(Agent(name="courier", model=model, tools=[broken]))
+    assert result.text == "Sorry."
+    ops = by_operation(exporter.get_finished_spans())
+    (tool,), (agent,) = ops["execute_tool"], ops["invoke_agent"]
+    assert tool.status.status_code is StatusCode.ERROR
+    assert tool.attributes is not None and tool.attributes["error.type"] == "tool_error"
+    assert agent.status.status_code is StatusCode.UNSET  # the model saw the error; the run went on
+    assert "depot offline" not in texts_of([tool])
+
+
+async def test_a_call_without_streaming_records_its_first_chunk_too(
+        exporter: InMemorySpanExporter) -> None:
+    await run(courier(ScriptedModel().reply("Hello.")), mode=StreamingMode.NONE)
+    (chat,) = by_operation(exporter.get_finished_spans())["chat"]
+    assert chat.attributes is not None
+    assert chat.attributes["gen_ai.request.stream"] is False
+    assert isinstance(chat.attributes["gen_ai.response.time_to_first_chunk"], float)
+
+
+async def test_without_a_provider_of_ours_or_a_global_one_nothing_is_recorded() -> None:
+    # The API's no-op tracer: the run works and its hooks cost a no-op object each.
+    result = await run(courier(parcel_model()))
+    assert result.text == "".join(ANSWER)
+
+
+def test_without_the_api_installed_nothing_is_imported_and_runs_work() -> None:
+    script = textwrap.dedent("""
+        import asyncio, sys
+        sys.modules["opentelemetry"] = None  # as if the extra were not installed
+        from headwater import Agent, Runner, telemetry
+        from headwater.testing import ScriptedModel
+
+        async def main():
+            model = ScriptedModel().call("echo", {"x": 1}).reply("done")
+            def echo(x: int) -> int:
+                '''Echo.
+
+                Args:
+                    x: a number.
+                '''
+                return x
+            runner = Runner(agent=Agent(name="a", model=model, tools=[echo]), app_name="t",
+                            auto_create_session=True)
+            result = await runner.run_once(user_id="u", new_message="hi")
+            assert result.text == "done", result
+            with telemetry.remote_parent([(b"traceparent", b"00-" + b"1" * 32 + b"-"
+                                           + b"2" * 16 + b"-01")]):
+                pass
+            print("ok", [m for m in sys.modules if m.startswith("opentelemetry.")])
+
+        asyncio.run(main())
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=60, check=False)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ok []"
