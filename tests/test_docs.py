@@ -16,7 +16,8 @@ from headwater.errors import ERROR_CODES
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
-PAGES = ("architecture.md", "event-contract.md", "frame-protocol.md", "public-api.md")
+PAGES = ("architecture.md", "event-contract.md", "frame-protocol.md", "observability.md",
+         "public-api.md")
 
 # Codes the docs list before the code has them -> the work that adds them.
 PENDING_CODES: dict[str, str] = {}  # codes documented before errors.py has them

@@ -20,9 +20,10 @@ from opentelemetry.trace import StatusCode
 
 from headwater import Agent, RunConfig, Runner, StreamingMode, telemetry
 from headwater.errors import ProviderTimeout
+from headwater.models import LlmRequest
 from headwater.sessions import InMemorySessionService
 from headwater.settings import Settings
-from headwater.testing import ScriptedModel, ScriptedTurn
+from headwater.testing import LiveHarness, ScriptedCall, ScriptedModel, ScriptedTurn, wait_until
 from headwater.types import Usage
 
 QUESTION = "Where is my parcel 7731?"
@@ -264,3 +265,32 @@ def test_without_the_api_installed_nothing_is_imported_and_runs_work() -> None:
                          timeout=60, check=False)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ok []"
+
+
+async def test_a_live_run_traces_each_model_turn_and_tool_call(
+        exporter: InMemorySpanExporter) -> None:
+    def respond(request: LlmRequest) -> ScriptedTurn:
+        if request.contents[-1].function_responses:
+            return ScriptedTurn(text=["It ", "left."], usage=USAGE[1])
+        return ScriptedTurn(calls=[ScriptedCall("track_parcel", {"parcel": ARGS_TEXT},
+                                                id="call-7")], usage=USAGE[0])
+
+    model = ScriptedModel(model="scripted-courier", responder=respond)
+    runner = Runner(agent=courier(model), app_name="post", auto_create_session=True)
+    async with LiveHarness(runner) as live:
+        await live.say(QUESTION)
+        await wait_until(lambda: live.texts()[-1:] == ["It left."])
+    await wait_until(lambda: len(by_operation(exporter.get_finished_spans())) == 3)
+    spans = exporter.get_finished_spans()
+    ops = by_operation(spans)
+    (agent,), (tool,), chats = ops["invoke_agent"], ops["execute_tool"], ops["chat"]
+    assert len(chats) == 2 and agent.context is not None
+    for child in (*chats, tool):
+        assert child.parent is not None and child.parent.span_id == agent.context.span_id
+    for chat, usage in zip(chats, USAGE, strict=True):
+        assert chat.attributes is not None
+        assert chat.attributes["gen_ai.usage.input_tokens"] == usage.input_tokens
+        assert "gen_ai.response.time_to_first_chunk" not in chat.attributes  # no request
+    assert agent.attributes is not None
+    assert agent.attributes["gen_ai.usage.input_tokens"] == 111
+    assert [secret for secret in SECRETS if secret in texts_of(spans)] == []

@@ -24,6 +24,7 @@ await of the executor), so the tool's own instrumented calls nest under it.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -124,8 +125,8 @@ class ChatTrace:
     """The span of one model call. This base does nothing (tracing is off).
 
     Attributes:
-        recording: whether :meth:`first_chunk` does anything; the flow checks
-            it once, not per chunk.
+        recording: whether :meth:`first_chunk` does anything; the flow copies it
+            into a local flag, which :meth:`first_chunk` clears.
     """
 
     __slots__ = ()
@@ -173,9 +174,13 @@ class RunTrace:
 
     __slots__ = ()
 
-    def chat(self, agent: str, model: _Model, request: _Request, *,
+    def chat(self, agent: str, model: _Model, request: _Request | None, *,
              stream: bool = True) -> ChatTrace:
-        """Start the span of one model call of ``agent`` (ended by the returned object)."""
+        """Start the span of one model call of ``agent`` (ended by the returned object).
+
+        ``request``: what the call was sent (recorded only with capture on);
+        ``None`` for a live turn, whose input is the connection's.
+        """
         return _NO_CHAT
 
     def tool(self, agent: str, name: str, call_id: str, args: Mapping[str, Any]) -> ToolTrace:
@@ -237,11 +242,14 @@ def _fail(span: Span, error_type: str) -> None:
 
 
 def error_type(exc: BaseException) -> str:
-    """A low-cardinality name for an exception: a headwater error's code, else its class."""
-    if isinstance(exc, GeneratorExit) or type(exc).__name__ == "CancelledError":
+    """A low-cardinality name for an exception (``error.type``): ``cancelled`` for a stop,
+    a headwater error's wire code (``session_busy``), else the exception's class name."""
+    if isinstance(exc, (GeneratorExit, asyncio.CancelledError)):
         return "cancelled"
     code = getattr(exc, "code", None)
-    return code if isinstance(code, str) else type(exc).__qualname__
+    if isinstance(code, str) and code != "internal":
+        return code
+    return type(exc).__qualname__
 
 
 class _RunSpan(RunTrace):
@@ -256,7 +264,7 @@ class _RunSpan(RunTrace):
         self._capture = capture
         self._error: str | None = None
 
-    def chat(self, agent: str, model: _Model, request: _Request, *,
+    def chat(self, agent: str, model: _Model, request: _Request | None, *,
              stream: bool = True) -> ChatTrace:
         if self._context is None:
             return _NO_CHAT
@@ -270,7 +278,7 @@ class _RunSpan(RunTrace):
                 "gen_ai.operation.name": "chat", "gen_ai.provider.name": provider,
                 "gen_ai.agent.name": agent, "gen_ai.request.model": model.model,
                 "gen_ai.request.stream": stream})
-        if self._capture:
+        if self._capture and request is not None:
             if request.system_instruction:
                 span.set_attribute("gen_ai.system_instructions", _json(
                     [{"type": "text", "content": request.system_instruction}]))

@@ -57,6 +57,7 @@ from ..live_request_queue import LiveRequest, LiveRequestQueue
 from ..models.base import LlmResponse
 from ..models.connection import BaseLlmConnection
 from ..models.contract import StreamContract
+from ..telemetry import ChatTrace
 from ..tools.function_tool import BaseTool
 from ..types import Content, FunctionCall, FunctionResponse, Part, ToolDeclaration
 from ._execution import CallOutcome, closing_stream
@@ -124,6 +125,7 @@ class LiveFlow:
         self._given: dict[str, str] = {}  # stored call id -> the id the connection gave
         self._conn: BaseLlmConnection | None = None
         self._turn: StreamContract | None = None
+        self._chat: ChatTrace | None = None  # the span of the model turn in progress
         self._realtime_to_model = True
         self._received = 0
         self._progress = asyncio.Event()
@@ -171,6 +173,7 @@ class LiveFlow:
         supervisor.cancel()
         timeout = self.ctx.settings.live_stop_timeout
         done, _ = await asyncio.wait([supervisor], timeout=timeout)
+        self._end_chat(None)  # a turn cut off by the run's end
         if not done:
             logger.warning("live run tasks did not end within %g s of the run's end", timeout)
         if self._conn is not None:
@@ -347,6 +350,7 @@ class LiveFlow:
                     return
                 ctx.stats.llm_calls += 1
             turn = self._turn = StreamContract()
+            self._chat = ctx.trace.chat(flow.agent.name, flow.agent.model, None)
         try:
             if response.partial:
                 turn.partial(response)
@@ -360,7 +364,9 @@ class LiveFlow:
                     or ERROR_MESSAGES["model_protocol_violation"]))
             if response.error_code is None or response.content is not None:
                 turn.final_response(response)
+            self._end_chat(response)
         except ModelProtocolViolation as exc:
+            self._end_chat(None, exc.code)
             await self._end_with(flow.error_event(exc.code, public_message(exc)))
         callback_context = ctx.callback_context(flow.agent.name)
         response = await flow.after_model(callback_context, response)
@@ -374,6 +380,14 @@ class LiveFlow:
         await self._emit(event)
         if event.function_calls and event.error_code is None:
             self._spawn(self._handle_calls(event.function_calls))
+
+    def _end_chat(self, response: LlmResponse | None, error_type: str = "cancelled") -> None:
+        """End the span of the model turn in progress: with its aggregate, or failed."""
+        chat, self._chat = self._chat, None
+        if chat is not None and response is not None:
+            chat.end(response)
+        elif chat is not None:
+            chat.fail(error_type)
 
     # -- tools ----------------------------------------------------------------------------------
 
