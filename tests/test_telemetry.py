@@ -19,7 +19,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import StatusCode
 
 from headwater import Agent, RunConfig, Runner, StreamingMode, telemetry
-from headwater.errors import ProviderTimeout
+from headwater.errors import ProviderTimeout, SessionBusyError
 from headwater.models import LlmRequest
 from headwater.sessions import InMemorySessionService
 from headwater.settings import Settings
@@ -294,3 +294,28 @@ async def test_a_live_run_traces_each_model_turn_and_tool_call(
     assert agent.attributes is not None
     assert agent.attributes["gen_ai.usage.input_tokens"] == 111
     assert [secret for secret in SECRETS if secret in texts_of(spans)] == []
+
+
+async def test_a_refused_run_and_a_stopped_one_end_their_spans_with_the_reason(
+        exporter: InMemorySpanExporter) -> None:
+    runner = Runner(agent=courier(ScriptedModel().reply("Your ", "parcel ", "is late.")),
+                    app_name="post", settings=Settings(session_lock_timeout=0))
+    session = await runner.create_session(user_id="u1")
+    sse = RunConfig(streaming_mode=StreamingMode.SSE)
+    async with runner.run_async(user_id="u1", session_id=session.id, new_message=QUESTION,
+                                run_config=sse) as first:
+        shown = await anext(aiter(first))
+        assert shown.partial and shown.text == "Your "  # the model call is under way
+        with pytest.raises(SessionBusyError):
+            await runner.run_async(user_id="u1", session_id=session.id,
+                                   new_message="and now?", run_config=sse).start()
+    ops = by_operation(exporter.get_finished_spans())
+    refused, stopped = ops["invoke_agent"][1], ops["invoke_agent"][0]
+    (chat,) = ops["chat"]
+    assert refused.attributes is not None and stopped.attributes is not None
+    assert refused.attributes["error.type"] == "session_busy"
+    assert stopped.attributes["error.type"] == "cancelled"
+    assert chat.attributes is not None and chat.attributes["error.type"] == "cancelled"
+    assert chat.parent is not None and stopped.context is not None
+    assert chat.parent.span_id == stopped.context.span_id
+    assert {s.status.status_code for s in (refused, stopped, chat)} == {StatusCode.ERROR}
