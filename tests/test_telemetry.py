@@ -18,7 +18,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
-from headwater import Agent, RunConfig, Runner, StreamingMode, telemetry
+from headwater import Agent, RunConfig, Runner, SequentialAgent, StreamingMode, telemetry
+from headwater.agents.base import BaseAgent
 from headwater.errors import ProviderTimeout, SessionBusyError
 from headwater.models import LlmRequest
 from headwater.sessions import InMemorySessionService
@@ -72,7 +73,7 @@ def parcel_model() -> ScriptedModel:
             .reply(*ANSWER, usage=USAGE[1]))
 
 
-async def run(agent: Agent, settings: Settings | None = None,
+async def run(agent: BaseAgent, settings: Settings | None = None,
               mode: StreamingMode = StreamingMode.SSE) -> Any:
     runner = Runner(agent=agent, app_name="post", session_service=InMemorySessionService(),
                     settings=settings or Settings(), auto_create_session=True)
@@ -319,3 +320,35 @@ async def test_a_refused_run_and_a_stopped_one_end_their_spans_with_the_reason(
     assert chat.parent is not None and stopped.context is not None
     assert chat.parent.span_id == stopped.context.span_id
     assert {s.status.status_code for s in (refused, stopped, chat)} == {StatusCode.ERROR}
+
+
+async def test_a_tree_of_agents_is_one_run_span_whose_children_name_their_agent(
+        exporter: InMemorySpanExporter) -> None:
+    desk = ScriptedModel(model="desk-model").call("transfer_to_agent",
+                                                  {"agent_name": "courier"}, call_id="t1")
+    courier_model = ScriptedModel(model="courier-model").reply(*ANSWER)
+    root = Agent(name="desk", model=desk, description="Front desk.", sub_agents=[
+        Agent(name="courier", model=courier_model, description="Parcels.")])
+    result = await run(root)
+    assert result.text == "".join(ANSWER)
+    spans = sorted(exporter.get_finished_spans(), key=lambda s: s.start_time or 0)
+    assert [(s.name, (s.attributes or {}).get("gen_ai.agent.name")) for s in spans] == [
+        ("invoke_agent desk", "desk"), ("chat desk-model", "desk"),
+        ("execute_tool transfer_to_agent", "desk"), ("chat courier-model", "courier")]
+    run_span = spans[0]
+    assert run_span.context is not None and run_span.attributes is not None
+    assert all(s.parent is not None and s.parent.span_id == run_span.context.span_id
+               for s in spans[1:])
+    assert run_span.attributes["gen_ai.request.model"] == "desk-model"  # the root's model
+
+
+async def test_a_workflow_root_has_no_model_of_its_own(exporter: InMemorySpanExporter) -> None:
+    steps = [Agent(name="first", model=ScriptedModel(model="m1").reply("One.")),
+             Agent(name="second", model=ScriptedModel(model="m2").reply("Two."))]
+    await run(SequentialAgent(name="pipeline", sub_agents=steps))
+    ops = by_operation(exporter.get_finished_spans())
+    (agent,) = ops["invoke_agent"]
+    assert agent.name == "invoke_agent pipeline" and agent.attributes is not None
+    assert "gen_ai.request.model" not in agent.attributes
+    assert [(c.attributes or {}).get("gen_ai.agent.name") for c in ops["chat"]] == [
+        "first", "second"]
