@@ -359,6 +359,7 @@ class LiveFlow:
                 return
             self._turn = None
             if response.error_code == "model_protocol_violation":  # the connection checked it
+                self._end_chat(response)
                 await self._end_with(flow.error_event(
                     "model_protocol_violation", response.error_message
                     or ERROR_MESSAGES["model_protocol_violation"]))
