@@ -1,0 +1,382 @@
+"""``AgentTool``: an agent used as a tool, its run streaming into the caller's.
+
+The outer agent calls the inner one as a tool; the inner agent streams text and
+calls a progress-streaming tool. The caller's stream shows the inner deltas,
+calls and progress, authored by the inner agent on the branch
+``"<outer agent>:<call id>"``; the outer model's next request holds the call's
+result and nothing else of the inner run; the inner aggregates are stored under
+the branch (a reload shows them) and stay out of every later outer request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncGenerator, AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from headwater import (
+    Agent,
+    AgentTool,
+    Event,
+    RunConfig,
+    Runner,
+    SequentialAgent,
+    StreamingMode,
+    ToolStreamEvent,
+    tool,
+)
+from headwater.agents import AgentTool as AgentToolFromAgents
+from headwater.errors import UserError
+from headwater.models import BaseLlm, LlmRequest, LlmResponse
+from headwater.sessions import SqlSessionService
+from headwater.sessions.ledger import CallLedger, call_branch, visible
+from headwater.testing import ScriptedModel
+from headwater.types import Content, FunctionCall, FunctionResponse, Part
+
+from .helpers import NONE, SSE, collect, make, stored, texts, tool_names
+
+BRANCH = "coordinator:c1"
+
+
+@tool(streaming=True)
+async def search(query: str) -> AsyncIterator[ToolStreamEvent]:
+    """Search the archive."""
+    yield ToolStreamEvent("part_delta", delta=f"looking for {query}…")
+    yield ToolStreamEvent("part_delta", delta="3 hits")
+    yield ToolStreamEvent("done", response={"hits": 3})
+
+
+def researcher(model: ScriptedModel) -> Agent:
+    return Agent(name="researcher", model=model, instruction="You research.",
+                 description="Finds things in the archive.", tools=[search])
+
+
+def inner_script() -> ScriptedModel:
+    return (ScriptedModel().call("search", {"query": "tides"}, call_id="s1", text=("Let me ",
+                                                                                   "look."))
+            .reply("Found ", "3 papers."))
+
+
+def coordinator(outer: ScriptedModel, inner: ScriptedModel, **kw: object) -> Agent:
+    return Agent(name="coordinator", model=outer, instruction="Delegate research.",
+                 tools=[AgentTool(researcher(inner), **kw)])  # type: ignore[arg-type]
+
+
+def outer_script() -> ScriptedModel:
+    return (ScriptedModel().call("researcher", {"request": "papers on tides"}, call_id="c1")
+            .reply("The researcher found ", "3 papers."))
+
+
+def calls_have_one_result(history: list[Event]) -> None:
+    calls = [c.id for e in history for c in e.function_calls]
+    results = [r.id for e in history for r in e.function_responses]
+    assert sorted(calls) == sorted(results), (calls, results)
+    assert len(set(results)) == len(results)
+
+
+# -- the declaration -------------------------------------------------------------------------
+
+def test_the_tool_is_declared_as_adk_does_with_the_agent_name_and_one_request() -> None:
+    agent_tool = AgentTool(researcher(ScriptedModel()))
+    declaration = agent_tool.declaration()
+    assert (declaration.name, declaration.description) == ("researcher",
+                                                          "Finds things in the archive.")
+    assert declaration.parameters == {"type": "object", "required": ["request"],
+                                      "properties": {"request": {"type": "string"}}}
+    assert AgentToolFromAgents is AgentTool
+    with pytest.raises(UserError, match="takes an agent"):
+        AgentTool("researcher")  # type: ignore[arg-type]
+
+
+def test_call_branches_are_a_world_of_their_own_in_the_ledger() -> None:
+    assert call_branch(None, "coordinator", "c1") == "coordinator:c1"
+    assert call_branch("p.a", "a", "c1") == "p.a.a:c1"
+    # Hidden from the main line and from other branches; seen from inside only.
+    assert not visible(None, "coordinator:c1")
+    assert not visible("p.a", "p.a.a:c1")
+    assert visible("coordinator:c1", "coordinator:c1")
+    assert visible("coordinator:c1.p.x", "coordinator:c1")
+    assert not visible("coordinator:c1.p.x", "coordinator:c1.p.y")
+    # An agent on a call's branch sees nothing above the call.
+    assert not visible("coordinator:c1", None)
+    assert not visible("p.a.a:c1", "p.a")
+    assert not visible("p.a.a:c1", "p")
+    # ADK's rule elsewhere is unchanged.
+    assert visible(None, "p.a") and visible("p.a", None) and visible("p.a", "p")
+    assert not visible("p.a", "p.b") and not visible("p.ab", "p.a")
+
+
+# -- the stream, the requests, the history -----------------------------------------------------
+
+async def test_the_inner_run_streams_into_the_outer_and_the_parent_model_sees_only_the_result(
+        tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'agent-tool.db'}"
+    outer, inner = outer_script(), inner_script()
+    runner, sid = await make(coordinator(outer, inner), SqlSessionService(url))
+    events = await collect(runner, sid, "Find papers on tides", SSE)
+
+    # The outer caller sees the inner run as it happens, authored by the inner agent on
+    # the branch that names the outer call.
+    inner_events = [e for e in events if e.author == "researcher"]
+    assert inner_events and all(e.branch == BRANCH for e in inner_events)
+    deltas = [e.content.text for e in inner_events if e.partial and e.content is not None]
+    assert deltas == ["Let me ", "look.", "Found ", "3 papers."]
+    progress = [e for e in inner_events if e.tool_progress is not None]
+    assert [p.tool_progress.event.delta for p in progress] == [  # type: ignore[union-attr]
+        "looking for tides…", "3 hits"]
+    assert all(p.partial and p.tool_progress.call_id == "s1" for p in progress)  # type: ignore[union-attr]
+    (inner_call,) = [e for e in inner_events if e.function_calls]
+    assert not inner_call.partial and inner_call.function_calls[0].name == "search"
+    # In order: the outer call, the inner run, the call's result, the outer answer.
+    kinds = [(e.author, e.branch, "delta" if e.partial and e.tool_progress is None else
+              "progress" if e.partial else "call" if e.function_calls else
+              "result" if e.function_responses else "final")
+             for e in events if not (e.partial and e.author == "coordinator")]
+    assert kinds == [
+        ("coordinator", None, "call"),
+        ("user", BRANCH, "final"),  # what the inner agent was asked
+        ("researcher", BRANCH, "delta"), ("researcher", BRANCH, "delta"),
+        ("researcher", BRANCH, "call"),
+        ("researcher", BRANCH, "progress"), ("researcher", BRANCH, "progress"),
+        ("researcher", BRANCH, "result"),
+        ("researcher", BRANCH, "delta"), ("researcher", BRANCH, "delta"),
+        ("researcher", BRANCH, "final"),
+        ("coordinator", None, "result"),
+        ("coordinator", None, "final"),
+    ]
+    records = [e for e in events if not e.partial]
+    result = records[-2].function_responses[0]
+    assert (result.id, result.response) == ("c1", {"result": "Found 3 papers."})
+    assert events[-1].text == "The researcher found 3 papers."
+
+    # The parent model's next request: its call and the one result, nothing of the inner run.
+    assert texts(outer.requests[1]) == ["user: Find papers on tides", "model: call researcher",
+                                        "user: result researcher"]
+    assert outer.requests[1].contents[2].parts[0].function_response.response == {  # type: ignore[union-attr]
+        "result": "Found 3 papers."}
+    assert tool_names(outer.requests[0]) == ["researcher"]
+    # The inner agent sees what it was asked and its own turns, none of the outer's.
+    assert inner.requests[0].system_instruction == "You research."
+    assert texts(inner.requests[0]) == ["user: papers on tides"]
+    assert texts(inner.requests[1]) == ["user: papers on tides",
+                                        "model: Let me look. | call search", "user: result search"]
+
+    # The history: the inner aggregates under their branch; every call has one result.
+    history = await stored(runner, sid)
+    assert [(e.author, e.branch) for e in history] == [
+        ("user", None), ("coordinator", None), ("user", BRANCH), ("researcher", BRANCH),
+        ("researcher", BRANCH), ("researcher", BRANCH), ("coordinator", None),
+        ("coordinator", None)]
+    calls_have_one_result(history)
+    assert all(not e.partial for e in history)
+    await runner.aclose()
+
+    # A reload (a new process on the same file) shows the inner aggregates under the
+    # branch, and the next outer turn's request still leaves them out.
+    outer2 = ScriptedModel().reply("You are welcome.")
+    runner2 = Runner(agent=coordinator(outer2, ScriptedModel()), app_name="shop",
+                     session_service=SqlSessionService(url))
+    try:
+        reloaded = await stored(runner2, sid)
+        assert [(e.author, e.branch, e.text) for e in reloaded if e.author == "researcher"
+                and not e.function_responses] == [
+            ("researcher", BRANCH, "Let me look."), ("researcher", BRANCH, "Found 3 papers.")]
+        events = await collect(runner2, sid, "Thanks!")
+        assert [e.author for e in events if not e.partial] == ["coordinator"]
+        assert texts(outer2.requests[0]) == [
+            "user: Find papers on tides", "model: call researcher", "user: result researcher",
+            "model: The researcher found 3 papers.", "user: Thanks!"]
+    finally:
+        await runner2.aclose()
+
+
+async def test_under_none_the_inner_run_is_stored_not_shown_and_the_history_is_the_same() -> None:
+    outer, inner = outer_script(), inner_script()
+    runner, sid = await make(coordinator(outer, inner))
+    events = await collect(runner, sid, "Find papers on tides", NONE)
+    assert [e.author for e in events] == ["coordinator", "coordinator", "coordinator"]
+    assert not any(e.partial for e in events)
+    history = await stored(runner, sid)
+
+    outer_sse, inner_sse = outer_script(), inner_script()
+    runner_sse, sid_sse = await make(coordinator(outer_sse, inner_sse))
+    await collect(runner_sse, sid_sse, "Find papers on tides", SSE)
+    history_sse = await stored(runner_sse, sid_sse)
+
+    def shape(events: list[Event]) -> list[tuple[str, str | None, str]]:
+        return [(e.author, e.branch, e.text) for e in events]
+
+    assert shape(history) == shape(history_sse)
+    assert texts(outer.requests[1]) == texts(outer_sse.requests[1])
+    calls_have_one_result(history)
+
+
+async def test_skip_summarization_makes_the_inner_answer_the_final_response() -> None:
+    outer = ScriptedModel().call("researcher", {"request": "papers on tides"}, call_id="c1")
+    runner, sid = await make(coordinator(outer, inner_script(), skip_summarization=True))
+    events = await collect(runner, sid, "Find papers", NONE)
+    assert events[-1].is_final_response() and events[-1].actions.skip_summarization
+    assert len(outer.requests) == 1  # the parent model was not asked again
+
+
+async def test_a_bad_request_is_an_error_result_and_nothing_runs() -> None:
+    outer = (ScriptedModel().call("researcher", {"query": "tides"}, call_id="c1")
+             .reply("Sorry."))
+    inner = ScriptedModel()
+    runner, sid = await make(coordinator(outer, inner))
+    events = await collect(runner, sid, "Find papers", NONE)
+    assert events[1].function_responses[0].response["code"] == "invalid_arguments"
+    assert inner.requests == []
+    assert events[-1].text == "Sorry."
+
+
+async def test_an_inner_workflow_agent_runs_on_the_branch_and_its_last_answer_is_the_result(
+        ) -> None:
+    pipeline = SequentialAgent(name="pipeline", description="Drafts then edits.", sub_agents=[
+        Agent(name="drafter", model=ScriptedModel().reply("draft")),
+        Agent(name="editor", model=ScriptedModel().reply("edited text"))])
+    outer = (ScriptedModel().call("pipeline", {"request": "write"}, call_id="c9")
+             .reply("Done."))
+    root = Agent(name="coordinator", model=outer, tools=[AgentTool(pipeline)])
+    runner, sid = await make(root)
+    events = await collect(runner, sid, "Write it", SSE)
+    inner = [e for e in events if e.author in ("drafter", "editor") and not e.partial]
+    assert [(e.author, e.branch) for e in inner] == [("drafter", "coordinator:c9"),
+                                                    ("editor", "coordinator:c9")]
+    result = [e for e in events if e.function_responses][0].function_responses[0]
+    assert result.response == {"result": "edited text"}
+    # The next request of the coordinator has nothing of the pipeline's run.
+    assert texts(outer.requests[1]) == ["user: Write it", "model: call pipeline",
+                                        "user: result pipeline"]
+
+
+# -- budgets and cancellation ----------------------------------------------------------------
+
+async def test_max_llm_calls_counts_the_inner_agents_calls() -> None:
+    outer, inner = outer_script(), inner_script()
+    runner, sid = await make(coordinator(outer, inner))
+    config = RunConfig(streaming_mode=StreamingMode.SSE, max_llm_calls=2)
+    events = await collect(runner, sid, "Find papers", config)
+    # Outer call 1, inner call 2; the inner agent's second call is over the budget.
+    assert (len(outer.requests), len(inner.requests)) == (1, 1)
+    inner_error = [e for e in events if e.author == "researcher" and e.error_code]
+    assert inner_error[0].error_code == "budget_exceeded" and inner_error[0].branch == BRANCH
+    result = [e for e in events if e.author == "coordinator" and e.function_responses]
+    assert result[0].function_responses[0].response["code"] == "budget_exceeded"
+    assert events[-1].error_code == "budget_exceeded" and events[-1].author == "coordinator"
+    calls_have_one_result(await stored(runner, sid))
+
+
+class BlockingModel(BaseLlm):
+    """Streams one delta, then blocks until closed; records when its stream closed."""
+
+    def __init__(self) -> None:
+        super().__init__("blocking")
+        self.started = asyncio.Event()
+        self.closed_at: float | None = None
+        self.requests: list[LlmRequest] = []
+
+    async def generate_content(self, request: LlmRequest, stream: bool = False
+                               ) -> AsyncGenerator[LlmResponse, None]:
+        self.requests.append(request)
+        try:
+            yield LlmResponse(content=Content("model", [Part(text="Thinking")]), partial=True)
+            self.started.set()
+            await asyncio.Event().wait()
+            yield LlmResponse(content=Content("model", [Part(text="never")]))
+        finally:
+            self.closed_at = time.monotonic()
+
+
+async def test_cancelling_the_outer_run_closes_the_inner_model_stream_and_seals_the_call() -> None:
+    blocking = BlockingModel()
+    inner = Agent(name="researcher", model=blocking, description="Finds things.")
+    outer = ScriptedModel().call("researcher", {"request": "papers"}, call_id="c1")
+    root = Agent(name="coordinator", model=outer, tools=[AgentTool(inner)])
+    runner, sid = await make(root)
+    seen: list[Event] = []
+    stream = runner.run_async(user_id="u1", session_id=sid, new_message="go", run_config=SSE)
+    async for event in stream:
+        seen.append(event)
+        if event.author == "researcher" and event.partial:
+            break
+    assert blocking.started.is_set() and blocking.closed_at is None
+    stopped = time.monotonic()
+    async with asyncio.timeout(1):  # the acceptance: the inner stream closes within 1 s
+        await stream.aclose()
+    assert blocking.closed_at is not None and blocking.closed_at - stopped < 1
+    assert seen[-1].branch == BRANCH
+
+    history = await stored(runner, sid)
+    calls_have_one_result(history)
+    (sealed,) = [r for e in history for r in e.function_responses]
+    assert (sealed.id, sealed.response["code"]) == ("c1", "cancelled")
+    shown = [e for e in history if e.interrupted and e.author == "researcher"]
+    assert [(e.branch, e.text) for e in shown] == [(BRANCH, "Thinking")]
+    assert history[-1].error_code == "cancelled"
+    assert runner._ledgers[("u1", sid)].dangling() == []
+
+
+async def test_a_dangling_inner_call_is_sealed_on_cancel() -> None:
+    started = asyncio.Event()
+
+    @tool(streaming=True)
+    async def slow_search(query: str) -> AsyncIterator[ToolStreamEvent]:
+        """Search slowly."""
+        yield ToolStreamEvent("part_delta", delta="searching…")
+        started.set()
+        await asyncio.sleep(60)
+        yield ToolStreamEvent("done", response="never")
+
+    inner = Agent(name="researcher", model=ScriptedModel().call("slow_search", {"query": "q"},
+                                                                call_id="s1"),
+                  tools=[slow_search])
+    outer = ScriptedModel().call("researcher", {"request": "papers"}, call_id="c1")
+    runner, sid = await make(Agent(name="coordinator", model=outer, tools=[AgentTool(inner)]))
+    async with runner.run_async(user_id="u1", session_id=sid, new_message="go",
+                                run_config=SSE) as stream:
+        async for event in stream:
+            if event.tool_progress is not None and started.is_set():
+                break
+    history = await stored(runner, sid)
+    calls_have_one_result(history)
+    codes = {r.id: r.response["code"] for e in history for r in e.function_responses}
+    assert codes == {"c1": "cancelled", "s1": "cancelled"}
+    # The next turn's outer request holds the outer call and its result, nothing inner.
+    outer.reply("Sorry, stopped.")
+    await collect(runner, sid, "And now?", NONE)
+    assert texts(outer.requests[1]) == ["user: go", "model: call researcher",
+                                        "user: result researcher", "user: And now?"]
+
+
+async def test_the_ledger_leaves_call_branches_out_of_routing_and_the_single_agent_path() -> None:
+    outer, inner = outer_script(), inner_script()
+    runner, sid = await make(coordinator(outer, inner))
+    await collect(runner, sid, "Find papers", NONE)
+    ledger = CallLedger.of(await stored(runner, sid))
+    assert ledger.speakers() == ["coordinator"]  # the inner agent answered a call, not the user
+    assert texts_of(ledger.contents_for("coordinator")) == [
+        "user: Find papers", "model: call researcher", "user: result researcher",
+        "model: The researcher found 3 papers."]
+
+    # Even when the only author is the caller itself (an agent used as its own tool), the
+    # entries on a call's branch stay out of its main-line requests.
+    call = FunctionCall("c1", "me", {"request": "x"})
+    events = [
+        Event(author="user", content=Content.from_text("hi")),
+        Event(author="me", content=Content("model", [Part(function_call=call)])),
+        Event(author="user", branch="me:c1", content=Content.from_text("x")),
+        Event(author="me", branch="me:c1", content=Content("model", [Part(text="inner")])),
+        Event(author="me", content=Content("user", [Part(function_response=FunctionResponse(
+            "c1", "me", {"result": "inner"}))])),
+    ]
+    ledger = CallLedger.of(events)
+    assert texts_of(ledger.contents_for("me")) == ["user: hi", "model: call me", "user: result me"]
+    assert texts_of(ledger.contents_for("me", "me:c1")) == ["user: x", "model: inner"]
+
+
+def texts_of(contents: list[Content]) -> list[str]:
+    return texts(LlmRequest(contents=contents))
