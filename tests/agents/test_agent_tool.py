@@ -11,10 +11,13 @@ the branch (a reload shows them) and stay out of every later outer request.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import AsyncGenerator, AsyncIterator
 from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
 
 from headwater import (
@@ -31,9 +34,20 @@ from headwater import (
 from headwater.agents import AgentTool as AgentToolFromAgents
 from headwater.errors import UserError
 from headwater.models import BaseLlm, LlmRequest, LlmResponse
+from headwater.models.anthropic import AnthropicModel
+from headwater.models.openai import OpenAIChatModel
 from headwater.sessions import SqlSessionService
 from headwater.sessions.ledger import CallLedger, call_branch, visible
-from headwater.testing import ScriptedModel
+from headwater.settings import Settings
+from headwater.testing import (
+    FakeProvider,
+    Scenario,
+    ScriptedModel,
+    Stall,
+    ToolCallSpec,
+    render_anthropic,
+    render_openai,
+)
 from headwater.types import Content, FunctionCall, FunctionResponse, Part
 
 from .helpers import NONE, SSE, collect, make, stored, texts, tool_names
@@ -246,7 +260,7 @@ async def test_an_inner_workflow_agent_runs_on_the_branch_and_its_last_answer_is
     inner = [e for e in events if e.author in ("drafter", "editor") and not e.partial]
     assert [(e.author, e.branch) for e in inner] == [("drafter", "coordinator:c9"),
                                                     ("editor", "coordinator:c9")]
-    result = [e for e in events if e.function_responses][0].function_responses[0]
+    result = next(e for e in events if e.function_responses).function_responses[0]
     assert result.response == {"result": "edited text"}
     # The next request of the coordinator has nothing of the pipeline's run.
     assert texts(outer.requests[1]) == ["user: Write it", "model: call pipeline",
@@ -380,3 +394,154 @@ async def test_the_ledger_leaves_call_branches_out_of_routing_and_the_single_age
 
 def texts_of(contents: list[Content]) -> list[str]:
     return texts(LlmRequest(contents=contents))
+
+
+# -- over both real wire formats (FakeProvider on loopback) ----------------------------------
+
+FAST = Settings(model_backoff_initial=0.01, model_backoff_max=0.02, model_idle_timeout=5,
+                model_total_timeout=20)
+FORMATS = ["openai", "anthropic"]
+OUTER_SYSTEM, INNER_SYSTEM = "Delegate research.", "You research."
+Json = Any  # raw wire JSON
+
+
+@pytest.fixture
+async def client() -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient() as c:
+        yield c
+
+
+def wire_model(fmt: str, provider: FakeProvider, client: httpx.AsyncClient) -> BaseLlm:
+    if fmt == "openai":
+        return OpenAIChatModel("gpt-4o-mini", base_url=f"{provider.base_url}/v1",
+                               api_key="sk-test", http_client=client, settings=FAST)
+    return AnthropicModel("claude-test", base_url=provider.base_url, api_key="sk-ant-test",
+                          http_client=client, settings=FAST)
+
+
+def wire_text(fmt: str, text: list[str]) -> list[bytes]:
+    return render_openai(text=text) if fmt == "openai" else render_anthropic(text=text)
+
+
+def wire_call(fmt: str, call: ToolCallSpec, text: list[str] | None = None) -> list[bytes]:
+    if fmt == "openai":
+        return render_openai(text=text or [], tool_calls=[call], finish_reason="tool_calls")
+    return render_anthropic(text=text or [], tool_calls=[call], stop_reason="tool_use")
+
+
+def wire_tree(fmt: str, provider: FakeProvider, client: httpx.AsyncClient) -> Agent:
+    inner = Agent(name="researcher", model=wire_model(fmt, provider, client),
+                  instruction=INNER_SYSTEM, description="Finds things.", tools=[search])
+    return Agent(name="coordinator", model=wire_model(fmt, provider, client),
+                 instruction=OUTER_SYSTEM, tools=[AgentTool(inner)])
+
+
+def system_of(fmt: str, body: Json) -> str:
+    if fmt == "openai":
+        return str(body["messages"][0]["content"])
+    system = body["system"]
+    return system if isinstance(system, str) else "".join(b["text"] for b in system)
+
+
+def turns(fmt: str, body: Json) -> list[tuple[str, str]]:
+    """Each wire message as (role, what it holds): text, call <name>, result <id>."""
+    out = []
+    for message in body["messages"]:
+        role, content = message["role"], message.get("content")
+        if role == "system":
+            continue
+        if fmt == "openai":
+            if role == "tool":
+                out.append(("tool", f"result {message['tool_call_id']}"))
+                continue
+            calls = [f"call {c['function']['name']}" for c in message.get("tool_calls") or ()]
+            text = content if isinstance(content, str) else "".join(
+                p.get("text", "") for p in content or ())
+            out.append((role, " | ".join(([text] if text else []) + calls)))
+            continue
+        bits = []
+        for block in content if isinstance(content, list) else [{"type": "text",
+                                                                    "text": content}]:
+            if block["type"] == "text":
+                bits.append(block["text"])
+            elif block["type"] == "tool_use":
+                bits.append(f"call {block['name']}")
+            elif block["type"] == "tool_result":
+                bits.append(f"result {block['tool_use_id']}")
+        out.append((role, " | ".join(bits)))
+    return out
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+async def test_over_the_wire_each_request_is_valid_and_the_outer_one_holds_no_inner_content(
+        fmt: str, provider: FakeProvider, client: httpx.AsyncClient) -> None:
+    outer_call: ToolCallSpec = {"id": "c1", "name": "researcher",
+                                "arguments": {"request": "papers on tides"}, "fragments": 3}
+    inner_call: ToolCallSpec = {"id": "s1", "name": "search",
+                                "arguments": {"query": "tides"}, "fragments": 2}
+    provider.enqueue(  # in order: outer, inner, inner, outer (check_history is on)
+        Scenario(body=wire_call(fmt, outer_call)),
+        Scenario(body=wire_call(fmt, inner_call, ["Let me ", "look."])),
+        Scenario(body=wire_text(fmt, ["Found ", "3 papers."])),
+        Scenario(body=wire_text(fmt, ["The researcher found ", "3 papers."])))
+    runner, sid = await make(wire_tree(fmt, provider, client))
+    events = await collect(runner, sid, "Find papers on tides", SSE)
+
+    assert not [e for e in events if e.error_code], [e.error_message for e in events]
+    assert [e.content.text for e in events if e.partial and e.author == "researcher"
+            and e.content is not None] == ["Let me ", "look.", "Found ", "3 papers."]
+    assert [e.tool_progress.event.delta for e in events  # type: ignore[union-attr]
+            if e.tool_progress is not None] == ["looking for tides…", "3 hits"]
+    assert {e.branch for e in events if e.author == "researcher"} == {BRANCH}
+    assert [e for e in events if not e.partial][-1].text == "The researcher found 3 papers."
+
+    bodies = [r.json() for r in provider.requests]
+    assert [system_of(fmt, b) for b in bodies] == [OUTER_SYSTEM, INNER_SYSTEM, INNER_SYSTEM,
+                                                   OUTER_SYSTEM]
+    tool = "tool" if fmt == "openai" else "user"
+    # The outer model's second request: its call, then its one result; nothing inner.
+    assert turns(fmt, bodies[3]) == [("user", "Find papers on tides"),
+                                     ("assistant", "call researcher"), (tool, "result c1")]
+    wire = json.dumps(bodies[3]["messages"])
+    assert "papers on tides" in wire  # the outer call's own arguments
+    for inner in ("Let me", "looking for", '"query"', "s1", "hits"):
+        assert inner not in wire, inner
+    # The inner model: what it was asked, its call, then the call's one result.
+    assert turns(fmt, bodies[1]) == [("user", "papers on tides")]
+    assert turns(fmt, bodies[2]) == [("user", "papers on tides"),
+                                     ("assistant", "Let me look. | call search"),
+                                     (tool, "result s1")]
+    calls_have_one_result(await stored(runner, sid))
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+async def test_over_the_wire_a_cancel_closes_the_inner_provider_stream(
+        fmt: str, provider: FakeProvider, client: httpx.AsyncClient) -> None:
+    outer_call: ToolCallSpec = {"id": "c1", "name": "researcher",
+                                "arguments": {"request": "papers"}}
+    inner_stream = wire_text(fmt, ["Thinking ", "hard", "never sent"])
+    shown = next(n for n, chunk in enumerate(inner_stream) if b"Thinking" in chunk) + 1
+    provider.enqueue(Scenario(body=wire_call(fmt, outer_call)),
+                     Scenario(body=[*inner_stream[:shown], Stall()]),
+                     Scenario(body=wire_text(fmt, ["Stopped, as you asked."])))
+    runner, sid = await make(wire_tree(fmt, provider, client))
+    async with runner.run_async(user_id="u1", session_id=sid, new_message="go",
+                                run_config=SSE) as stream:
+        async for event in stream:
+            if event.author == "researcher" and event.partial:
+                break
+    inner_request = provider.requests[1]
+    assert system_of(fmt, inner_request.json()) == INNER_SYSTEM
+    record = await provider.wait_closed(inner_request.connection, timeout=1.0)
+    assert record.close_kind in ("client_fin", "client_rst")
+
+    history = await stored(runner, sid)
+    calls_have_one_result(history)
+    assert [r.response["code"] for e in history for r in e.function_responses] == ["cancelled"]
+    # The session stays valid for the provider: the next turn's request is accepted.
+    events = await collect(runner, sid, "ok?", NONE)
+    assert events[-1].text == "Stopped, as you asked."
+    after = ([("tool", "result c1"), ("user", "ok?")] if fmt == "openai"
+             else [("user", "result c1 | ok?")])  # Anthropic: one user turn
+    assert turns(fmt, provider.requests[2].json()) == [
+        ("user", "go"), ("assistant", "call researcher"), *after]

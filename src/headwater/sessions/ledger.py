@@ -364,8 +364,9 @@ class CallLedger:
         """The conversation for ``agent``'s next request, on ``branch`` (a new list).
 
         :attr:`contents` itself while ``agent`` is the session's only agent
-        author, runs on no branch and no entry lies on a call's branch; otherwise its view (see the module
-        docstring), built on first use and kept level from then on.
+        author, runs on no branch and no entry lies on a call's branch;
+        otherwise its view (see the module docstring), built on first use and
+        kept level from then on.
         """
         authors = self._authors
         if branch is None and not self._in_calls and (
