@@ -24,6 +24,7 @@ from headwater import (
     Agent,
     AgentTool,
     Event,
+    LiveRequestQueue,
     RunConfig,
     Runner,
     SequentialAgent,
@@ -42,7 +43,9 @@ from headwater.settings import Settings
 from headwater.testing import (
     FakeProvider,
     Scenario,
+    ScriptedCall,
     ScriptedModel,
+    ScriptedTurn,
     Stall,
     ToolCallSpec,
     render_anthropic,
@@ -545,3 +548,52 @@ async def test_over_the_wire_a_cancel_closes_the_inner_provider_stream(
              else [("user", "result c1 | ok?")])  # Anthropic: one user turn
     assert turns(fmt, provider.requests[2].json()) == [
         ("user", "go"), ("assistant", "call researcher"), *after]
+
+
+async def test_in_a_live_run_the_agent_tool_runs_its_agent_and_the_caller_sees_it() -> None:
+    outer = (ScriptedModel().call("researcher", {"request": "papers on tides"}, call_id="c1")
+             .reply("The researcher found 3 papers."))
+    inner = inner_script()
+    runner = Runner(agent=coordinator(outer, inner), app_name="app", auto_create_session=True)
+    queue = LiveRequestQueue()
+    queue.send_content(Content.from_text("Find papers"))
+    events: list[Event] = []
+    async with runner.run_live(user_id="u", session_id="s", live_request_queue=queue) as stream:
+        async for event in stream:
+            events.append(event)
+            if event.author == "coordinator" and "3 papers" in event.text and not event.partial:
+                break
+    inner_records = [e for e in events if e.author == "researcher" and not e.partial]
+    assert [e.branch for e in inner_records] == [BRANCH] * 3
+    assert inner_records[-1].text == "Found 3 papers."
+    assert texts(inner.requests[1]) == ["user: papers on tides",
+                                        "model: Let me look. | call search", "user: result search"]
+    result = next(e for e in events if e.author == "coordinator" and e.function_responses)
+    assert result.function_responses[0].response == {"result": "Found 3 papers."}
+    assert not any("Let me" in " ".join(texts(r)) for r in outer.requests)
+
+
+async def test_two_calls_in_one_aggregate_run_concurrently_each_on_its_own_branch() -> None:
+    def answer(request: LlmRequest) -> ScriptedTurn:
+        return ScriptedTurn(text=["answer to ", request.contents[-1].text])
+
+    inner = ScriptedModel(responder=answer)
+    outer = (ScriptedModel().add(ScriptedTurn(calls=(
+        ScriptedCall("researcher", {"request": "tides"}, id="c1"),
+        ScriptedCall("researcher", {"request": "waves"}, id="c2"))))
+        .reply("Both done."))
+    runner, sid = await make(coordinator(outer, inner))
+    events = await collect(runner, sid, "Research both", SSE)
+    finals = {e.branch: e.text for e in events if e.author == "researcher" and not e.partial
+              and e.is_final_response()}
+    assert finals == {"coordinator:c1": "answer to tides", "coordinator:c2": "answer to waves"}
+    # Each inner run saw its own request only.
+    assert sorted(texts(r)[0] for r in inner.requests) == ["user: tides", "user: waves"]
+    assert all(len(r.contents) == 1 for r in inner.requests)
+    results = {r.id: r.response for e in events if e.author == "coordinator"
+               for r in e.function_responses}
+    assert results == {"c1": {"result": "answer to tides"}, "c2": {"result": "answer to waves"}}
+    assert texts(outer.requests[1]) == ["user: Research both",
+                                        "model: call researcher | call researcher",
+                                        "user: result researcher | result researcher"]
+    calls_have_one_result(await stored(runner, sid))
