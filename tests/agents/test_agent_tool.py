@@ -300,8 +300,8 @@ class BlockingModel(BaseLlm):
                                ) -> AsyncGenerator[LlmResponse, None]:
         self.requests.append(request)
         try:
-            yield LlmResponse(content=Content("model", [Part(text="Thinking")]), partial=True)
             self.started.set()
+            yield LlmResponse(content=Content("model", [Part(text="Thinking")]), partial=True)
             await asyncio.Event().wait()
             yield LlmResponse(content=Content("model", [Part(text="never")]))
         finally:
@@ -597,3 +597,17 @@ async def test_two_calls_in_one_aggregate_run_concurrently_each_on_its_own_branc
                                         "model: call researcher | call researcher",
                                         "user: result researcher | result researcher"]
     calls_have_one_result(await stored(runner, sid))
+
+
+async def test_the_inner_run_goes_at_the_callers_pace() -> None:
+    inner = ScriptedModel().reply("one ", "two ", "three")
+    outer = ScriptedModel().call("researcher", {"request": "count"}, call_id="c1").reply("ok")
+    runner, sid = await make(coordinator(outer, inner))
+    async with runner.run_async(user_id="u1", session_id=sid, new_message="go",
+                                run_config=SSE) as stream:
+        async for event in stream:
+            if event.author == "researcher" and event.partial:
+                await asyncio.sleep(0.05)  # a slow reader: the inner model waits for it
+                assert inner.streams[0].emitted == 1
+                break
+    assert inner.streams[0].closed_early

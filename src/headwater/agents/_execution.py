@@ -52,6 +52,40 @@ security_logger = logging.getLogger("headwater.security")
 ProgressSink = Callable[[Event], None]
 
 
+class Handoff:
+    """Where the events of running calls go on their way to the caller, in order.
+
+    As a :data:`ProgressSink` it takes tool progress as it comes (bounded per
+    call by ``_Progress``). :meth:`hand` takes an event of an agent used as a
+    tool and returns once the caller has it, so an inner run goes at the
+    caller's pace (as a parallel agent's branches do) and nothing piles up.
+    The reader takes ``(event, seen)`` pairs from :meth:`get` and sets ``seen``
+    (when not ``None``) once the event is yielded; ``None`` ends the stream.
+    """
+
+    __slots__ = ("_queue",)
+
+    def __init__(self) -> None:
+        self._queue: asyncio.Queue[tuple[Event, asyncio.Event | None] | None] = asyncio.Queue()
+
+    def __call__(self, event: Event) -> None:
+        self._queue.put_nowait((event, None))
+
+    async def hand(self, event: Event) -> None:
+        """Pass ``event`` on; returns once the reader has yielded it."""
+        seen = asyncio.Event()
+        self._queue.put_nowait((event, seen))
+        await seen.wait()
+
+    def close(self) -> None:
+        """No more events (the calls are done)."""
+        self._queue.put_nowait(None)
+
+    async def get(self) -> tuple[Event, asyncio.Event | None] | None:
+        """The next event and what to set once it is yielded; ``None`` at the end."""
+        return await self._queue.get()
+
+
 def error_result(code: str, message: str) -> dict[str, Any]:
     """The shape of every error result a model sees."""
     return {"error": message, "code": code}
@@ -291,8 +325,9 @@ class ToolExecutor:
                      sink: ProgressSink | None) -> dict[str, Any]:
         """Run an ``AgentTool``'s agent on the call's branch; its final text is the result.
 
-        Every event of the inner run goes to ``sink`` as it comes (the caller's
-        stream; ``None`` under NONE: stored, not shown). The result is
+        Every event of the inner run goes to ``sink`` (the caller's stream; ``None``
+        under NONE: stored, not shown), through :meth:`Handoff.hand` when it is
+        one, so the inner run waits for the caller. The result is
         ``{"result": <the text of the inner run's last final answer>}``, or an
         error result when the inner run ended in an error.
 
@@ -307,12 +342,15 @@ class ToolExecutor:
         if not isinstance(request, str):
             raise ToolArgumentsError(f"{tool.name} takes one argument, 'request', a string")
         branch = call_branch(ctx.branch, self.agent_name, invocation.call_id)
+        hand = sink.hand if isinstance(sink, Handoff) else None
         last: Event | None = None
         answer = ""
         async with aclosing(driver(tool.agent, branch,
                                    Content("user", [Part(text=request)]))) as events:
             async for event in events:
-                if sink is not None:
+                if hand is not None:
+                    await hand(event)
+                elif sink is not None:
                     sink(event)
                 if event.partial or event.author == "user":
                     continue
