@@ -611,3 +611,20 @@ async def test_the_inner_run_goes_at_the_callers_pace() -> None:
                 assert inner.streams[0].emitted == 1
                 break
     assert inner.streams[0].closed_early
+
+
+async def test_a_timeout_stops_the_inner_run_and_the_caller_goes_on() -> None:
+    blocking = BlockingModel()
+    inner = Agent(name="researcher", model=blocking, description="Finds things.")
+    outer = (ScriptedModel().call("researcher", {"request": "papers"}, call_id="c1")
+             .reply("It took too long."))
+    root = Agent(name="coordinator", model=outer, tools=[AgentTool(inner, timeout=0.2)])
+    runner, sid = await make(root)
+    events = await collect(runner, sid, "go", SSE)
+    assert blocking.closed_at is not None
+    result = next(e for e in events if e.author == "coordinator" and e.function_responses)
+    assert result.function_responses[0].response["code"] == "timeout"
+    assert [e for e in events if not e.partial][-1].text == "It took too long."
+    history = await stored(runner, sid)
+    calls_have_one_result(history)
+    assert [(e.branch, e.text) for e in history if e.interrupted] == [(BRANCH, "Thinking")]
