@@ -15,6 +15,7 @@ from typing import Any as _Any
 
 if _TYPE_CHECKING:
     from .agents.agent import Agent as Agent
+    from .agents.agent_tool import AgentTool as AgentTool
     from .agents.workflow import LoopAgent as LoopAgent
     from .agents.workflow import ParallelAgent as ParallelAgent
     from .agents.workflow import SequentialAgent as SequentialAgent
@@ -36,6 +37,7 @@ if _TYPE_CHECKING:
 
 __all__ = (
     "Agent",
+    "AgentTool",
     "Content",
     "Event",
     "EventActions",
@@ -60,6 +62,7 @@ __version__ = "0.1.0"
 
 _LAZY: dict[str, str] = {
     "Agent": ".agents.agent",
+    "AgentTool": ".agents.agent_tool",
     "LoopAgent": ".agents.workflow",
     "ParallelAgent": ".agents.workflow",
     "SequentialAgent": ".agents.workflow",

@@ -2,6 +2,7 @@
 that drives a tree of them."""
 
 from .agent import Agent as Agent
+from .agent_tool import AgentTool as AgentTool
 from .base import BaseAgent as BaseAgent
 from .flow import Flow as Flow
 from .invocation import InvocationContext as InvocationContext
@@ -13,5 +14,5 @@ from .workflow import LoopAgent as LoopAgent
 from .workflow import ParallelAgent as ParallelAgent
 from .workflow import SequentialAgent as SequentialAgent
 
-__all__ = ("Agent", "BaseAgent", "Flow", "InvocationContext", "LiveFlow", "LoopAgent",
+__all__ = ("Agent", "AgentTool", "BaseAgent", "Flow", "InvocationContext", "LiveFlow", "LoopAgent",
            "ParallelAgent", "RunStats", "SequentialAgent", "TransferToAgentTool", "TreeRun")

@@ -6,7 +6,10 @@ exception, a timeout, a budget, a stream without ``done`` — becomes an error
 result the model sees. A streaming tool's progress reaches the caller as
 partial events while the calls run (never persisted, never sent to a model);
 under ``StreamingMode.NONE`` it is drained with a warning. A call that needs
-approval does not run: its outcome is an :class:`ApprovalRequest`.
+approval does not run: its outcome is an :class:`ApprovalRequest`. A call to
+an :class:`~headwater.agents.agent_tool.AgentTool` drives its agent within the
+run (``ctx.driver``); the inner run's events reach the caller the way progress
+does.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from typing import Any
 
 from pydantic_core import to_json, to_jsonable_python
 
-from ..errors import ToolArgumentsError
+from ..errors import SessionError, ToolArgumentsError, UserError
 from ..events import (
     ApprovalRequest,
     Event,
@@ -32,12 +35,14 @@ from ..events import (
     partial_event,
 )
 from ..live_request_queue import LiveRequestQueue
+from ..sessions.ledger import call_branch
 from ..tools.approval import args_sha256
 from ..tools.context import ToolContext
 from ..tools.function_tool import BaseTool
 from ..tools.middleware import ToolInvocation, ToolMiddleware, chain
 from ..tools.threads import sync_tool_workers
-from ..types import Blob, FunctionCall, Part
+from ..types import Blob, Content, FunctionCall, Part
+from .agent_tool import AgentTool
 from .callbacks import AfterToolCallback, BeforeToolCallback
 from .invocation import InvocationContext
 
@@ -45,6 +50,40 @@ logger = logging.getLogger("headwater.tools")
 security_logger = logging.getLogger("headwater.security")
 
 ProgressSink = Callable[[Event], None]
+
+
+class Handoff:
+    """Where the events of running calls go on their way to the caller, in order.
+
+    As a :data:`ProgressSink` it takes tool progress as it comes (bounded per
+    call by ``_Progress``). :meth:`hand` takes an event of an agent used as a
+    tool and returns once the caller has it, so an inner run goes at the
+    caller's pace (as a parallel agent's branches do) and nothing piles up.
+    The reader takes ``(event, seen)`` pairs from :meth:`get` and sets ``seen``
+    (when not ``None``) once the event is yielded; ``None`` ends the stream.
+    """
+
+    __slots__ = ("_queue",)
+
+    def __init__(self) -> None:
+        self._queue: asyncio.Queue[tuple[Event, asyncio.Event | None] | None] = asyncio.Queue()
+
+    def __call__(self, event: Event) -> None:
+        self._queue.put_nowait((event, None))
+
+    async def hand(self, event: Event) -> None:
+        """Pass ``event`` on; returns once the reader has yielded it."""
+        seen = asyncio.Event()
+        self._queue.put_nowait((event, seen))
+        await seen.wait()
+
+    def close(self) -> None:
+        """No more events (the calls are done)."""
+        self._queue.put_nowait(None)
+
+    async def get(self) -> tuple[Event, asyncio.Event | None] | None:
+        """The next event and what to set once it is yielded; ``None`` at the end."""
+        return await self._queue.get()
 
 
 def error_result(code: str, message: str) -> dict[str, Any]:
@@ -133,10 +172,11 @@ class ToolExecutor:
         return [task.result() for task in tasks] + refused
 
     def streams_progress(self, calls: Sequence[FunctionCall]) -> bool:
-        """Whether any of these calls is to a tool that streams progress."""
+        """Whether any of these calls is to a tool that streams progress (or to an agent)."""
         tools = self.tools
         return any((tool := tools.get(c.name)) is not None
-                   and tool.options.kind != "call" for c in calls)
+                   and (tool.options.kind != "call" or isinstance(tool, AgentTool))
+                   for c in calls)
 
     async def _run_one(
         self, ctx: InvocationContext, call: FunctionCall, sink: ProgressSink | None,
@@ -213,6 +253,8 @@ class ToolExecutor:
                    else ctx.settings.tool_timeout)
 
         async def terminal(invocation: ToolInvocation) -> Any:
+            if isinstance(invocation.tool, AgentTool):
+                return await self._drive(ctx, invocation.tool, invocation, sink)
             found, value = invocation.tool.cached(invocation.args)
             if found:
                 return value
@@ -239,6 +281,10 @@ class ToolExecutor:
         except TimeoutError as exc:
             if scope.expired():
                 return error_result("timeout", f"{tool.name} did not finish within {timeout:g} s")
+            return _failure(tool, call, exc)
+        except (SessionError, UserError) as exc:
+            if isinstance(tool, AgentTool):  # the store, or the app, failed: as anywhere in a run
+                raise
             return _failure(tool, call, exc)
         except Exception as exc:  # a tool's failure is a result for the model, not a crash
             return _failure(tool, call, exc)
@@ -276,6 +322,52 @@ class ToolExecutor:
         raise _StreamIncomplete(
             f"{tool.name} ended without a 'done' event after {progress.seen} progress events; "
             "it produced no result")
+
+    async def _drive(self, ctx: InvocationContext, tool: AgentTool, invocation: ToolInvocation,
+                     sink: ProgressSink | None) -> dict[str, Any]:
+        """Run an ``AgentTool``'s agent on the call's branch; its final text is the result.
+
+        Every event of the inner run goes to ``sink`` (the caller's stream; ``None``
+        under NONE: stored, not shown), through :meth:`Handoff.hand` when it is
+        one, so the inner run waits for the caller. The result is
+        ``{"result": <the text of the inner run's last final answer>}``, or an
+        error result when the inner run ended in an error.
+
+        Raises:
+            ToolArgumentsError: ``request`` is missing or not a string (nothing ran).
+        """
+        driver = ctx.driver
+        if driver is None:
+            raise UserError(f"AgentTool {tool.name!r} needs a run to drive its agent in; run "
+                            "the agent that has it with headwater.Runner")
+        request = invocation.args.get("request")
+        if not isinstance(request, str):
+            raise ToolArgumentsError(f"{tool.name} takes one argument, 'request', a string")
+        branch = call_branch(ctx.branch, self.agent_name, invocation.call_id)
+        hand = sink.hand if isinstance(sink, Handoff) else None
+        last: Event | None = None
+        answer = ""
+        async with aclosing(driver(tool.agent, branch,
+                                   Content("user", [Part(text=request)]))) as events:
+            async for event in events:
+                if hand is not None:
+                    await hand(event)
+                elif sink is not None:
+                    sink(event)
+                if event.partial or event.author == "user":
+                    continue
+                last = event
+                content = event.content
+                if (event.error_code is None and content is not None and content.role == "model"
+                        and not content.function_calls):
+                    answer = content.text  # the last final answer wins (thoughts left out)
+        if last is not None and last.error_code is not None:
+            code = "budget_exceeded" if last.error_code == "budget_exceeded" else "tool_error"
+            why = f": {last.error_message}" if last.error_message else ""
+            return error_result(code, f"agent {last.author!r} failed ({last.error_code}){why}")
+        if tool.skip_summarization:
+            invocation.tool_context.actions.skip_summarization = True
+        return {"result": answer}
 
     async def _split_artifact(self, ctx: InvocationContext, tool: BaseTool, call: FunctionCall,
                               tool_context: ToolContext, value: Any) -> Any:

@@ -35,7 +35,14 @@ from ..run_config import StreamingMode
 from ..telemetry import error_type
 from ..tools.function_tool import BaseTool
 from ..types import Content, FunctionCall, FunctionResponse, Part
-from ._execution import CallOutcome, ProgressSink, ToolExecutor, error_result, maybe_await
+from ._execution import (
+    CallOutcome,
+    Handoff,
+    ProgressSink,
+    ToolExecutor,
+    error_result,
+    maybe_await,
+)
 from .agent import Agent
 from .approvals import Resume
 from .instructions import inject_session_state
@@ -212,14 +219,17 @@ class Flow:
 
     async def _with_progress(self, calls: Sequence[FunctionCall], approved: Container[str],
                              outcomes: list[CallOutcome]) -> AsyncGenerator[Event, None]:
-        """Run calls in a task while their progress events are yielded here."""
-        queue: asyncio.Queue[Event | None] = asyncio.Queue()
-        task = asyncio.create_task(self.executor.run(self.ctx, calls, approved,
-                                                     queue.put_nowait))
-        task.add_done_callback(lambda _: queue.put_nowait(None))
+        """Run calls in a task while their progress events (and the events of agents
+        used as tools) are yielded here."""
+        handoff = Handoff()
+        task = asyncio.create_task(self.executor.run(self.ctx, calls, approved, handoff))
+        task.add_done_callback(lambda _: handoff.close())
         try:
-            while (event := await queue.get()) is not None:
+            while (item := await handoff.get()) is not None:
+                event, seen = item
                 yield event
+                if seen is not None:
+                    seen.set()
             outcomes += task.result()
         finally:
             if not task.done():

@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, field
 
 from ..artifacts import BaseArtifactService
 from ..clock import SYSTEM_CLOCK, Clock
 from ..context import CallbackContext
-from ..events import ApprovalDecision, EventActions
+from ..events import ApprovalDecision, Event, EventActions
 from ..run_config import RunConfig
 from ..sessions.base import Session
 from ..sessions.ledger import CallLedger
 from ..settings import Settings
 from ..telemetry import NO_TRACE, RunTrace
-from ..types import FunctionCall, Usage
+from ..types import Content, FunctionCall, Usage
+from .base import BaseAgent
+
+AgentDriver = Callable[[BaseAgent, str, Content], AsyncGenerator[Event, None]]
+"""Runs an agent inside the current run: ``(agent, branch, message)`` → its events, the
+message first (``TreeRun.drive``)."""
 
 
 @dataclass(slots=True)
@@ -60,6 +66,9 @@ class InvocationContext:
     (``dataclasses.replace``): session, ledger and stats are shared."""
     trace: RunTrace = NO_TRACE
     """The run's span: parent of its model calls' and tool calls' spans."""
+    driver: AgentDriver | None = None
+    """How an agent used as a tool (``AgentTool``) runs its agent within this run; the
+    runner's ``TreeRun`` sets it."""
 
     @property
     def user_id(self) -> str:

@@ -40,7 +40,7 @@ from dataclasses import dataclass, replace
 from ..errors import ERROR_MESSAGES, ErrorCode, SessionError, UserError
 from ..events import Event
 from ..live_request_queue import LiveRequestQueue
-from ..types import FunctionCall
+from ..types import Content, FunctionCall
 from .agent import Agent
 from .approvals import Resume
 from .base import BaseAgent
@@ -97,6 +97,7 @@ class TreeRun:
         self.ctx = ctx
         self.recorder = recorder
         self._not_last = _NotLast(recorder)
+        ctx.driver = self.drive  # agents used as tools run through this run
 
     @property
     def name(self) -> str:
@@ -121,15 +122,31 @@ class TreeRun:
             return Flow(agent, ctx, self.recorder).run()  # the single-agent path, as it was
         return self._run(agent, branch, True, _Outcome(), ctx.resume)
 
-    def drive(self, agent: BaseAgent, branch: str | None = None) -> AsyncGenerator[Event, None]:
-        """The events of ``agent`` (any kind of this tree) running on ``branch`` within this run.
+    def drive(self, agent: BaseAgent, branch: str | None = None,
+              message: Content | None = None) -> AsyncGenerator[Event, None]:
+        """The events of ``agent`` (any kind) running on ``branch`` within this run.
 
-        The seam for running an agent inside another's turn (an agent used as
-        a tool): its events are committed through the run's recorder, never as
-        the run's last event, and it spends the run's budgets. Closing the
-        generator stops it as closing the run would.
+        The seam for running an agent inside another's turn (an ``AgentTool``
+        drives its agent on its call's branch, ``sessions.ledger.call_branch``):
+        ``message``, when given, is committed first as the user's turn on that
+        branch (what the agent is asked); then the agent's events. Everything is
+        committed through the run's recorder, never as the run's last event, and
+        spends the run's budgets. Closing the generator stops it as closing the
+        run would.
         """
-        return self._run(agent, branch, False, _Outcome())
+        if message is None:
+            return self._run(agent, branch, False, _Outcome())
+        return self._asked(agent, branch, message)
+
+    async def _asked(self, agent: BaseAgent, branch: str | None, message: Content
+                     ) -> AsyncGenerator[Event, None]:
+        asked = Event(invocation_id=self.ctx.invocation_id, author="user", branch=branch,
+                      content=message)
+        await self._not_last.commit(asked)
+        yield asked
+        async with aclosing(self._run(agent, branch, False, _Outcome())) as events:
+            async for event in events:
+                yield event
 
     def live(self, queue: LiveRequestQueue) -> AsyncGenerator[Event, None]:
         """A live run: the root LLM agent alone, over one connection.
@@ -224,8 +241,8 @@ class TreeRun:
                     yield event
                     if not event.partial:
                         last = event
-                        if event.actions.escalate:
-                            outcome.escalated = True
+                        if event.actions.escalate and event.branch == branch:
+                            outcome.escalated = True  # (not one inside an agent used as a tool)
             if last is None:
                 return
             if last.error_code is not None or last.actions.end_invocation:

@@ -29,8 +29,9 @@ asking agent is on no branch, :meth:`contents_for` is :attr:`contents` itself
 its own view, built once and then kept level with every entry and every result
 that lands in a slot: other agents' messages re-cast as user-role context
 (``For context: [billing] said: …``, as ADK does) and other branches' entries
-left out. The ledger also keeps who last spoke as a model (:meth:`speakers`),
-which routes the next user turn.
+left out (:func:`visible`; a call's branch, where an agent used as a tool
+runs, is seen only from inside it). The ledger also keeps who last spoke as a
+model (:meth:`speakers`), which routes the next user turn.
 
 The ledger is updated by :meth:`observe` with each committed event, in commit
 order; :meth:`catch_up` brings it level with a session's events.
@@ -85,16 +86,42 @@ Origin = tuple[str, str | None]
 """The author and branch of a content entry."""
 
 
+CALL_MARK = ":"
+"""Marks the branch of an agent driven by a call (an ``AgentTool``): ``"<agent>:<call id>"``.
+An agent name never holds it (names are identifiers)."""
+
+
+def call_branch(branch: str | None, agent: str, call_id: str) -> str:
+    """The branch an agent used as a tool runs on, for ``agent``'s call ``call_id`` made on
+    ``branch``: ``"<agent>:<call id>"``, under ``branch`` when there is one
+    (``"p.a.a:call_1"``)."""
+    own = f"{agent}{CALL_MARK}{call_id}"
+    return f"{branch}.{own}" if branch else own
+
+
+def in_call(branch: str | None) -> bool:
+    """Whether ``branch`` is (or is under) the branch of an agent driven by a call."""
+    return branch is not None and CALL_MARK in branch
+
+
 def visible(viewer_branch: str | None, branch: str | None) -> bool:
     """Whether an entry on ``branch`` is in the history of an agent on ``viewer_branch``.
 
-    ADK's rule: everything is visible from no branch; from a branch, the
-    entries of no branch, of that branch, and of the branches it descends
-    from (``p.a`` sees ``p``, not ``p.b``; ``p.a`` does not match ``p.ab``).
+    ADK's rule: from no branch, every branch; from a branch, the entries of no
+    branch, of that branch, and of the branches it descends from (``p.a`` sees
+    ``p``, not ``p.b``; ``p.a`` does not match ``p.ab``). One more: a call's
+    branch (``"<agent>:<call id>"``, an agent used as a tool) is a world of its
+    own. Its entries are seen only from it and from the branches under it, and
+    an agent on it sees only those entries (none of the main line's or of the
+    branches above the call).
     """
-    if viewer_branch is None or branch is None:
-        return True
-    return viewer_branch == branch or viewer_branch.startswith(branch + ".")
+    if viewer_branch is None:
+        return branch is None or CALL_MARK not in branch
+    if branch is None:
+        return CALL_MARK not in viewer_branch
+    if not (viewer_branch == branch or viewer_branch.startswith(branch + ".")):
+        return False
+    return len(branch) > viewer_branch.rfind(CALL_MARK)  # the entry is inside the viewer's call
 
 
 def as_seen_by(viewer: str, author: str, content: Content) -> Content | None:
@@ -159,8 +186,8 @@ class CallLedger:
     :meth:`observe` after each commit.
     """
 
-    __slots__ = ("_authors", "_calls", "_contents", "_last_id", "_observed", "_origins",
-                 "_slots", "_speakers", "_unmatched", "_views")
+    __slots__ = ("_authors", "_calls", "_contents", "_in_calls", "_last_id", "_observed",
+                 "_origins", "_slots", "_speakers", "_unmatched", "_views")
 
     def __init__(self) -> None:
         self._reset()
@@ -177,6 +204,7 @@ class CallLedger:
         self._authors: set[str] = set()  # agents that authored an entry
         self._views: dict[Origin, _View] = {}  # (agent, branch) -> its conversation
         self._speakers: dict[str, None] = {}  # agents that spoke as a model, latest last
+        self._in_calls = False  # an entry lies on a call's branch (an agent used as a tool)
 
     @classmethod
     def of(cls, events: Sequence[Event]) -> CallLedger:
@@ -233,7 +261,7 @@ class CallLedger:
                     calls.append(part.function_call)
                 rest.append(part)
         origin = (event.author, event.branch)
-        if content.role == "model":
+        if content.role == "model" and not in_call(event.branch):
             speakers = self._speakers
             speakers.pop(event.author, None)
             speakers[event.author] = None
@@ -261,6 +289,8 @@ class CallLedger:
         author = origin[0]
         if author != "user" and author not in self._authors:
             self._authors.add(author)
+        if not self._in_calls and in_call(origin[1]):
+            self._in_calls = True
         for view in self._views.values():
             view.add(index, content, origin)
 
@@ -334,11 +364,13 @@ class CallLedger:
         """The conversation for ``agent``'s next request, on ``branch`` (a new list).
 
         :attr:`contents` itself while ``agent`` is the session's only agent
-        author and runs on no branch; otherwise its view (see the module
-        docstring), built on first use and kept level from then on.
+        author, runs on no branch and no entry lies on a call's branch;
+        otherwise its view (see the module docstring), built on first use and
+        kept level from then on.
         """
         authors = self._authors
-        if branch is None and (not authors or (len(authors) == 1 and agent in authors)):
+        if branch is None and not self._in_calls and (
+                not authors or (len(authors) == 1 and agent in authors)):
             return list(self._contents)
         key = (agent, branch)
         view = self._views.get(key)
@@ -350,7 +382,8 @@ class CallLedger:
         return list(view.contents)
 
     def speakers(self) -> list[str]:
-        """The agents that spoke as a model in this session, the latest first."""
+        """The agents that spoke as a model in this session, the latest first (an agent
+        used as a tool, on its call's branch, does not count: it answered the call)."""
         return list(reversed(self._speakers))
 
     def record(self, call_id: str) -> CallRecord | None:
