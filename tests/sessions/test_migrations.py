@@ -228,6 +228,27 @@ async def test_a_database_of_the_previous_release_keeps_every_row(store: Store) 
     assert (await sql(service).upgrade_schema()).at_head
 
 
+async def test_a_file_whose_holder_columns_were_added_in_place_is_stamped_at_0002(
+        tmp_path: Path) -> None:
+    # What the development versions between 0.1.0 and migrations left: the columns, no version.
+    url = f"sqlite:///{tmp_path / 'sessions.db'}"
+    await on_database(url, fill_previous)
+    for name, kind in zip(HOLDER_COLUMNS, ("VARCHAR", "INTEGER", "VARCHAR"), strict=True):
+        await on_database(url, lambda conn, n=name, k=kind: conn.execute(text(
+            f"ALTER TABLE hw_leases ADD COLUMN {n} {k}")))
+    before = await on_database(url, rows)
+    service = SqlSessionService(url)
+    try:
+        found = await service.schema_revision()
+        assert (found.current, found.unversioned) == (None, "0002")
+        assert len(await service.list_sessions(app_name="app", user_id="u")) == 2
+    finally:
+        await service.close()
+    assert await on_database(url, rows) == before
+    assert await on_database(url, version) == [HEAD]
+    assert await on_database(url, schema_diffs) == []
+
+
 @SQL
 async def test_processes_starting_together_migrate_once(store: Store) -> None:
     services = [store.reopen() for _ in range(4)]
