@@ -68,7 +68,8 @@ def test_demo_terminal_runs_the_demo_model_or_the_model_given(tmp_path: Path,
 
 # -- help -----------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("command", [[], ["demo"], ["chat"], ["run"], ["sessions"], ["serve"]])
+@pytest.mark.parametrize("command", [[], ["demo"], ["chat"], ["run"], ["sessions"], ["db"],
+                                     ["serve"]])
 def test_help_is_quick_and_documents_every_option(command: list[str], tmp_path: Path,
                                                   env: dict[str, str]) -> None:
     hw(*command, "--help", cwd=tmp_path, env=env)  # warm the file cache
@@ -88,7 +89,7 @@ def test_every_command_and_option_has_help() -> None:
     commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     documented = {c.dest: c.help for c in commands._choices_actions}
     assert set(documented) == set(commands.choices) == {"demo", "chat", "run", "sessions",
-                                                        "serve"}
+                                                        "db", "serve"}
     assert all(documented.values())
     for name, sub in [("headwater", parser), *commands.choices.items()]:
         missing = [a.dest for a in sub._actions if not a.help and a.dest != "command"]

@@ -13,6 +13,12 @@ class Settings(BaseSettings):
 
     Attributes:
         database_url: the default session store.
+        database_auto_migrate: a SQL session store brings its database to the
+            schema's newest revision when it first connects (Alembic; an
+            empty database gets its tables, one made by an earlier version is
+            upgraded in place). Off: the store only checks the database is
+            there and fails with ``SessionError`` otherwise (deployments that
+            run ``headwater db upgrade`` as a step of their own).
         sqlite_synchronous: ``NORMAL`` survives a process crash and may lose the
             last commits on power loss; ``FULL`` does not.
         sqlite_busy_timeout_ms: how long a writer waits for SQLite's lock.
@@ -39,7 +45,7 @@ class Settings(BaseSettings):
         session_lease_ttl: seconds a session lease lasts unless renewed (the
             runner renews it while a run goes on). A SQL store records the
             lease's holder (host name, pid, process start; three nullable
-            ``hw_leases`` columns, added in place to older databases): a
+            ``hw_leases`` columns, migration 0002): a
             holder that is a process of this host and has provably ended
             (``kill -9``, a crash) is taken over at once; a holder on another
             host, or one this host cannot judge, keeps the lease until it
@@ -172,6 +178,7 @@ class Settings(BaseSettings):
                                       protected_namespaces=())
 
     database_url: str = "sqlite:///.headwater/sessions.db"
+    database_auto_migrate: bool = True
     sqlite_synchronous: Literal["OFF", "NORMAL", "FULL", "EXTRA"] = "NORMAL"
     sqlite_busy_timeout_ms: int = Field(default=5000, ge=0)
     sqlite_write_queue_size: int = Field(default=10_000, ge=1)

@@ -172,6 +172,15 @@ def _parser() -> argparse.ArgumentParser:
                                "default: the demo's agents, " + ", ".join(DEMO_APPS) + ")")
     sessions.add_argument("--user", default=DEMO_USER, help="user id (default: %(default)s)")
 
+    db = commands.add_parser(
+        "db", help="upgrade the session database's schema, or show its revision",
+        description="The session store's schema (Alembic revisions). upgrade: bring it to the "
+                    "newest revision (idempotent; an empty database gets its tables, one made "
+                    "before migrations is stamped and upgraded) and print the revision "
+                    "reached. current: print its revision.")
+    db.add_argument("action", choices=["upgrade", "current"], help="what to do")
+    _add_db(db)
+
     serve = commands.add_parser(
         "serve", formatter_class=formatter, epilog=SERVE_EPILOG,
         help="serve an app, an agent or a list of agents over HTTP (uvicorn)",
@@ -215,6 +224,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         from ._run import run_command as command
     elif args.command == "sessions":
         from ._sessions import sessions_command as command
+    elif args.command == "db":
+        from ._db import db_command as command
     else:
         from ._serve import serve_command as command
     return _guarded(command, args)

@@ -21,11 +21,14 @@ import json
 import time
 from collections.abc import Awaitable, Callable, Generator
 from dataclasses import dataclass
-from typing import Any, Final, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
 
 from ..errors import CallAlreadyAnsweredError, LeaseLostError, SessionError, SessionNotFoundError
 from ._holder import Holder, holder_is_dead
 from .base import Lease
+
+if TYPE_CHECKING:
+    from .migrations import SchemaRevision
 
 T = TypeVar("T")
 Row = tuple[Any, ...]  # one result row (raw column values)
@@ -318,6 +321,14 @@ class Store(Protocol):
     async def write(self, steps: Steps[T]) -> T: ...
 
     async def read(self, steps: Steps[T]) -> T: ...
+
+    async def upgrade_schema(self) -> SchemaRevision:
+        """Bring the database to the schema's head (Alembic); where it stood before."""
+        ...
+
+    async def schema_revision(self) -> SchemaRevision:
+        """Where the database's schema stands; changes nothing."""
+        ...
 
     async def close(self) -> None: ...
 

@@ -3,15 +3,19 @@
 For several gateway replicas on one database. The operations are the steps of
 :mod:`._sqlcore`, each driven inside one transaction; every write locks the
 session's row first, so writes of one session from any replica serialise.
+The first connection of an engine brings the database to the schema's newest
+revision (:mod:`.migrations`) under an advisory lock, so replicas starting
+together migrate once.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Awaitable, Callable
-from typing import Any, Final, TypeVar
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
-from sqlalchemy import Connection, TextClause, inspect, text
+from sqlalchemy import Connection, TextClause, text
 from sqlalchemy import event as sa_event
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError, IntegrityError
@@ -19,10 +23,12 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 
 from ..errors import SessionError
 from . import _sqlcore as core
-from . import schema
+
+if TYPE_CHECKING:
+    from .migrations import SchemaRevision
 
 T = TypeVar("T")
-_SCHEMA_LOCK: Final = "SELECT pg_advisory_xact_lock(114862246425459)"  # for CREATE TABLE
+_SCHEMA_LOCK: Final = "SELECT pg_advisory_xact_lock(114862246425459)"  # for migrations
 
 _statements: dict[str, TextClause] = {}
 
@@ -45,9 +51,11 @@ class PostgresStore:
 
     lock: Final = " FOR UPDATE"
 
-    def __init__(self, url: URL, trace: Callable[[str], None] | None = None) -> None:
+    def __init__(self, url: URL, trace: Callable[[str], None] | None = None,
+                 auto_migrate: bool = True) -> None:
         self._url = url
         self._trace = trace
+        self._auto_migrate = auto_migrate
         self._engine: AsyncEngine | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._schema_lock = asyncio.Lock()
@@ -120,8 +128,21 @@ class PostgresStore:
         if engine is not None:
             await _dispose(engine, loop)
 
-    async def _ready_engine(self) -> AsyncEngine:
-        """The engine for the running loop, with the tables created."""
+    async def upgrade_schema(self) -> SchemaRevision:
+        """Bring the database to head, under the schema lock; where it stood before."""
+        from . import migrations
+
+        return await self._on_schema(await self._loop_engine(), migrations.upgrade)
+
+    async def schema_revision(self) -> SchemaRevision:
+        """Where the database's schema stands (read only)."""
+        from . import migrations
+
+        return await self._on_schema(await self._loop_engine(), migrations.revision,
+                                     lock=False)
+
+    async def _loop_engine(self) -> AsyncEngine:
+        """The engine for the running loop (one of another loop is disposed)."""
         loop = asyncio.get_running_loop()
         if self._engine is not None and self._loop is not loop:
             engine, old_loop = self._engine, self._loop
@@ -136,26 +157,38 @@ class PostgresStore:
             self._loop = loop
             self._schema_lock = asyncio.Lock()
             self._schema_ready = False
-        engine = self._engine
+        return self._engine
+
+    async def _ready_engine(self) -> AsyncEngine:
+        """The engine for the running loop, the schema at head (migrated once per engine)."""
+        engine = await self._loop_engine()
         if not self._schema_ready:
             async with self._schema_lock:
                 if not self._schema_ready:
-                    async with engine.connect() as conn, conn.begin():
-                        # Replicas starting together must not race on CREATE TABLE.
-                        await conn.execute(_statement(_SCHEMA_LOCK))
-                        await conn.run_sync(_create_schema)
+                    from . import migrations
+
+                    await self._on_schema(engine, functools.partial(
+                        migrations.prepare, auto_migrate=self._auto_migrate))
                     self._schema_ready = True
         return engine
 
+    async def _on_schema(self, engine: AsyncEngine, work: Callable[[Connection], T],
+                         lock: bool = True) -> T:
+        """Run ``work`` (Alembic's) in one transaction, under the advisory lock if ``lock``.
 
-def _create_schema(conn: Connection) -> None:
-    """Create the missing tables, and add in place the columns an older database lacks."""
-    schema.metadata.create_all(conn)
-    inspector = inspect(conn)
-    for table in schema.metadata.sorted_tables:
-        present = {column["name"] for column in inspector.get_columns(table.name)}
-        for statement in schema.added_columns(table, present, conn.dialect):
-            conn.execute(text(statement))
+        Replicas starting together wait for each other's migration; a failure
+        rolls the whole upgrade back (PostgreSQL's DDL is transactional).
+        """
+        from . import migrations
+
+        try:
+            async with engine.connect() as conn, conn.begin():
+                if lock:
+                    await conn.execute(_statement(_SCHEMA_LOCK))
+                async with migrations.serialised_async():
+                    return await conn.run_sync(work)
+        except DBAPIError as exc:
+            raise SessionError(f"session store failed: {exc.orig}") from exc
 
 
 async def _drive(conn: AsyncConnection, steps: core.Steps[T]) -> T:

@@ -1,20 +1,15 @@
 """The SQL stores' tables, declared once: the one source of the schema.
 
-Both SQL stores build their tables from :data:`metadata`: PostgreSQL through
-``metadata.create_all``, SQLite through the DDL SQLAlchemy compiles from it
-(:func:`create_statements`), run by its own ``sqlite3`` connection. Migrations
-are to be generated from it too.
-
-A database written by an earlier version opens unchanged: tables are created
-only where missing, and a column added since (always nullable) is added in
-place by :func:`added_columns` when the store opens; no row is touched.
+Both SQL stores get their tables through the Alembic revisions of
+:mod:`.migrations`, each written by autogenerate from a change to
+:data:`metadata`; a test checks that a database upgraded from nothing to the
+newest revision has exactly this schema, on SQLite and PostgreSQL. A change
+here therefore comes with a new revision (see ``migrations/alembic.ini``).
 
 Imported only by the SQL stores: ``import headwater`` does not load SQLAlchemy.
 """
 
 from __future__ import annotations
-
-from collections.abc import Collection
 
 from sqlalchemy import (
     BigInteger,
@@ -28,10 +23,6 @@ from sqlalchemy import (
     Table,
     Text,
 )
-from sqlalchemy.engine import Dialect
-from sqlalchemy.schema import CreateColumn, CreateIndex, CreateTable
-
-from ..errors import SessionError
 
 metadata = MetaData()
 
@@ -92,7 +83,7 @@ leases = Table(
     Column("run_id", String, nullable=False),
     Column("expires_at", Double, nullable=False),
     Column("took_over", String, nullable=True),
-    # The process holding the lease (added in place to earlier databases; NULL: unknown).
+    # The process holding the lease (revision 0002; NULL: unknown).
     Column("holder_host", String, nullable=True),
     Column("holder_pid", Integer, nullable=True),
     Column("holder_start", String, nullable=True),
@@ -100,35 +91,3 @@ leases = Table(
 )
 """The lease of each session a run holds, and the process that holds it."""
 
-
-def create_statements(dialect: Dialect) -> list[str]:
-    """``CREATE TABLE/INDEX IF NOT EXISTS`` for every table, in dependency order."""
-    statements: list[str] = []
-    for table in metadata.sorted_tables:
-        statements.append(str(CreateTable(table, if_not_exists=True).compile(dialect=dialect)))
-        statements.extend(str(CreateIndex(index, if_not_exists=True).compile(dialect=dialect))
-                          for index in sorted(table.indexes, key=lambda i: str(i.name)))
-    return statements
-
-
-def added_columns(table: Table, present: Collection[str], dialect: Dialect) -> list[str]:
-    """``ALTER TABLE … ADD COLUMN`` for each column of ``table`` missing from ``present``.
-
-    How a database written by an earlier version gets the columns added since:
-    in place, each NULL in the existing rows.
-
-    Raises:
-        SessionError: a missing column is NOT NULL, so it cannot be added in
-            place (the database needs a migration).
-    """
-    statements: list[str] = []
-    for column in table.columns:
-        if column.name in present:
-            continue
-        if not column.nullable:
-            raise SessionError(
-                f"the session database's table {table.name} has no column {column.name!r}, "
-                "which cannot be added in place: migrate the database")
-        spec = CreateColumn(column).compile(dialect=dialect)
-        statements.append(f"ALTER TABLE {table.name} ADD COLUMN {spec}")
-    return statements

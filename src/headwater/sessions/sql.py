@@ -4,10 +4,12 @@ Tables, created on first use: ``hw_sessions`` (one row per session, its state
 as JSON text), ``hw_events`` (one row per non-partial event, as
 :func:`~headwater.events.event_to_json` text), ``hw_call_results`` (one row
 per call that has its final result) and ``hw_leases`` (the run holding each
-session, and its process), declared once in :mod:`.schema`; columns added
-since a database was created are added in place. A lease whose holding
-process has provably ended on this host is taken over at once (see
-:mod:`._holder`). ``hw_events.seq`` is a monotonic sequence: events are read
+session, and its process), declared once in :mod:`.schema`. A store brings
+its database to the schema's head when it first connects (Alembic revisions,
+:mod:`.migrations`; setting ``database_auto_migrate``, on by default), or
+with it off checks the database is there (``headwater db upgrade`` brings
+it). A lease whose holding process has provably ended on this host is taken
+over at once (see :mod:`._holder`). ``hw_events.seq`` is a monotonic sequence: events are read
 back in ``seq`` order and ``seq`` is the pagination cursor. An event, its
 state delta and its result claims commit in one transaction
 (docs/architecture.md).
@@ -40,7 +42,7 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 from sqlalchemy.engine import URL, make_url
 
@@ -49,6 +51,9 @@ from ..settings import Settings, get_settings
 from . import _sqlcore as core
 from ._holder import this_process
 from .base import BaseSessionService, EventPage, Lease, Session, final_call_ids
+
+if TYPE_CHECKING:
+    from .migrations import SchemaRevision
 
 SqliteSynchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
 """SQLite ``PRAGMA synchronous``: ``NORMAL`` survives a process crash, ``FULL`` a power cut."""
@@ -128,7 +133,7 @@ class SqlSessionService(BaseSessionService):
         else:
             from .postgres import PostgresStore
 
-            self._store = PostgresStore(self._url, trace)
+            self._store = PostgresStore(self._url, trace, settings.database_auto_migrate)
         self._cache: OrderedDict[core.Key, _Cached] = OrderedDict()
         self._cache_size = settings.session_cache_size
         # Taken with a lease, read by the run's first get_session (then dropped).
@@ -359,6 +364,32 @@ class SqlSessionService(BaseSessionService):
         if self._url.get_backend_name() != "sqlite":
             return {}
         return await self._store.write(core.pragmas(_PRAGMAS))
+
+    async def upgrade_schema(self) -> SchemaRevision:
+        """Bring the database's schema to head now (what ``headwater db upgrade`` does).
+
+        Idempotent; runs whatever ``database_auto_migrate`` says, under the same
+        lock as the migration a store runs when it first connects. An empty
+        database gets every table; one made before migrations (no version
+        table) is stamped at the revision it matches, then upgraded. No row
+        is lost.
+
+        Returns:
+            Where the database stood before (it is at head once this returns).
+
+        Raises:
+            SessionError: the database is at a revision this headwater does not
+                know, or the database failed (nothing of the upgrade stays).
+        """
+        return await self._store.upgrade_schema()
+
+    async def schema_revision(self) -> SchemaRevision:
+        """Where the database's schema stands (its revision, and head); changes nothing.
+
+        Raises:
+            SessionError: the database failed.
+        """
+        return await self._store.schema_revision()
 
     async def close(self) -> None:
         """Finish the writes under way, then end the threads and close every connection.

@@ -21,6 +21,10 @@ syncs to disk never runs there).
 A caller's cancellation cannot leave a transaction or lock open: the work is
 already the thread's, which finishes it (or rolls it back) whatever the caller
 does, and hands the outcome back to the caller's loop.
+
+The schema: when the store opens, Alembic brings the file to the newest
+revision (:mod:`.migrations`) on a short-lived SQLAlchemy connection of its
+own, under ``BEGIN IMMEDIATE``; the writer and the readers open after it.
 """
 
 from __future__ import annotations
@@ -35,14 +39,16 @@ import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Final, TypeVar
-
-from sqlalchemy.dialects import sqlite as sqlite_dialect
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from ..errors import HeadwaterError, SessionError
 from ..settings import Settings
 from . import _sqlcore as core
-from . import schema
+
+if TYPE_CHECKING:
+    from sqlalchemy import Connection
+
+    from .migrations import SchemaRevision
 
 T = TypeVar("T")
 Trace = Callable[[str], None]
@@ -393,20 +399,50 @@ def _checkpoint(readers: _Readers) -> core.Steps[None]:
         readers.checkpointing = False
 
 
-@functools.cache
-def _create_statements() -> tuple[str, ...]:
-    """The schema's DDL, as SQLAlchemy compiles it for SQLite (once per process)."""
-    return tuple(schema.create_statements(sqlite_dialect.dialect()))
+def _on_schema(config: SqliteConfig, work: Callable[[Connection], T], lock: bool) -> T:
+    """Run ``work`` (Alembic's) in one transaction of a short-lived SQLAlchemy connection.
+
+    The store's own connections are plain ``sqlite3``; Alembic needs SQLAlchemy, so
+    the schema gets a connection of its own (pysqlite, no pool), closed at once.
+    ``lock``: ``BEGIN IMMEDIATE``, so processes opening the file together migrate it
+    one after another (the others wait up to the busy timeout), else a read
+    transaction. Foreign keys stay off on it, as batch migrations need.
+    """
+    from sqlalchemy import create_engine
+    from sqlalchemy.exc import DBAPIError
+    from sqlalchemy.pool import NullPool
+
+    from . import migrations
+
+    def connect() -> sqlite3.Connection:
+        conn = sqlite3.connect(config.database, uri=config.uri, isolation_level=None,
+                               timeout=config.busy_timeout_ms / 1000, check_same_thread=False)
+        if config.trace is not None:
+            conn.set_trace_callback(config.trace)
+        return conn
+
+    engine = create_engine("sqlite://", creator=connect, poolclass=NullPool)
+    try:
+        with engine.connect() as conn:
+            conn.exec_driver_sql("BEGIN IMMEDIATE" if lock else "BEGIN")
+            with migrations.serialised():
+                result = work(conn)
+            conn.commit()
+            return result
+    except DBAPIError as exc:
+        raise _store_error(exc.orig or exc) from exc
+    except sqlite3.Error as exc:
+        raise _store_error(exc) from exc
+    finally:
+        engine.dispose()
 
 
-def _create_schema(conn: sqlite3.Connection) -> None:
-    """Create the missing tables, and add in place the columns an older file lacks."""
-    for statement in _create_statements():
-        conn.execute(statement)
-    for table in schema.metadata.sorted_tables:
-        present = {row[1] for row in conn.execute(f"PRAGMA table_info({table.name})")}
-        for statement in schema.added_columns(table, present, sqlite_dialect.dialect()):
-            conn.execute(statement)
+def _prepare(config: SqliteConfig) -> None:
+    """Bring the file to the schema's head (or check it is there: ``database_auto_migrate``)."""
+    from . import migrations
+
+    auto = config.settings.database_auto_migrate
+    _on_schema(config, functools.partial(migrations.prepare, auto_migrate=auto), lock=auto)
 
 
 class _Open:
@@ -414,14 +450,8 @@ class _Open:
 
     def __init__(self, config: SqliteConfig) -> None:
         settings = config.settings
+        _prepare(config)
         conn = _connect(config)
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-            _create_schema(conn)
-            conn.execute("COMMIT")
-        except Exception as exc:
-            conn.close()
-            raise _store_error(exc) from exc
         self.readers = _Readers(config, settings.sqlite_readers)
         every = settings.sqlite_checkpoint_every
         if every:
@@ -557,6 +587,18 @@ class SqliteStore:
         finally:
             with self._counting:
                 self._reading -= 1
+
+    async def upgrade_schema(self) -> SchemaRevision:
+        """Bring the file to head (on a connection of its own); where it stood before."""
+        from . import migrations
+
+        return await asyncio.to_thread(_on_schema, self._config, migrations.upgrade, True)
+
+    async def schema_revision(self) -> SchemaRevision:
+        """Where the file's schema stands (read only)."""
+        from . import migrations
+
+        return await asyncio.to_thread(_on_schema, self._config, migrations.revision, False)
 
     async def close(self) -> None:
         """End the writer thread (after the writes already queued) and close every connection.
