@@ -4,16 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from collections.abc import Awaitable
-from typing import TYPE_CHECKING, Any, TextIO, TypeVar
+from typing import TYPE_CHECKING, Any, TextIO
 
-from ._common import CommandError
-from ._store import PROBE_TIMEOUT, open_store
+from ._store import answered, open_store
 
 if TYPE_CHECKING:
     from ..sessions.migrations import SchemaRevision
 
-T = TypeVar("T")
 
 
 def db_command(args: Any) -> int:  # argparse.Namespace
@@ -27,7 +24,7 @@ async def _db(action: str, db: str | None, out: TextIO) -> int:
     try:
         # The first query answers within the probe's time, so an unreachable store fails
         # in words; the upgrade itself takes the time it needs.
-        found = await _answered(service.schema_revision(), shown)
+        found = await answered(service.schema_revision(), shown)
         if action == "current":
             out.write(f"{shown}: {describe_revision(found)}\n")
             return 0
@@ -40,21 +37,6 @@ async def _db(action: str, db: str | None, out: TextIO) -> int:
         return 0
     finally:
         await service.close()
-
-
-async def _answered(pending: Awaitable[T], shown: str) -> T:
-    from ._errors import describe
-
-    try:
-        return await asyncio.wait_for(pending, PROBE_TIMEOUT)
-    except TimeoutError:
-        raise CommandError(f"the session store {shown} did not answer within "
-                           f"{PROBE_TIMEOUT:g} s") from None
-    except Exception as exc:
-        line = describe(exc)
-        if line is None:
-            raise
-        raise CommandError(f"cannot use the session store {shown}: {line}") from None
 
 
 def describe_revision(found: SchemaRevision) -> str:

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Awaitable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from ._common import DEMO_APP, DEMO_USER, CommandError
 
 if TYPE_CHECKING:
     from ..sessions.sql import SqlSessionService
+
+T = TypeVar("T")
 
 PROBE_TIMEOUT = 10.0
 """Seconds a command waits for the session store to answer its first query."""
@@ -101,11 +104,20 @@ async def probe(service: SqlSessionService, shown: str) -> None:
     Raises:
         CommandError: the store did not answer, or failed.
     """
+    await answered(service.list_sessions(app_name=DEMO_APP, user_id=DEMO_USER), shown)
+
+
+async def answered(pending: Awaitable[T], shown: str) -> T:
+    """What ``pending`` (a call to the store ``shown``) returns, within ``PROBE_TIMEOUT``.
+
+    Raises:
+        CommandError: the store did not answer in time, or failed in a way
+            ``describe`` puts in words.
+    """
     from ._errors import describe
 
     try:
-        await asyncio.wait_for(service.list_sessions(app_name=DEMO_APP, user_id=DEMO_USER),
-                               PROBE_TIMEOUT)
+        return await asyncio.wait_for(pending, PROBE_TIMEOUT)
     except TimeoutError:
         raise CommandError(f"the session store {shown} did not answer within "
                            f"{PROBE_TIMEOUT:g} s") from None

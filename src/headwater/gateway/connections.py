@@ -62,6 +62,16 @@ class _Bounds:
     transport: asyncio.Transport
     connections: set[Any]  # uvicorn's protocols, HTTP and WebSocket
 
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        """Count the connection; refuse it past the cap, else start the head deadline."""
+        super().connection_made(transport)  # type: ignore[misc]  # the uvicorn protocol's
+        self._start_bounds()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        """Drop the deadline with the connection."""
+        self._cancel_head_timer()
+        super().connection_lost(exc)  # type: ignore[misc]
+
     def _start_bounds(self) -> bool:
         """Read the bounds; close the connection if over the cap. Whether it stays open."""
         settings = get_settings()
@@ -97,16 +107,6 @@ class _Bounds:
 class BoundedH11Protocol(_Bounds, H11Protocol):
     """uvicorn's h11 protocol with ``header_timeout`` and ``max_connections``."""
 
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        """Count the connection; refuse it past the cap, else start the head deadline."""
-        super().connection_made(transport)
-        self._start_bounds()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        """Drop the deadline with the connection."""
-        self._cancel_head_timer()
-        super().connection_lost(exc)
-
     def handle_events(self) -> None:
         """Parse what arrived; a request head that completed ends the deadline."""
         scope = getattr(self, "scope", None)
@@ -130,16 +130,6 @@ if HttpToolsProtocol is not None:
 
     class BoundedHttpToolsProtocol(_Bounds, HttpToolsProtocol):
         """uvicorn's httptools protocol with ``header_timeout`` and ``max_connections``."""
-
-        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-            """Count the connection; refuse it past the cap, else start the head deadline."""
-            super().connection_made(transport)
-            self._start_bounds()
-
-        def connection_lost(self, exc: Exception | None) -> None:
-            """Drop the deadline with the connection."""
-            self._cancel_head_timer()
-            super().connection_lost(exc)
 
         def on_headers_complete(self) -> None:
             """A request head is complete: its deadline ends."""
