@@ -404,3 +404,43 @@ async def test_max_llm_calls_counts_both_agents_requests_across_a_transfer(
         assert spent.error_code == "budget_exceeded" and spent.author == "billing"
         assert live.events[-1] is spent
         assert_valid_history(CallLedger.of(await stored(runner)).contents)
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_a_realtime_agent_hands_off_to_a_text_agent_and_back(protocol: str) -> None:
+    """openai-agents-python#1525: a native (realtime) agent transfers to an emulated one."""
+
+    def desk(request: LlmRequest) -> ScriptedTurn:
+        if request.contents[-1].text.startswith("For context:") and any(
+                "[billing]" in c.text for c in request.contents):
+            return ScriptedTurn(text=["Desk again."])
+        return ScriptedTurn(calls=[ScriptedCall("transfer_to_agent",
+                                                {"agent_name": "billing"}, id="t1")])
+
+    billing = ScriptedModel().reply("Paid.").call("transfer_to_agent",
+                                                  {"agent_name": "coordinator"}, call_id="t2")
+    async with FakeLiveProvider(responder=desk) as fake:
+        runner = Runner(agent=tree(native(protocol, fake), billing), app_name="app",
+                        auto_create_session=True)
+        async with Live(runner) as live:
+            await live.say(QUESTION)
+            await live.answered("billing")
+            await live.say("Back to the desk, please.")
+            await live.answered("coordinator")
+            await wait_until(lambda: len(fake.sessions) == 2, timeout=10)
+        first, second = fake.sessions
+        assert first.closed.is_set() and first.close_code == 1000
+        assert setup_of(second)[0] == ROUTE
+        # The coordinator's new session holds its own turn as it was and billing's as context.
+        assert texts(fake.requests[-1].contents) == [
+            *CONTEXT[:1], "model: call transfer_to_agent", "user: result transfer_to_agent",
+            "user: For context: | [billing] said: Paid.", "user: Back to the desk, please.",
+            "user: For context: | [billing] called tool `transfer_to_agent` with parameters: "
+            '{"agent_name": "coordinator"}',
+            "user: For context: | [billing] `transfer_to_agent` tool returned result: "
+            '{"result": null}']
+    (connection,) = billing.connections
+    assert isinstance(connection, EmulatedLlmConnection) and connection.closed
+    assert [e.text for e in live.finals("billing")] == ["Paid."]
+    assert [e.text for e in live.finals("coordinator")] == ["Desk again."]
+    assert_valid_history(CallLedger.of(await stored(runner)).contents)
