@@ -474,6 +474,7 @@ class LiveFlow:
             if sealed is not None:
                 await self._emit(sealed)
             # The target's connection opens on the history as it sees it.
+            self._end_chat(None)  # a turn of the old connection left open (its pump was stopped)
             self.flow = self._flow_of(target)
             self._given.clear()
             self._turn, self._admitted, self._received = None, 0, 0
