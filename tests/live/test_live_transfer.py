@@ -29,6 +29,7 @@ from headwater.testing import (
     ScriptedTurn,
     wait_until,
 )
+from headwater.tools import approval_response
 from headwater.types import Content
 
 QUESTION = "Is my invoice paid?"
@@ -289,6 +290,73 @@ async def test_cancelling_during_the_switch_leaves_the_session_valid() -> None:
     async with runner.run_async(user_id="u", session_id="s", new_message="hello?") as stream:
         assert [e.text async for e in stream if not e.partial] == ["Back at the desk."]
     assert_valid_history(coordinator.requests[-1].contents)
+
+
+async def test_content_sent_during_the_switch_goes_to_the_target() -> None:
+    entered, release = asyncio.Event(), asyncio.Event()
+
+    async def slow_open(callback_context: Any, llm_request: LlmRequest) -> None:
+        entered.set()
+        await release.wait()
+
+    coordinator = ScriptedModel().call("transfer_to_agent", {"agent_name": "billing"},
+                                       call_id="t1")
+    billing = ScriptedModel(responder=lambda r: ScriptedTurn(text=[f"re: {r.contents[-1].text}"]))
+    runner = Runner(agent=tree(coordinator, billing, before_model_callback=slow_open),
+                    app_name="app", auto_create_session=True)
+    async with Live(runner) as live:
+        await live.say(QUESTION)
+        await asyncio.wait_for(entered.wait(), 10)
+        await live.say("Hello, anyone?")  # waits for the switch
+        assert [e.author for e in live.events if not e.partial][-1] == "coordinator"
+        release.set()
+        await wait_until(lambda: any(e.text == "re: Hello, anyone?"
+                                     for e in live.finals("billing")), timeout=10)
+    assert len(coordinator.requests) == 1
+    stored_events = await stored(runner)
+    users = [e for e in stored_events if e.author == "user"]
+    transfer = next(e for e in stored_events if e.actions.transfer_to_agent)
+    assert stored_events.index(users[1]) > stored_events.index(transfer)
+    assert texts(billing.requests[-1].contents)[-1] == "user: Hello, anyone?"
+    assert_valid_history(CallLedger.of(stored_events).contents)
+
+
+async def test_an_approval_answered_after_the_transfer_runs_the_callers_tool() -> None:
+    ran: list[str] = []
+
+    @tool(requires_approval=True)
+    def refund(amount: int) -> str:
+        """Refunds an amount."""
+        ran.append(f"refund {amount}")
+        return "refunded"
+
+    def desk(request: LlmRequest) -> ScriptedTurn:
+        if request.contents[-1].text == "refund 5":
+            return ScriptedTurn(calls=[ScriptedCall("refund", {"amount": 5}, id="r1")])
+        return ScriptedTurn(calls=[ScriptedCall("transfer_to_agent", {"agent_name": "billing"},
+                                                id="t1")])
+
+    coordinator = ScriptedModel(responder=desk)
+    billing = ScriptedModel(responder=lambda r: ScriptedTurn(text=[f"noted {len(r.contents)}"]))
+    runner = Runner(agent=tree(coordinator, billing, coordinator_tools=[refund]),
+                    app_name="app", auto_create_session=True)
+    async with Live(runner) as live:
+        await live.say("refund 5")
+        await wait_until(lambda: any(e.actions.requested_approvals for e in live.events),
+                         timeout=10)
+        await live.say("billing please")
+        await live.answered("billing")
+        asked = next(e for e in live.events if e.actions.requested_approvals)
+        await live.send(approval_response(asked.actions.requested_approvals[0], True))
+        await live.answered("billing", 2)
+    assert ran == ["refund 5"]
+    (result,) = [e for e in live.events for r in e.function_responses if r.name == "refund"]
+    assert result.author == "coordinator"  # its call, run with its tools
+    assert texts(billing.requests[-1].contents)[-1] == (
+        'user: For context: | [coordinator] `refund` tool returned result: '
+        '{"result": "refunded"}')
+    assert len(coordinator.requests) == 2 and len(coordinator.connections) == 1
+    assert_valid_history(CallLedger.of(await stored(runner)).contents)
 
 
 # -- native ------------------------------------------------------------------------------------

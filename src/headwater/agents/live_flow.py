@@ -68,6 +68,7 @@ from ..live_request_queue import LiveRequest, LiveRequestQueue
 from ..models.base import LlmResponse
 from ..models.connection import BaseLlmConnection
 from ..models.contract import StreamContract
+from ..sessions.ledger import as_seen_by
 from ..telemetry import ChatTrace
 from ..tools.function_tool import BaseTool
 from ..types import Content, FunctionCall, FunctionResponse, Part, ToolDeclaration
@@ -299,8 +300,23 @@ class LiveFlow:
             return True
         await self._emit(Event(invocation_id=self.ctx.invocation_id, author="user",
                                content=rest, actions=EventActions(approval_decisions=decisions)))
-        self._spawn_work(self._resume(self.flow, resume))
+        by_maker: dict[str, list[tuple[FunctionCall, Any]]] = {}
+        for call, decision in resume:  # each call runs with the tools of the agent that made it
+            record = self.ctx.ledger.record(call.id)
+            maker = record.author if record is not None else self.flow.agent.name
+            by_maker.setdefault(maker, []).append((call, decision))
+        for maker, calls in by_maker.items():
+            self._spawn_work(self._resume(self._flow_named(maker), calls))
         return True
+
+    def _flow_named(self, name: str) -> Flow:
+        """The current flow when ``name`` is its agent (or has no flow of its own here),
+        else a flow of agent ``name`` (one that handed the run over before)."""
+        flow = self.flow
+        if name == flow.agent.name or self._flow_of is None:
+            return flow
+        agent = flow.agent.root_agent.find_agent(name)
+        return self._flow_of(agent) if isinstance(agent, Agent) else flow
 
     async def _resume(self, flow: Flow, resume: list[tuple[FunctionCall, Any]]) -> None:
         approved, denied = split_decisions(resume)
@@ -317,8 +333,16 @@ class LiveFlow:
     async def _send_results(self, flow: Flow, outcomes: list[CallOutcome]) -> None:
         event = flow.results_event(outcomes)
         await self._emit(event)
-        if flow is not self.flow:
-            return  # the agent that made the calls has handed the run over
+        current = self.flow
+        if flow.agent is not current.agent:
+            # Calls of an agent that has handed the run over (an approval answered after
+            # the transfer): the current model is told them as context, as it sees them.
+            seen = (None if event.content is None
+                    else as_seen_by(current.agent.name, flow.agent.name, event.content))
+            if seen is not None:
+                assert self._conn is not None
+                await self._conn.send_content(seen, interrupt=False)
+            return
         target = event.actions.transfer_to_agent
         if target is not None and self._flow_of is not None:
             await self._transfer(target)
