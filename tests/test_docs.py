@@ -23,7 +23,8 @@ PAGES = ("architecture.md", "event-contract.md", "frame-protocol.md", "observabi
 PENDING_CODES: dict[str, str] = {}  # codes documented before errors.py has them
 TOOL_RESULT_CODES = {"tool_error", "invalid_arguments", "unknown_tool", "timeout",
                      "budget_exceeded", "cancelled", "interrupted", "denied",
-                     "stream_incomplete", "expired", "unknown_agent", "transfer_not_allowed"}
+                     "stream_incomplete", "expired", "unknown_agent", "transfer_not_allowed",
+                     "live_unsupported"}
 
 
 def table_codes(markdown: str, heading: str) -> list[str]:

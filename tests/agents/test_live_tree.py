@@ -1,4 +1,4 @@
-"""Live runs over a tree: the root LLM agent alone (transfer in live runs comes later)."""
+"""Live runs over a tree: the agent taking the turn, offered transfer (see test_live_transfer)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ def chat(request: LlmRequest) -> ScriptedTurn:
     return ScriptedTurn(text=["You said ", request.contents[-1].text])
 
 
-async def test_a_live_run_of_a_tree_runs_the_root_without_offering_transfer() -> None:
+async def test_a_live_run_of_a_tree_runs_the_root_offering_transfer() -> None:
     model = ScriptedModel(responder=chat)
     root = Agent(name="coordinator", model=model, sub_agents=[
         Agent(name="billing", model=ScriptedModel())])
@@ -30,7 +30,7 @@ async def test_a_live_run_of_a_tree_runs_the_root_without_offering_transfer() ->
             events.append(event)
             if not event.partial and event.author == "coordinator" and event.turn_complete:
                 break
-    assert [t.name for t in model.requests[0].tools] == []
+    assert [t.name for t in model.requests[0].tools] == ["transfer_to_agent"]
     assert events[-1].text == "You said hi"
 
 

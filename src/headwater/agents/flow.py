@@ -81,7 +81,9 @@ class Flow:
             ledger are kept level by ``recorder``.
         recorder: commits every non-partial event before the flow goes on.
         transfer: offer ``transfer_to_agent`` when the agent has somewhere to
-            go (docs/multi-agent.md); off for live runs, which run one agent.
+            go (docs/multi-agent.md).
+        live: the flow drives a live run: the transfer tool refuses targets
+            that cannot run live.
 
     Raises:
         UserError: no recorder: a run whose record would be silently lost is
@@ -92,7 +94,7 @@ class Flow:
     __slots__ = ("agent", "commit", "ctx", "executor", "tools")
 
     def __init__(self, agent: Agent, ctx: InvocationContext, recorder: Recorder | None,
-                 *, transfer: bool = True) -> None:
+                 *, transfer: bool = True, live: bool = False) -> None:
         if recorder is None:
             raise UserError("a run needs a recorder (the runner's session store) to persist "
                             "its events; run agents through headwater.Runner")
@@ -105,7 +107,7 @@ class Flow:
             if TRANSFER_TO_AGENT in by_name:
                 raise UserError(f"agent {agent.name!r} has a tool named {TRANSFER_TO_AGENT!r} "
                                 "and agents to transfer to: rename the tool")
-            transfer_tool = TransferToAgentTool(agent, targets)
+            transfer_tool = TransferToAgentTool(agent, targets, live=live)
             tools = (*tools, transfer_tool)
             by_name = {**by_name, TRANSFER_TO_AGENT: transfer_tool}
         self.tools: tuple[BaseTool, ...] = tools

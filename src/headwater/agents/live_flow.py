@@ -26,6 +26,17 @@ every call handler and every tool stream. Closing the queue, closing the
 stream or cancelling the consumer cancels the group and waits for it (bounded
 by ``Settings.live_stop_timeout``).
 
+Transfer (docs/multi-agent.md): the agent is offered ``transfer_to_agent``
+when it has somewhere to go. Once the result event carrying
+``actions.transfer_to_agent`` is committed, the run switches agents under the
+input gate (user content waits): the old agent's live streams are stopped and
+its other running calls cancelled (each gets a ``cancelled`` result), its
+connection is closed (an answer still in progress is stored ``interrupted``),
+and the target's connection is opened with its own instruction and tools on
+the session's history as it sees it (``CallLedger.contents_for``); the last of
+that history (the transfer's result, as context) starts its first turn. The
+client's queue and the one stream go on; events are now the target's.
+
 A connection keeps its own conversation in the call ids its model gave. A call
 stored under a fresh id (``CallLedger.unique_calls``: the id was taken) is
 still answered on the connection under the id the model gave; the stored
@@ -38,7 +49,7 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Coroutine
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine
 from contextlib import aclosing
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -57,10 +68,12 @@ from ..live_request_queue import LiveRequest, LiveRequestQueue
 from ..models.base import LlmResponse
 from ..models.connection import BaseLlmConnection
 from ..models.contract import StreamContract
+from ..sessions.ledger import as_seen_by
 from ..telemetry import ChatTrace
 from ..tools.function_tool import BaseTool
 from ..types import Content, FunctionCall, FunctionResponse, Part, ToolDeclaration
 from ._execution import CallOutcome, closing_stream
+from .agent import Agent
 from .approvals import answered_calls, split_approvals
 from .flow import Flow, split_decisions
 
@@ -111,14 +124,22 @@ class LiveFlow:
     """One ``run_live``: owns the connection, the task group and the streams.
 
     Args:
-        flow: the run's step engine.
+        flow: the step engine of the agent that starts the run.
         queue: the client's input.
+        flow_of: the step engine of an agent a transfer hands the run to
+            (``None``: transfers end the agent's turn and nothing runs next).
     """
 
-    def __init__(self, flow: Flow, queue: LiveRequestQueue) -> None:
+    def __init__(self, flow: Flow, queue: LiveRequestQueue,
+                 flow_of: Callable[[Agent], Flow] | None = None) -> None:
         self.flow = flow
         self.ctx = flow.ctx
         self.queue = queue
+        self._flow_of = flow_of
+        self._gate = asyncio.Lock()  # what the input sends to the model, and a transfer's switch
+        self._pump: asyncio.Task[None] | None = None  # the current connection's model pump
+        self._work: set[asyncio.Task[None]] = set()  # the current agent's call handlers
+        self._leaving = False  # a transfer is switching agents: the old one starts nothing
         self._out: asyncio.Queue[Event | None] = asyncio.Queue()
         self._group: asyncio.TaskGroup | None = None
         self._streams: dict[str, _Stream] = {}
@@ -152,7 +173,8 @@ class LiveFlow:
                 self._group = group
                 await self._open()
                 group.create_task(self._pump_input())
-                group.create_task(self._pump_model())
+                assert self._conn is not None
+                self._pump = group.create_task(self._pump_model(self.flow, self._conn))
         except* _End:
             pass
         except* Exception as failures:
@@ -165,6 +187,12 @@ class LiveFlow:
     def _spawn(self, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         assert self._group is not None
         return self._group.create_task(work)
+
+    def _spawn_work(self, work: Coroutine[Any, Any, None]) -> None:
+        """Spawn one of the current agent's call handlers (a transfer cancels them)."""
+        task = self._spawn(work)
+        self._work.add(task)
+        task.add_done_callback(self._work.discard)
 
     async def _teardown(self, supervisor: asyncio.Task[None]) -> None:
         for stream in self._streams.values():
@@ -196,7 +224,14 @@ class LiveFlow:
 
     # -- opening --------------------------------------------------------------------------------
 
-    async def _open(self) -> None:
+    async def _open(self, *, answer: bool = False) -> Content | None:
+        """Open the current agent's connection on the session's history as it sees it.
+
+        With ``answer`` (after a transfer), a history ending in user-role content
+        is opened without that content, which is returned: sent, it starts the
+        agent's first turn. ``None`` when there is nothing to answer, or when a
+        before-model callback answered instead of the model.
+        """
         flow, ctx = self.flow, self.ctx
         agent = flow.agent
         callback_context = ctx.callback_context(agent.name)
@@ -207,14 +242,19 @@ class LiveFlow:
         if replaced is not None:
             replaced.turn_complete = True
             await self._emit(flow.model_event(replaced, callback_context.actions))
+        opening = None
+        contents = request.contents
+        if answer and replaced is None and contents and contents[-1].role == "user":
+            request.contents, opening = contents[:-1], contents[-1]
         self._conn = agent.model.connect(request)
         self._conn.before_turn = self._admit
+        self._realtime_to_model = True
+        return opening
 
     # -- input ----------------------------------------------------------------------------------
 
     async def _pump_input(self) -> None:
-        conn = self._conn
-        assert conn is not None
+        gate = self._gate
         async for request in self.queue:
             self._copy_to_input_streams(request)
             content = request.content
@@ -225,15 +265,21 @@ class LiveFlow:
                 if spent is not None:
                     await self._over_budget(spent)
                     return
-                await conn.send_content(self._as_given(content), interrupt=True)
-                await self._caught_up()  # an answer this cut short is stored first
-                await self._emit(Event(invocation_id=self.ctx.invocation_id, author="user",
-                                       content=content))
+                async with gate:  # a transfer's switch is never half seen
+                    conn = self._conn
+                    assert conn is not None
+                    await conn.send_content(self._as_given(content), interrupt=True)
+                    await self._caught_up()  # an answer this cut short is stored first
+                    await self._emit(Event(invocation_id=self.ctx.invocation_id, author="user",
+                                           content=content))
             elif request.blob is not None and self._realtime_to_model:
-                try:
-                    await conn.send_realtime(request.blob)
-                except NotImplementedError:
-                    self._realtime_to_model = False  # this model takes no media: tools only
+                async with gate:
+                    conn = self._conn
+                    assert conn is not None
+                    try:
+                        await conn.send_realtime(request.blob)
+                    except NotImplementedError:
+                        self._realtime_to_model = False  # this model takes no media: tools only
         raise _End
 
     async def _answers(self, content: Content) -> bool:
@@ -254,25 +300,53 @@ class LiveFlow:
             return True
         await self._emit(Event(invocation_id=self.ctx.invocation_id, author="user",
                                content=rest, actions=EventActions(approval_decisions=decisions)))
-        self._spawn(self._resume(resume))
+        by_maker: dict[str, list[tuple[FunctionCall, Any]]] = {}
+        for call, decision in resume:  # each call runs with the tools of the agent that made it
+            record = self.ctx.ledger.record(call.id)
+            maker = record.author if record is not None else self.flow.agent.name
+            by_maker.setdefault(maker, []).append((call, decision))
+        for maker, calls in by_maker.items():
+            self._spawn_work(self._resume(self._flow_named(maker), calls))
         return True
 
-    async def _resume(self, resume: list[tuple[FunctionCall, Any]]) -> None:
+    def _flow_named(self, name: str) -> Flow:
+        """The current flow when ``name`` is its agent (or has no flow of its own here),
+        else a flow of agent ``name`` (one that handed the run over before)."""
+        flow = self.flow
+        if name == flow.agent.name or self._flow_of is None:
+            return flow
+        agent = flow.agent.root_agent.find_agent(name)
+        return self._flow_of(agent) if isinstance(agent, Agent) else flow
+
+    async def _resume(self, flow: Flow, resume: list[tuple[FunctionCall, Any]]) -> None:
         approved, denied = split_decisions(resume)
         outcomes = {o.call.id: o for o in denied}
         if approved:
-            for outcome in await self.flow.outcomes(approved, {c.id for c in approved},
-                                                    self._emit_partial):
+            for outcome in await flow.outcomes(approved, {c.id for c in approved},
+                                               self._emit_partial):
                 outcomes[outcome.call.id] = outcome
-        await self._send_results([outcomes[c.id] for c, _ in resume])
+        await self._send_results(flow, [outcomes[c.id] for c, _ in resume])
 
     def _emit_partial(self, event: Event) -> None:
         self._out.put_nowait(event)
 
-    async def _send_results(self, outcomes: list[CallOutcome]) -> None:
-        event = self.flow.results_event(outcomes)
+    async def _send_results(self, flow: Flow, outcomes: list[CallOutcome]) -> None:
+        event = flow.results_event(outcomes)
         await self._emit(event)
-        if event.content is not None:
+        current = self.flow
+        if flow.agent is not current.agent:
+            # Calls of an agent that has handed the run over (an approval answered after
+            # the transfer): the current model is told them as context, as it sees them.
+            seen = (None if event.content is None
+                    else as_seen_by(current.agent.name, flow.agent.name, event.content))
+            if seen is not None:
+                assert self._conn is not None
+                await self._conn.send_content(seen, interrupt=False)
+            return
+        target = event.actions.transfer_to_agent
+        if target is not None and self._flow_of is not None:
+            await self._transfer(target)
+        elif event.content is not None:
             assert self._conn is not None
             await self._conn.send_content(self._as_given(event.content), interrupt=False)
 
@@ -329,16 +403,16 @@ class LiveFlow:
         self._spent = True
         await self._end_with(spent)
 
-    async def _pump_model(self) -> None:
-        assert self._conn is not None
-        async with aclosing(self._conn.receive()) as responses:
+    async def _pump_model(self, flow: Flow, conn: BaseLlmConnection) -> None:
+        """Handle ``conn``'s responses as ``flow``'s agent's, until the connection closes."""
+        async with aclosing(conn.receive()) as responses:
             async for response in responses:
-                await self._handle_response(response)
+                await self._handle_response(flow, response)
                 self._received += 1
                 self._progress.set()
 
-    async def _handle_response(self, response: LlmResponse) -> None:
-        flow, ctx = self.flow, self.ctx
+    async def _handle_response(self, flow: Flow, response: LlmResponse) -> None:
+        ctx = self.ctx
         turn = self._turn
         if turn is None:  # a new model turn
             if self._admitted:
@@ -355,7 +429,7 @@ class LiveFlow:
             if response.partial:
                 turn.partial(response)
                 self._out.put_nowait(partial_event(ctx.invocation_id, flow.agent.name,
-                                                   response.content))
+                                                   response.content, branch=flow.ctx.branch))
                 return
             self._turn = None
             if response.error_code == "model_protocol_violation":  # the connection checked it
@@ -379,8 +453,64 @@ class LiveFlow:
                 if made.id != stored.id:
                     self._given[stored.id] = made.id
         await self._emit(event)
-        if event.function_calls and event.error_code is None:
-            self._spawn(self._handle_calls(event.function_calls))
+        if (event.function_calls and event.error_code is None and flow is self.flow
+                and not self._leaving):  # a leaving agent's late calls: sealed by the switch
+            self._spawn_work(self._handle_calls(flow, event.function_calls))
+
+    # -- transfer -------------------------------------------------------------------------------
+
+    async def _transfer(self, name: str) -> None:
+        """Hand the run to agent ``name`` (see the module docstring); the caller is the
+        handler of the call that transferred, and it is not cancelled."""
+        old = self.flow
+        target = old.agent.root_agent.find_agent(name)
+        assert self._flow_of is not None
+        if not isinstance(target, Agent):  # the transfer tool refuses these in live runs
+            raise UserError(f"a live run cannot hand the conversation to {name!r}")
+        current = asyncio.current_task()
+        timeout = self.ctx.settings.live_stop_timeout
+        async with self._gate:
+            self._leaving = True
+            # The old agent's streams stop and its other running calls are cancelled.
+            if current is not None:
+                self._work.discard(current)  # this handler goes on
+            await self._halt(list(self._streams.values()))
+            handlers = list(self._work)
+            for task in handlers:
+                task.cancel()
+            if handlers:
+                _, late = await asyncio.wait(handlers, timeout=timeout)
+                if late:
+                    logger.warning("%d call handler(s) of %s still run %g s after a transfer",
+                                   len(late), old.agent.name, timeout)
+            # Its connection closes; what it still delivers (an answer cut short) is stored.
+            conn, pump = self._conn, self._pump
+            assert conn is not None
+            with contextlib.suppress(Exception):  # TimeoutError included: the close is bounded
+                async with asyncio.timeout(timeout):
+                    await conn.close()
+            if pump is not None:
+                done, _ = await asyncio.wait([pump], timeout=timeout)
+                if not done:
+                    pump.cancel()
+                    await asyncio.wait([pump])
+            sealed = old.seal("cancelled")  # the calls its cancelled handlers left
+            if sealed is not None:
+                await self._emit(sealed)
+            # The target's connection opens on the history as it sees it.
+            self._end_chat(None)  # a turn of the old connection left open (its pump was stopped)
+            self.flow = self._flow_of(target)
+            self._given.clear()
+            self._turn, self._admitted, self._received = None, 0, 0
+            self._leaving = False
+            logger.info("live run %s: %s transferred to %s", self.ctx.invocation_id,
+                        old.agent.name, target.name)
+            opening = await self._open(answer=True)
+            conn = self._conn
+            assert conn is not None
+            self._pump = self._spawn(self._pump_model(self.flow, conn))
+            if opening is not None:
+                await conn.send_content(opening, interrupt=False)
 
     def _end_chat(self, response: LlmResponse | None, error_type: str = "cancelled") -> None:
         """End the span of the model turn in progress: with its aggregate, or failed."""
@@ -392,8 +522,8 @@ class LiveFlow:
 
     # -- tools ----------------------------------------------------------------------------------
 
-    async def _handle_calls(self, calls: list[FunctionCall]) -> None:
-        tools = self.flow.agent.tools_by_name
+    async def _handle_calls(self, flow: Flow, calls: list[FunctionCall]) -> None:
+        tools = flow.agent.tools_by_name
         outcomes: dict[str, CallOutcome] = {}
         ordinary: list[FunctionCall] = []
         for call in calls:
@@ -407,9 +537,9 @@ class LiveFlow:
             else:
                 ordinary.append(call)
         if ordinary:
-            for outcome in await self.flow.outcomes(ordinary, progress=self._emit_partial):
+            for outcome in await flow.outcomes(ordinary, progress=self._emit_partial):
                 outcomes[outcome.call.id] = outcome
-        await self._send_results([outcomes[c.id] for c in calls])
+        await self._send_results(flow, [outcomes[c.id] for c in calls])
 
     def _start_stream(self, tool: BaseTool, call: FunctionCall) -> None:
         input_stream = (LiveRequestQueue(self.ctx.settings.live_input_queue_size)
@@ -426,6 +556,14 @@ class LiveFlow:
             only is None or only in (s.call.id, self._given.get(s.call.id)))]
         if not matching:
             return {"result": f"No active streaming function named {name}"}
+        await self._halt(matching)
+        return {"result": f"Successfully stopped streaming function {name}",
+                "stopped": len(matching)}
+
+    async def _halt(self, matching: list[_Stream]) -> None:
+        """Stop streams; returns once each has ended and nothing more of it can be told."""
+        if not matching:
+            return
         for stream in matching:
             self._streams.pop(stream.call.id, None)
             stream.stopped = True
@@ -440,9 +578,7 @@ class LiveFlow:
                                      timeout=timeout)
         if late:  # a tool that ignores cancellation: it can no longer tell anything
             logger.warning("%d stopped stream(s) of %s still run %g s after the stop",
-                           len(late), name, timeout)
-        return {"result": f"Successfully stopped streaming function {name}",
-                "stopped": len(matching)}
+                           len(late), matching[0].tool.name, timeout)
 
     async def _run_stream(self, stream: _Stream) -> None:
         """One live stream: emissions within its bounds, then the terminal message."""

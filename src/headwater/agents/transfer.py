@@ -7,7 +7,9 @@ is an LLM agent (ADK's rule). An agent with anywhere to go is offered
 ``transfer_to_agent(agent_name)``, whose description lists those agents and
 what they do. A call naming an agent it may go to records
 ``actions.transfer_to_agent`` on the call's result event, and the orchestrator
-runs that agent next; any other name is an error result to the model.
+runs that agent next; any other name is an error result to the model. In a
+live run the target must be able to run live too (an LLM agent whose model
+has a live connection): any other is an error result (``live_unsupported``).
 """
 
 from __future__ import annotations
@@ -53,17 +55,27 @@ def returns_to(agent: BaseAgent) -> bool:
     return True
 
 
+def can_run_live(agent: BaseAgent) -> bool:
+    """Whether a live run can hand the conversation to ``agent``: an LLM agent whose model
+    has a live connection (native or emulated)."""
+    return isinstance(agent, Agent) and agent.model.supports_live
+
+
 class TransferToAgentTool(BaseTool):
     """``transfer_to_agent(agent_name)``, offered to an agent with somewhere to go.
 
     Args:
         agent: the agent the tool is offered to.
         targets: the agents it may go to (:func:`transfer_targets`).
+        live: offered in a live run: a target that cannot run live is refused
+            when called.
     """
 
-    def __init__(self, agent: Agent, targets: Sequence[BaseAgent]) -> None:
+    def __init__(self, agent: Agent, targets: Sequence[BaseAgent], *, live: bool = False
+                 ) -> None:
         self.name = TRANSFER_TO_AGENT
         self._agent = agent
+        self._live = live
         self._targets = {target.name: target for target in targets}
         parent = agent.parent_agent
         lines = []
@@ -99,5 +111,8 @@ class TransferToAgentTool(BaseTool):
             why = ("may not be transferred to from here" if known
                    else "is no agent of this app")
             return error_result(code, f"{name!r} {why}; transfer to one of: {allowed}")
+        if self._live and not can_run_live(self._targets[name]):
+            return error_result("live_unsupported", f"{name!r} cannot take part in a live "
+                                "conversation; answer here or transfer to another agent")
         context.actions.transfer_to_agent = name
         return None

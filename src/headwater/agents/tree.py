@@ -149,18 +149,28 @@ class TreeRun:
                 yield event
 
     def live(self, queue: LiveRequestQueue) -> AsyncGenerator[Event, None]:
-        """A live run: the root LLM agent alone, over one connection.
+        """A live run: the LLM agent that takes the turn, over one connection at a time.
 
-        Transfer is not offered in live runs yet (its sub-agents do not run).
+        The agent is :meth:`agent_to_run`'s, as for :meth:`run`. It is offered
+        ``transfer_to_agent`` when it has somewhere to go; a transfer closes its
+        connection and opens the target's on the same history
+        (:class:`~headwater.agents.live_flow.LiveFlow`).
 
         Raises:
-            UserError: the root is not an LLM agent.
+            UserError: the agent that takes the turn is not an LLM agent.
         """
-        root = self.root
-        if not isinstance(root, Agent):
-            raise UserError(f"run_live drives an LLM agent; the root {root.name!r} is a "
-                            f"{type(root).__name__}: run it with run_async")
-        return LiveFlow(Flow(root, self.ctx, self.recorder, transfer=False), queue).events()
+        agent, branch = self.agent_to_run()
+        if not isinstance(agent, Agent):
+            which = "the root" if agent is self.root else "the agent taking this turn"
+            raise UserError(f"run_live drives an LLM agent; {which} {agent.name!r} is a "
+                            f"{type(agent).__name__}: run it with run_async")
+        ctx = self.ctx if branch == self.ctx.branch else replace(self.ctx, branch=branch)
+        recorder = self.recorder
+
+        def flow_of(llm_agent: Agent) -> Flow:
+            return Flow(llm_agent, ctx, recorder, live=True)
+
+        return LiveFlow(flow_of(agent), queue, flow_of).events()
 
     def error_event(self, code: ErrorCode, message: str) -> Event:
         """An error record of the run, authored by the root."""

@@ -66,5 +66,14 @@ class BaseLlm(ABC):
             "sessions; use run_async with StreamingMode.NONE or SSE"
         )
 
+    @property
+    def supports_live(self) -> bool:
+        """Whether :meth:`connect` opens a live connection (native or emulated).
+
+        Asked without opening anything, e.g. before a live run transfers to an
+        agent on this model.
+        """
+        return self.live_emulation or type(self).connect is not BaseLlm.connect
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}(model={self.model!r})"

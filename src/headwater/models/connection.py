@@ -158,6 +158,11 @@ class EmulatedLlmConnection(QueuedConnection):
         self._driver: asyncio.Task[None] | None = None
         self._closed = False
 
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called."""
+        return self._closed
+
     async def send_history(self, contents: list[Content]) -> None:
         self._contents = list(contents)
 

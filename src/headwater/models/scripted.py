@@ -18,6 +18,7 @@ from ..events import new_id
 from ..types import Usage
 from .aggregator import StreamAggregator
 from .base import BaseLlm
+from .connection import BaseLlmConnection
 from .llm_request import LlmRequest
 from .llm_response import LlmResponse
 
@@ -99,7 +100,9 @@ class ScriptedModel(BaseLlm):
 
     When the queue is empty, ``responder`` (if given) decides the turn from
     the request; otherwise the call fails with ``UserError`` saying the script
-    ran out. Every request and every stream's fate are recorded.
+    ran out. Every request and every stream's fate are recorded, and every
+    live connection opened on it (``connections``: emulated, each turn one
+    call here).
 
     Args:
         turns: the turns to play, in order.
@@ -121,6 +124,22 @@ class ScriptedModel(BaseLlm):
         self.responder = responder
         self.requests: list[LlmRequest] = []
         self.streams: list[StreamRecord] = []
+        self.connections: list[BaseLlmConnection] = []
+
+    def connect(self, request: LlmRequest) -> BaseLlmConnection:
+        """The emulated live connection (``live_emulation``), recorded in ``connections``.
+
+        Raises:
+            NotImplementedError: ``live_emulation`` was turned off.
+        """
+        connection = super().connect(request)
+        self.connections.append(connection)
+        return connection
+
+    @property
+    def supports_live(self) -> bool:
+        """Whether :meth:`connect` connects: it records, and emulates when ``live_emulation``."""
+        return self.live_emulation
 
     def add(self, turn: ScriptedTurn, *, first: bool = False) -> ScriptedModel:
         """Queue a turn; returns ``self`` for chaining.
