@@ -115,7 +115,9 @@ async def test_watcher_ends_itself_after_an_hour() -> None:
 async def test_an_upstream_failure_is_exactly_one_final_emitted_error() -> None:
     clock = VirtualClock()
     source = pw.QuoteSource({"GOOG": 100.0}, volatility_pct=0, fail_after=3)
-    async with Live(pw_script.build_runner(source, clock), clock) as live:
+    runner = pw_script.build_runner(source, clock)
+    runner.agent.model.record = True  # type: ignore[attr-defined]  # the demo model keeps none
+    async with Live(runner, clock) as live:
         await live.say("Watch GOOG and tell me about 1% moves.")
         for value in (102.0, 104.0):
             source.prices["GOOG"] = value

@@ -10,11 +10,16 @@ from headwater.runner import Runner
 
 async def answer(agent_index: int, message: str) -> tuple[list[str], str]:
     model = DemoModel(word_delay=0)
+    model.record = True  # the demo keeps nothing by default: it serves for days
     agent = demo_agents(model)[agent_index]
     async with Runner(agent=agent, app_name=agent.name, auto_create_session=True) as runner:
         result = await runner.run_once(user_id="u", new_message=message)
     calls = [c.name for r in model.requests for c in r.contents[-1].function_calls]
     return calls, result.text
+
+
+def test_the_demo_model_keeps_no_request() -> None:
+    assert DemoModel(word_delay=0).record is False
 
 
 def test_prompts_choose_calls() -> None:

@@ -69,7 +69,7 @@ class DemoModel(ScriptedModel):
     """
 
     def __init__(self, model: str = "demo", *, word_delay: float | None = None) -> None:
-        super().__init__(model=model, responder=self.respond)
+        super().__init__(model=model, responder=self.respond, record=False)  # serves for days
         self.word_delay = get_settings().demo_word_delay if word_delay is None else word_delay
 
     def respond(self, request: LlmRequest) -> ScriptedTurn:

@@ -108,6 +108,8 @@ class ScriptedModel(BaseLlm):
         turns: the turns to play, in order.
         model: the model name reported in requests and errors.
         responder: fallback that builds a turn from the request.
+        record: keep ``requests``, ``streams`` and ``connections`` (tests read
+            them); a long-lived model that serves people (the demo's) keeps none.
     """
 
     live_emulation = True
@@ -118,10 +120,12 @@ class ScriptedModel(BaseLlm):
         *,
         model: str = "scripted",
         responder: Responder | None = None,
+        record: bool = True,
     ) -> None:
         super().__init__(model)
         self._turns: deque[ScriptedTurn] = deque(turns)
         self.responder = responder
+        self.record = record
         self.requests: list[LlmRequest] = []
         self.streams: list[StreamRecord] = []
         self.connections: list[BaseLlmConnection] = []
@@ -133,7 +137,8 @@ class ScriptedModel(BaseLlm):
             NotImplementedError: ``live_emulation`` was turned off.
         """
         connection = super().connect(request)
-        self.connections.append(connection)
+        if self.record:
+            self.connections.append(connection)
         return connection
 
     @property
@@ -194,10 +199,12 @@ class ScriptedModel(BaseLlm):
             UserError: no turn is queued and there is no responder.
             BaseException: the turn's ``raise_error``.
         """
-        self.requests.append(_snapshot(request))
+        if self.record:
+            self.requests.append(_snapshot(request))
         turn = self._next_turn(request)
         record = StreamRecord(stream=stream)
-        self.streams.append(record)
+        if self.record:
+            self.streams.append(record)
         try:
             if turn.responses is None and stream and not turn.delay and turn.raise_error is None:
                 # The common case, kept lean: deltas straight from the aggregator.
