@@ -1,4 +1,4 @@
-"""Shared test setup: a no-network guard, the PostgreSQL URL and child-process fixtures.
+"""Shared test setup: a no-network guard, the PostgreSQL and Redis URLs, child-process fixtures.
 
 Tests never reach the network (CONVENTIONS §7): from `pytest_configure` on,
 connecting a socket, or resolving a name, outside loopback raises
@@ -92,6 +92,17 @@ def postgres_url() -> str:
     if os.environ.get("CI", "").lower() not in ("", "0", "false"):
         pytest.fail("CI is set but HEADWATER_TEST_POSTGRES_URL is not; .ci/run exports it")
     pytest.skip("set HEADWATER_TEST_POSTGRES_URL to run against PostgreSQL")
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> str:
+    """The Redis URL to test against; skips locally, fails in CI, when unset."""
+    url = os.environ.get("HEADWATER_TEST_REDIS_URL")
+    if url:
+        return url
+    if os.environ.get("CI", "").lower() not in ("", "0", "false"):
+        pytest.fail("CI is set but HEADWATER_TEST_REDIS_URL is not; .ci/run exports it")
+    pytest.skip("set HEADWATER_TEST_REDIS_URL to run against Redis")
 
 
 @pytest.fixture

@@ -125,6 +125,25 @@ class Settings(BaseSettings):
             the gateway from a browser: their CORS preflights are answered and
             their WebSockets (and, in dev mode, their requests) taken. Empty:
             none. Env: a JSON list.
+        redis_url: a Redis server (``redis://host:6379/0``) shared by the gateway's
+            replicas; when set, ``create_app`` keeps resumable runs' frames in
+            Redis Streams and knows runs, stream counts and cancels across
+            replicas (needs ``headwater[redis]``); ``None``: all in this process.
+        redis_key_prefix: the prefix of every Redis key and channel the gateway
+            uses (several deployments can share one Redis).
+        redis_run_ttl: seconds a running run's frames stay in Redis after its
+            last frame (a safety net; renewed by every frame).
+        redis_ended_ttl: seconds an ended run's frames and record stay in Redis
+            after its terminal frame unless the replica that ran it forgets it
+            first (after ``run_retention``); keep it above ``run_retention``.
+        redis_liveness_ttl: seconds a replica's runs (as other replicas see
+            them) and its open streams (as the per-user count sees them) last
+            unless it renews them, which it does every third of this; a dead
+            replica's runs and streams age out after it.
+        redis_max_connections: Redis connections one replica holds at most;
+            each follower of a run waiting for frames holds one.
+        redis_pool_timeout: seconds a Redis command waits for a free connection
+            before failing.
         gc_freeze: the gateway moves everything alive at startup out of the
             garbage collector's passes (``gc.freeze()``), so full collections
             scan only what runs allocate (shorter event-loop stalls).
@@ -227,6 +246,13 @@ class Settings(BaseSettings):
     header_timeout: float = Field(default=10.0, gt=0)
     max_connections: int = Field(default=1000, ge=1)
     cors_origins: list[str] = Field(default_factory=list)
+    redis_url: str | None = None
+    redis_key_prefix: str = "headwater:"
+    redis_run_ttl: float = Field(default=3600.0, gt=0)
+    redis_ended_ttl: float = Field(default=300.0, gt=0)
+    redis_liveness_ttl: float = Field(default=30.0, gt=0)
+    redis_max_connections: int = Field(default=2048, ge=2)
+    redis_pool_timeout: float = Field(default=10.0, gt=0)
     max_page_size: int = Field(default=200, ge=1)
     session_title_chars: int = Field(default=80, ge=2)
     gc_freeze: bool = True

@@ -1,9 +1,11 @@
-"""The in-memory run log: contiguous ids, exact replay, live following, bounds, forgetting."""
+"""The run log contract, for each backend: contiguous ids, exact replay, live following,
+bounds, forgetting (in process, and Redis Streams when HEADWATER_TEST_REDIS_URL is set)."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import aclosing
 
 import pytest
@@ -11,15 +13,64 @@ import pytest
 from headwater.errors import BudgetExceeded, RunLogClosed, RunLogFull, RunNotFound, UserError
 from headwater.gateway.runlog import InMemoryRunLog, RunLog
 from headwater.gateway.sse import Frame, encode_frame
-from headwater.settings import get_settings
+from headwater.settings import Settings, get_settings
+
+MakeLog = Callable[..., Awaitable[RunLog]]
+
+
+def redis_settings(redis_url: str, **overrides: object) -> Settings:
+    """Settings for a Redis test: its own key prefix, short waits."""
+    values: dict[str, object] = {
+        "redis_url": redis_url, "redis_key_prefix": f"hwtest:{uuid.uuid4().hex}:",
+        "heartbeat_interval": 0.5, **overrides}
+    return Settings(**values)  # type: ignore[arg-type]
+
+
+async def drop_keys(redis_url: str, prefix: str) -> None:
+    """Delete every key under ``prefix`` (a test's leftovers)."""
+    import redis.asyncio as aioredis
+
+    client = aioredis.Redis.from_url(redis_url)
+    try:
+        keys = [key async for key in client.scan_iter(match=prefix + "*")]
+        if keys:
+            await client.delete(*keys)
+    finally:
+        await client.aclose()
+
+
+@pytest.fixture(params=["memory", pytest.param("redis", marks=pytest.mark.redis)])
+async def make_log(request: pytest.FixtureRequest) -> AsyncIterator[MakeLog]:
+    """Make run logs of one backend (``max_frames`` as given); closed after the test."""
+    made: list[RunLog] = []
+    prefixes: list[str] = []
+    url = request.getfixturevalue("redis_url") if request.param == "redis" else ""
+
+    async def make(max_frames: int | None = None) -> RunLog:
+        log: RunLog
+        if request.param == "memory":
+            log = InMemoryRunLog(max_frames=max_frames)
+        else:
+            from headwater.gateway.redis_backend import RedisRunLog
+
+            settings = redis_settings(url)
+            prefixes.append(settings.redis_key_prefix)
+            log = RedisRunLog(url, settings=settings, max_frames=max_frames)
+        made.append(log)
+        return log
+
+    yield make
+    for log in made:
+        await log.close()
+    for prefix in prefixes:
+        await drop_keys(url, prefix)
 
 
 @pytest.fixture
-async def log() -> AsyncIterator[InMemoryRunLog]:
-    run_log = InMemoryRunLog(max_frames=50)
+async def log(make_log: MakeLog) -> RunLog:
+    run_log = await make_log(50)
     await run_log.open("r1")
-    yield run_log
-    await run_log.close()
+    return run_log
 
 
 async def deltas(log: RunLog, n: int, run_id: str = "r1") -> list[Frame]:
@@ -31,7 +82,7 @@ async def collect(log: RunLog, after: int, run_id: str = "r1") -> list[Frame]:
         return [frame async for frame in frames]
 
 
-async def test_ids_are_contiguous_from_one(log: InMemoryRunLog) -> None:
+async def test_ids_are_contiguous_from_one(log: RunLog) -> None:
     assert await log.last_id("r1") == 0
     frames = await deltas(log, 3)
     assert [f.id for f in frames] == [1, 2, 3]
@@ -41,7 +92,7 @@ async def test_ids_are_contiguous_from_one(log: InMemoryRunLog) -> None:
     assert [f.id for f in await deltas(log, 2, "r2")] == [1, 2]
 
 
-async def test_read_after_is_the_exact_suffix(log: InMemoryRunLog) -> None:
+async def test_read_after_is_the_exact_suffix(log: RunLog) -> None:
     frames = await deltas(log, 5)
     for after in range(7):
         assert await log.read_after("r1", after) == frames[after:]
@@ -49,7 +100,7 @@ async def test_read_after_is_the_exact_suffix(log: InMemoryRunLog) -> None:
         await log.read_after("r1", -1)
 
 
-async def test_follow_replays_then_follows_live(log: InMemoryRunLog) -> None:
+async def test_follow_replays_then_follows_live(log: RunLog) -> None:
     await deltas(log, 2)
     got: list[Frame] = []
     two_more = asyncio.Event()
@@ -70,7 +121,7 @@ async def test_follow_replays_then_follows_live(log: InMemoryRunLog) -> None:
     assert got[-1] == done and [f.id for f in got] == [2, 3, 4, 5]
 
 
-async def test_concurrent_followers_each_get_every_frame(log: InMemoryRunLog) -> None:
+async def test_concurrent_followers_each_get_every_frame(log: RunLog) -> None:
     followers = [asyncio.create_task(collect(log, 0)) for _ in range(3)]
     slow_started = asyncio.Event()
 
@@ -95,7 +146,7 @@ async def test_concurrent_followers_each_get_every_frame(log: InMemoryRunLog) ->
     assert all(result == written for result in results)
 
 
-async def test_follower_after_the_end_gets_the_suffix_then_ends(log: InMemoryRunLog) -> None:
+async def test_follower_after_the_end_gets_the_suffix_then_ends(log: RunLog) -> None:
     frames = await deltas(log, 3)
     frames.append(await log.append("r1", "error", {"code": "cancelled"}))
     assert await log.ended("r1")
@@ -104,7 +155,7 @@ async def test_follower_after_the_end_gets_the_suffix_then_ends(log: InMemoryRun
     assert await asyncio.wait_for(collect(log, 99), 5) == []
 
 
-async def test_follow_from_beyond_the_end_waits_for_later_frames(log: InMemoryRunLog) -> None:
+async def test_follow_from_beyond_the_end_waits_for_later_frames(log: RunLog) -> None:
     task = asyncio.create_task(collect(log, 2))
     frames = await deltas(log, 4)
     frames.append(await log.append("r1", "done", {}))
@@ -113,7 +164,7 @@ async def test_follow_from_beyond_the_end_waits_for_later_frames(log: InMemoryRu
         log.follow("r1", -1)
 
 
-async def test_append_after_terminal_is_refused(log: InMemoryRunLog) -> None:
+async def test_append_after_terminal_is_refused(log: RunLog) -> None:
     assert not await log.ended("r1")
     await deltas(log, 1)
     await log.append("r1", "done", {})
@@ -124,14 +175,14 @@ async def test_append_after_terminal_is_refused(log: InMemoryRunLog) -> None:
     assert await log.last_id("r1") == 2
 
 
-async def test_unknown_frame_type_is_refused_and_stores_nothing(log: InMemoryRunLog) -> None:
+async def test_unknown_frame_type_is_refused_and_stores_nothing(log: RunLog) -> None:
     with pytest.raises(ValueError):
         await log.append("r1", "progress", {})
     assert await log.last_id("r1") == 0
 
 
-async def test_max_frames_is_enforced_but_the_terminal_frame_fits() -> None:
-    log = InMemoryRunLog(max_frames=3)
+async def test_max_frames_is_enforced_but_the_terminal_frame_fits(make_log: MakeLog) -> None:
+    log = await make_log(3)
     await log.open("r")
     await deltas(log, 3, "r")
     with pytest.raises(RunLogFull) as caught:
@@ -148,7 +199,7 @@ def test_max_frames_defaults_to_the_setting() -> None:
         InMemoryRunLog(max_frames=0)
 
 
-async def test_cancelling_a_waiting_follower_leaves_the_log_working(log: InMemoryRunLog) -> None:
+async def test_cancelling_a_waiting_follower_leaves_the_log_working(log: RunLog) -> None:
     await deltas(log, 1)
     got: list[Frame] = []
     waiting = asyncio.Event()
@@ -175,7 +226,7 @@ async def test_cancelling_a_waiting_follower_leaves_the_log_working(log: InMemor
     assert [f.id for f in frames] == [2, 3, 4]
 
 
-async def test_unknown_run_is_run_not_found(log: InMemoryRunLog) -> None:
+async def test_unknown_run_is_run_not_found(log: RunLog) -> None:
     with pytest.raises(RunNotFound) as caught:
         await log.append("nope", "delta", {})
     assert isinstance(caught.value, KeyError) and "nope" in str(caught.value)
@@ -189,12 +240,12 @@ async def test_unknown_run_is_run_not_found(log: InMemoryRunLog) -> None:
         await collect(log, 0, "nope")
 
 
-async def test_open_twice_is_refused(log: InMemoryRunLog) -> None:
+async def test_open_twice_is_refused(log: RunLog) -> None:
     with pytest.raises(UserError, match="already has a log"):
         await log.open("r1")
 
 
-async def test_forget(log: InMemoryRunLog) -> None:
+async def test_forget(log: RunLog) -> None:
     await deltas(log, 2)
     waiting = asyncio.create_task(collect(log, 2))
     await asyncio.sleep(0)
@@ -208,8 +259,8 @@ async def test_forget(log: InMemoryRunLog) -> None:
     assert [f.id for f in await deltas(log, 1)] == [1]
 
 
-async def test_close_forgets_every_run_and_refuses_new_ones() -> None:
-    log = InMemoryRunLog()
+async def test_close_forgets_every_run_and_refuses_new_ones(make_log: MakeLog) -> None:
+    log = await make_log()
     await log.open("a")
     await log.close()
     await log.close()
@@ -217,3 +268,76 @@ async def test_close_forgets_every_run_and_refuses_new_ones() -> None:
         await log.ended("a")
     with pytest.raises(UserError, match="closed"):
         await log.open("b")
+
+
+# -- Redis: what only a shared log can do ----------------------------------------------------------
+
+
+@pytest.fixture
+async def two_redis_logs(redis_url: str) -> AsyncIterator[tuple[RunLog, RunLog]]:
+    """Two Redis run logs on one prefix: two replicas' views of the same runs."""
+    from headwater.gateway.redis_backend import RedisRunLog
+
+    settings = redis_settings(redis_url)
+    first = RedisRunLog(redis_url, settings=settings)
+    second = RedisRunLog(redis_url, settings=settings)
+    yield first, second
+    await first.close()
+    await second.close()
+    await drop_keys(redis_url, settings.redis_key_prefix)
+
+
+@pytest.mark.redis
+async def test_a_run_written_through_one_redis_log_is_followed_through_another(
+        two_redis_logs: tuple[RunLog, RunLog]) -> None:
+    writer, reader = two_redis_logs
+    await writer.open("r")
+    written = await deltas(writer, 3, "r")
+    assert await reader.last_id("r") == 3 and not await reader.ended("r")
+    follower = asyncio.create_task(collect(reader, 1, "r"))
+    written += await deltas(writer, 2, "r")
+    written.append(await writer.append("r", "done", {"usage": {"input_tokens": 1}}))
+    assert await asyncio.wait_for(follower, 10) == written[1:]
+    assert await reader.read_after("r", 0) == written
+    assert [f.raw for f in await reader.read_after("r", 4)] == [f.raw for f in written[4:]]
+
+
+@pytest.mark.redis
+async def test_closing_a_redis_log_keeps_ended_runs_for_the_others(
+        two_redis_logs: tuple[RunLog, RunLog]) -> None:
+    first, second = two_redis_logs
+    await first.open("ended")
+    await first.append("ended", "done", {})
+    await first.open("running")
+    waiting = asyncio.create_task(collect(second, 0, "running"))
+    await asyncio.sleep(0.2)
+    await first.close()  # the replica stops: its unfinished run is gone, its ended one is not
+    with pytest.raises(RunNotFound):
+        await asyncio.wait_for(waiting, 10)
+    with pytest.raises(RunNotFound):
+        await second.last_id("running")
+    assert [f.type for f in await second.read_after("ended", 0)] == ["done"]
+    with pytest.raises(RunNotFound):
+        await first.last_id("ended")  # a closed log knows no run
+
+
+@pytest.mark.redis
+async def test_redis_log_bounds_come_from_the_settings(redis_url: str) -> None:
+    from headwater.gateway.redis_backend import RedisRunLog
+
+    settings = redis_settings(redis_url, run_log_max_frames=7)
+    log = RedisRunLog(redis_url, settings=settings)
+    try:
+        assert log.max_frames == 7
+        with pytest.raises(ValueError):
+            RedisRunLog(redis_url, settings=settings, max_frames=0)
+    finally:
+        await log.close()
+
+
+def test_redis_without_redis_py_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    from headwater.gateway.redis_backend import RedisRunLog
+
+    monkeypatch.setitem(__import__("sys").modules, "redis.asyncio", None)
+    with pytest.raises(ImportError, match=r"headwater\[redis\]"):
+        RedisRunLog("redis://127.0.0.1:6379/0", settings=Settings())

@@ -21,7 +21,7 @@ from fastapi import FastAPI, Header, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from ..agents.agent import Agent
-from ..errors import SessionError, SessionNotFoundError
+from ..errors import RunNotFound, SessionError, SessionNotFoundError
 from ..events import Event
 from ..sessions.base import BaseSessionService, Session
 from ..sessions.sql import SqlSessionService
@@ -36,8 +36,8 @@ from .logs import redact_uvicorn_logs
 from .origins import OriginGuard, allowed_origins
 from .page import add_page_routes
 from .problems import ErrorBody, GatewayHTTPError, install_error_handlers, request_id_of
+from .registry import RunRegistry
 from .runlog import InMemoryRunLog, RunLog
-from .runs import Run
 from .tracing import TraceContext
 from .vercel import add_vercel_routes
 from .websocket import add_live_routes
@@ -68,7 +68,7 @@ class SessionOut(BaseModel):
     state: dict[str, Any]
     active_run: str | None = Field(
         default=None, description="the id of the caller's run going on in this session (an SSE "
-                                  "or live run), else null")
+                                  "or live run, on any replica), else null")
     title: str | None = Field(
         default=None, description="the session's first message: the text of its first stored "
                                   "event when the user sent it, cut to "
@@ -155,8 +155,12 @@ def create_app(
             ``Settings.database_url``, the embedded SQLite file).
         auth: ``StaticTokenAuth``, ``JWTAuth`` or any async callable
             ``token -> user_id | None``; ``None`` is dev mode (one local user).
-        settings: bounds (default: from ``HEADWATER_*`` environment variables).
-        run_log: where run frames go (default: in process).
+        settings: bounds (default: from ``HEADWATER_*`` environment variables). With
+            ``settings.redis_url`` the app is one replica of several: run frames
+            go to Redis Streams and runs are known, counted and cancelled
+            across replicas through Redis (needs ``headwater[redis]``).
+        run_log: where run frames go (default: Redis Streams with
+            ``settings.redis_url``, else in process).
         cors_origins: the origins (``http(s)://host[:port]``) whose pages may call
             the gateway from a browser (default: ``Settings.cors_origins``, none);
             see :mod:`.origins`.
@@ -174,7 +178,16 @@ def create_app(
     agents = [agent_or_agents] if isinstance(agent_or_agents, Agent) else list(agent_or_agents)
     owns_service = session_service is None
     service = session_service or SqlSessionService(settings.database_url)
-    gateway = Gateway(agents, service, auth, settings, run_log or InMemoryRunLog(), owns_service)
+    registry: RunRegistry | None = None
+    if settings.redis_url is not None:
+        from .redis_backend import RedisRunLog, RedisRunRegistry  # needs headwater[redis]
+
+        registry = RedisRunRegistry(settings.redis_url, settings=settings)
+        if run_log is None:
+            run_log = RedisRunLog(settings.redis_url, settings=settings)
+    if run_log is None:
+        run_log = InMemoryRunLog(settings.run_log_max_frames)
+    gateway = Gateway(agents, service, auth, settings, run_log, owns_service, registry)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -248,16 +261,18 @@ def _routes(app: FastAPI, gw: Gateway) -> None:
         found: list[SessionOut] = []
         try:
             for name in gw.runners:
-                found += [_session_out(name, s, gw.runs.active(user, s.id)) for s in
+                found += [_session_out(name, s) for s in
                           await gw.service.list_sessions(app_name=name, user_id=user)]
             found.sort(key=lambda s: (s.updated_at, s.created_at), reverse=True)
             start = int(cursor or 0)
             page = found[start:start + limit]
             titles = await asyncio.gather(*(_first_title(gw, user, s) for s in page))
+            active = await asyncio.gather(*(gw.runs.active(user, s.id) for s in page))
         except SessionError as exc:
             raise store_error(exc) from None
-        for listed, title in zip(page, titles, strict=True):
+        for listed, title, run_id in zip(page, titles, active, strict=True):
             listed.title = title
+            listed.active_run = run_id
         more = start + limit < len(found)
         return SessionList(items=page, next_cursor=str(start + limit) if more else None)
 
@@ -266,7 +281,7 @@ def _routes(app: FastAPI, gw: Gateway) -> None:
     async def get_session(request: Request, session_id: str) -> SessionOut:
         user = await gw.user(request)
         agent, session = await gw.find_session(user, session_id)
-        out = _session_out(agent, session, gw.runs.active(user, session_id))
+        out = _session_out(agent, session, await gw.runs.active(user, session_id))
         out.title = _session_title(session.events[:1], settings.session_title_chars)
         return out
 
@@ -275,7 +290,7 @@ def _routes(app: FastAPI, gw: Gateway) -> None:
     async def delete_session(request: Request, session_id: str) -> Response:
         user = await gw.user(request)
         agent, _ = await gw.find_session(user, session_id)
-        if gw.runs.active(user, session_id) is not None:
+        if await gw.runs.active(user, session_id) is not None:
             raise GatewayHTTPError("session_busy", "a run is in progress on this session")
         try:
             await gw.service.delete_session(app_name=agent, user_id=user, session_id=session_id)
@@ -328,14 +343,17 @@ def _routes(app: FastAPI, gw: Gateway) -> None:
         last_event_id: str | None = None,
     ) -> Any:
         user = await gw.user(request)
-        run = gw.runs.get(run_id, user)
+        run = await gw.runs.get(run_id, user)
         if run is None:
             raise GatewayHTTPError("not_found", NOT_FOUND_RUN)
         raw = last_event_id_header if last_event_id_header is not None else last_event_id
         after = _event_id(raw)
-        if run.ended and after >= await gw.runs.log.last_id(run.id):
-            return Response(status_code=204)
-        if not gw.runs.has_room(user):
+        try:
+            if run.ended and after >= await gw.runs.log.last_id(run.id):
+                return Response(status_code=204)
+        except RunNotFound:  # its frames are gone (another replica forgot it meanwhile)
+            raise GatewayHTTPError("not_found", NOT_FOUND_RUN) from None
+        if not await gw.runs.has_room(user):
             raise GatewayHTTPError("too_many_streams", "too many concurrent streams",
                                    headers={"Retry-After": "1"})
         return gw.stream(run, after)
@@ -344,11 +362,10 @@ def _routes(app: FastAPI, gw: Gateway) -> None:
               responses={404: {"model": ErrorBody}})
     async def cancel_run(request: Request, run_id: str) -> RunCancelled:
         user = await gw.user(request)
-        run = gw.runs.get(run_id, user)
+        run = await gw.runs.get(run_id, user)
         if run is None:
             raise GatewayHTTPError("not_found", NOT_FOUND_RUN)
-        await gw.runs.cancel(run)
-        return RunCancelled(id=run.id, status=run.status)
+        return RunCancelled(id=run.id, status=await gw.runs.cancel(run))
 
 
 def _message_of(body: RunRequest) -> Content:
@@ -393,10 +410,10 @@ def _event_id(raw: str | None) -> int:
     return int(raw)
 
 
-def _session_out(agent: str, session: Session, active: Run | None = None) -> SessionOut:
+def _session_out(agent: str, session: Session, active: str | None = None) -> SessionOut:
     return SessionOut(id=session.id, agent=agent, created_at=session.create_time,
                       updated_at=session.last_update_time, state=session.state,
-                      active_run=active.id if active is not None else None)
+                      active_run=active)
 
 
 def _session_title(events: Sequence[Event], chars: int) -> str | None:

@@ -31,6 +31,7 @@ from ..types import Content
 from .auth import Authenticator, user_of
 from .frames import FrameMapper
 from .problems import ErrorBody, GatewayHTTPError
+from .registry import RunInfo, RunRegistry
 from .responses import Render, SSEResponse, StallWatch, render_frame
 from .runlog import RunLog
 from .runs import Run, RunManager
@@ -53,7 +54,7 @@ class Gateway:
 
     def __init__(self, agents: Sequence[Agent], service: BaseSessionService,
                  auth: Authenticator | None, settings: Settings, log: RunLog,
-                 owns_service: bool) -> None:
+                 owns_service: bool, registry: RunRegistry | None = None) -> None:
         names = [agent.name for agent in agents]
         if not agents:
             raise UserError("create_app needs at least one agent")
@@ -67,7 +68,7 @@ class Gateway:
         self.service = service
         self.auth = auth
         self.settings = settings
-        self.runs = RunManager(log, settings)
+        self.runs = RunManager(log, settings, registry)
         self.stall_watch = StallWatch(settings.send_timeout)
         self.owns_service = owns_service
 
@@ -140,7 +141,7 @@ class Gateway:
         if self.runs.closing:
             raise GatewayHTTPError("server_shutdown", "the server is stopping",
                                    headers={"Retry-After": "1"})
-        if not self.runs.has_room(user_id):
+        if not await self.runs.has_room(user_id):
             raise GatewayHTTPError("too_many_streams", "too many concurrent streams",
                                    headers={"Retry-After": "1"})
         mode = StreamingMode.SSE if streaming else StreamingMode.NONE
@@ -162,9 +163,10 @@ class Gateway:
                                      agent=agent, resumable=resumable, request_id=request_id,
                                      mapper=self.mappers[agent])
 
-    def stream(self, run: Run, after: int, render: Render = render_frame,
+    def stream(self, run: Run | RunInfo, after: int, render: Render = render_frame,
                headers: Mapping[str, str] | None = None, prologue: bytes = b"") -> SSEResponse:
-        """The response following ``run`` from frame ``after``, in the format ``render`` writes.
+        """The response following ``run`` (this replica's or another's) from frame ``after``,
+        in the format ``render`` writes.
 
         Args:
             render: a frame's bytes in the response's format (the typed SSE

@@ -201,11 +201,11 @@ class InMemoryRunLog(RunLog):
         return frame
 
     async def read_after(self, run_id: str, after: int) -> list[Frame]:
-        _check_after(after)
+        check_after(after)
         return self._run(run_id).frames[after:]
 
     def follow(self, run_id: str, after: int) -> AsyncGenerator[Frame, None]:
-        _check_after(after)
+        check_after(after)
         return self._follow(run_id, after)
 
     async def _follow(self, run_id: str, after: int) -> AsyncGenerator[Frame, None]:
@@ -240,6 +240,7 @@ class InMemoryRunLog(RunLog):
             await self.forget(run_id)
 
 
-def _check_after(after: int) -> None:
+def check_after(after: int) -> None:
+    """Refuse a negative ``after`` (every backend's ``read_after`` and ``follow``)."""
     if after < 0:
         raise ValueError(f"'after' is a frame id (0 for all frames), got {after}")

@@ -8,6 +8,10 @@ is ``resumable`` outlives its connection (for ``detached_ttl``) and any number
 of clients can follow it from any frame; a run that is not is cancelled as soon
 as its last follower leaves. Stopping a run cancels its task: the runner closes
 the model stream, cancels tools and seals history before the terminal frame.
+
+A run is known to the other replicas through the :class:`~.registry.RunRegistry`
+(an in-process one by default): they follow it from the shared run log, count
+its streams against its user's limit, and ask its replica to cancel it.
 """
 
 from __future__ import annotations
@@ -16,22 +20,21 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections import defaultdict
 from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
-from ..errors import HeadwaterError, LeaseLostError, RunLogFull
+from ..errors import HeadwaterError, LeaseLostError, RunLogFull, RunNotFound
 from ..runner import RunStream
 from ..settings import Settings
 from .frames import FrameMapper, FramePayload, done_frame, error_frame
+from .registry import LocalRunRegistry, RunInfo, RunRegistry, RunStatus
 from .runlog import RunLog
 from .sse import Frame
 
 logger = logging.getLogger("headwater.gateway")
 
 StopReason = Literal["cancelled", "disconnected", "detached_ttl", "server_shutdown"]
-RunStatus = Literal["running", "done", "error", "cancelled", "interrupted"]
 
 
 @dataclass(slots=True, eq=False)
@@ -64,53 +67,77 @@ class RunManager:
     """The runs of one gateway process: start, follow, stop, limits, shutdown.
 
     Args:
-        log: where frames go (in process by default).
+        log: where frames go (in process by default; shared by the replicas).
         settings: ``detached_ttl``, ``run_retention``, ``max_streams_per_user``.
+        registry: where the other replicas learn of this one's runs (default:
+            none, one process).
     """
 
-    def __init__(self, log: RunLog, settings: Settings) -> None:
+    def __init__(self, log: RunLog, settings: Settings,
+                 registry: RunRegistry | None = None) -> None:
         self.log = log
         self.settings = settings
+        self.registry = registry if registry is not None else LocalRunRegistry()
+        self.registry.on_cancel(self._cancel_requested)
         self.runs: dict[str, Run] = {}
-        self.streams: defaultdict[str, int] = defaultdict(int)
         self.closing = False
 
     # -- starting ------------------------------------------------------------------------------
 
-    def has_room(self, user_id: str) -> bool:
-        """Whether the user may open one more stream."""
-        return self.streams[user_id] < self.settings.max_streams_per_user
+    async def has_room(self, user_id: str) -> bool:
+        """Whether the user may open one more stream (counted over every replica)."""
+        return await self.registry.open_streams(user_id) < self.settings.max_streams_per_user
 
     async def start(self, stream: RunStream, *, user_id: str, session_id: str, agent: str,
                     resumable: bool, request_id: str, mapper: FrameMapper) -> Run:
         """Adopt a started run (``stream.start()`` done) and begin writing its frames."""
         run = Run(id=stream.invocation_id, user_id=user_id, session_id=session_id, agent=agent,
                   resumable=resumable, request_id=request_id, stream=stream)
-        await self.log.open(run.id)
+        try:
+            await self.log.open(run.id)
+            await self.registry.register(RunInfo(
+                id=run.id, user_id=user_id, session_id=session_id, agent=agent,
+                replica=self.registry.replica))
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await stream.aclose()  # gives the session back
+            with contextlib.suppress(Exception):
+                await self.log.forget(run.id)
+            raise
         self.runs[run.id] = run
         run.task = asyncio.ensure_future(self._drive(run, mapper))
         return run
 
-    def get(self, run_id: str, user_id: str) -> Run | None:
-        """The user's run of that id; ``None`` for a missing run or another user's."""
-        run = self.runs.get(run_id)
+    async def get(self, run_id: str, user_id: str) -> Run | RunInfo | None:
+        """The user's run of that id, here (a :class:`Run`) or on another replica (a
+        :class:`RunInfo`); ``None`` for a missing run or another user's."""
+        run: Run | RunInfo | None = self.runs.get(run_id)
+        if run is None:
+            run = await self.registry.lookup(run_id)
         return run if run is not None and run.user_id == user_id else None
 
-    def active(self, user_id: str, session_id: str) -> Run | None:
-        """The user's run still going on that session (at most one: a second is refused)."""
-        return next((run for run in self.runs.values() if run.session_id == session_id
-                     and run.user_id == user_id and not run.ended), None)
+    async def active(self, user_id: str, session_id: str) -> str | None:
+        """The id of the user's run still going on that session, on any replica (at most
+        one: a second is refused)."""
+        local = next((run.id for run in self.runs.values() if run.session_id == session_id
+                      and run.user_id == user_id and not run.ended), None)
+        return local if local is not None else await self.registry.active(user_id, session_id)
 
     # -- following -----------------------------------------------------------------------------
 
-    def follow(self, run: Run,
+    def follow(self, run: Run | RunInfo,
                after: int) -> tuple[AsyncGenerator[Frame, None], Callable[[bool], None]]:
         """The frames after ``after`` and the callback for when the follower ends.
 
+        ``run`` is this replica's or another's (followed from the shared log).
         The follower counts against its user's stream limit until the callback.
         """
+        slot = self.registry.stream_opened(run.user_id, run.id)
+        frames = self.log.follow(run.id, after)
+        if isinstance(run, RunInfo):
+            registry = self.registry
+            return frames, lambda gone: registry.stream_closed(slot)
         run.followers += 1
-        self.streams[run.user_id] += 1
         if run.detached is not None:
             run.detached.cancel()
             run.detached = None
@@ -122,19 +149,40 @@ class RunManager:
                 return
             ended = True
             run.followers -= 1
-            self.streams[run.user_id] -= 1
-            if self.streams[run.user_id] <= 0:
-                del self.streams[run.user_id]
+            self.registry.stream_closed(slot)
             if run.ended or run.followers > 0:
                 return
             if not run.resumable:
                 if gone:  # the one reader left: nobody will see the rest
                     self.stop(run, "disconnected")
                 return
-            run.detached = asyncio.get_running_loop().call_later(
-                self.settings.detached_ttl, self.stop, run, "detached_ttl")
+            self._detach(run)
 
-        return self.log.follow(run.id, after), on_end
+        return frames, on_end
+
+    def _detach(self, run: Run) -> None:
+        run.detached = asyncio.get_running_loop().call_later(
+            self.settings.detached_ttl, self._detached_expired, run)
+
+    def _detached_expired(self, run: Run) -> None:
+        """Nobody followed the run here for ``detached_ttl``: stop it, unless another
+        replica's client follows it."""
+        run.detached = None
+
+        async def check() -> None:
+            try:
+                followed = await self.registry.followers(run.id) > 0
+            except Exception:
+                logger.warning("run %s: counting its followers failed", run.id, exc_info=True)
+                followed = False
+            if run.ended or run.followers > 0 or run.detached is not None:
+                return
+            if followed:
+                self._detach(run)
+            else:
+                self.stop(run, "detached_ttl")
+
+        asyncio.ensure_future(check()).add_done_callback(_quiet)
 
     # -- stopping ------------------------------------------------------------------------------
 
@@ -147,13 +195,41 @@ class RunManager:
             run.stream.seal_reason = "interrupted"
         run.task.cancel()
 
-    async def cancel(self, run: Run) -> None:
-        """Stop a run and wait for its terminal frame (bounded by ``shutdown_grace``)."""
+    async def cancel(self, run: Run | RunInfo) -> RunStatus:
+        """Stop a run, here or on its replica, and wait for its terminal frame (bounded
+        by ``shutdown_grace``); its status then."""
+        grace = max(self.settings.shutdown_grace, 1.0)
+        if isinstance(run, RunInfo):
+            return await self._cancel_elsewhere(run, grace)
         self.stop(run, "cancelled")
         if run.task is not None:
             # asyncio.wait: the run's own end (even cancelled) is not an error here, and a
             # cancel of the caller still reaches the caller.
-            await asyncio.wait({run.task}, timeout=max(self.settings.shutdown_grace, 1.0))
+            await asyncio.wait({run.task}, timeout=grace)
+        return run.status
+
+    async def _cancel_elsewhere(self, info: RunInfo, grace: float) -> RunStatus:
+        if info.ended:
+            return info.status
+        if not await self.registry.request_cancel(info):
+            logger.warning("run %s: its replica %s did not hear the cancel", info.id,
+                           info.replica)
+        try:
+            async with asyncio.timeout(grace):
+                after = await self.log.last_id(info.id)
+                async with contextlib.aclosing(self.log.follow(info.id, after)) as frames:
+                    async for _ in frames:
+                        pass  # until the terminal frame
+        except (TimeoutError, RunNotFound):
+            pass
+        now = await self.registry.lookup(info.id)
+        return now.status if now is not None else info.status
+
+    def _cancel_requested(self, run_id: str) -> None:
+        """Another replica asks to cancel one of this replica's runs."""
+        run = self.runs.get(run_id)
+        if run is not None:
+            self.stop(run, "cancelled")
 
     async def shutdown(self, grace: float) -> None:
         """Stop every run as interrupted; wait up to ``grace`` for their terminal frames."""
@@ -171,7 +247,10 @@ class RunManager:
             if run.forget is not None:
                 run.forget.cancel()
         self.runs.clear()
-        await self.log.close()
+        try:
+            await self.registry.close()
+        finally:
+            await self.log.close()
 
     # -- the run's task ------------------------------------------------------------------------
 
@@ -214,6 +293,10 @@ class RunManager:
                 terminal = error_frame("internal", run.request_id)
             if run.status == "running":
                 run.status = "done" if terminal[0] == "done" else "error"
+            try:  # before the terminal frame: who sees it sees the run's status
+                await self.registry.ended(run.id, run.status)
+            except Exception:
+                logger.warning("run %s: recording its end failed", run.id, exc_info=True)
             try:
                 await self._append(run, terminal)
             except Exception:
@@ -235,7 +318,11 @@ class RunManager:
                    "duration_ms": round((time.monotonic() - run.started) * 1000, 1),
                    "frames": run.frames, "request_id": run.request_id})
         retention = self.settings.run_retention
-        if self.closing or retention <= 0:
+        if self.closing:
+            # The log's close drops it (a shared log keeps it for the other replicas).
+            if self.runs.get(run.id) is run:
+                del self.runs[run.id]
+        elif retention <= 0:
             self._forget(run)
         else:
             run.forget = asyncio.get_running_loop().call_later(retention, self._forget, run)
@@ -243,10 +330,10 @@ class RunManager:
     def _forget(self, run: Run) -> None:
         if self.runs.get(run.id) is run:
             del self.runs[run.id]
-        task = asyncio.ensure_future(self.log.forget(run.id))
-        task.add_done_callback(_quiet)
+        asyncio.ensure_future(self.log.forget(run.id)).add_done_callback(_quiet)
+        asyncio.ensure_future(self.registry.forget(run.id)).add_done_callback(_quiet)
 
 
-def _quiet(task: asyncio.Task[None]) -> None:
+def _quiet(task: asyncio.Future[None]) -> None:
     if not task.cancelled() and task.exception() is not None:
-        logger.warning("forgetting a run's frames failed: %s", type(task.exception()).__name__)
+        logger.warning("a run's background step failed: %s", type(task.exception()).__name__)

@@ -335,7 +335,7 @@ class LiveSocket:
         if gw.runs.closing:
             await self._close(CLOSE_TRY_LATER, "server_shutdown")
             return None
-        if not gw.runs.has_room(user):
+        if not await gw.runs.has_room(user):
             await self._close(CLOSE_TRY_LATER, "too_many_streams")
             return None
         stream = gw.runners[agent].run_live(user_id=user, session_id=self.session_id,
