@@ -58,9 +58,22 @@ async def replicas_for(redis_url: str, tmp_path: Path, serve: Serve
                                              timeout=20))
         return Replicas(clients[-2], clients[-1], apps)
 
-    yield make
+    made: list[Replicas] = []
+
+    async def make_and_keep(make_agent: Any, **overrides: Any) -> Replicas:
+        made.append(await make(make_agent, **overrides))
+        return made[-1]
+
+    yield make_and_keep
     for client in clients:
         await client.aclose()
+    for app in (app for replicas in made for app in replicas.apps):
+        gateway = app.state.gateway  # stop what still runs before its keys go
+        gateway.begin_shutdown()
+        for _ in range(500):
+            if all(run.ended for run in gateway.runs.runs.values()):
+                break
+            await asyncio.sleep(0.01)
     await drop_keys(redis_url, prefix)
 
 
@@ -246,3 +259,48 @@ async def test_the_stream_cap_counts_both_replicas(replicas_for: Any) -> None:
                 break
             await asyncio.sleep(0.05)  # the other replica's release is in flight
         assert ok.status_code in (200, 204)
+
+
+async def test_a_run_followed_only_through_b_outlives_its_detached_ttl_on_a(
+        replicas_for: Any) -> None:
+    gate = Gate()
+    replicas = await replicas_for(gate.agent, detached_ttl=0.3, redis_liveness_ttl=3.0)
+    gateway_a = replicas.apps[0].state.gateway
+    sid = await new_session(replicas.a)
+    head = await post_run(replicas.a, sid, {"message": "go", "resumable": True}, stop_after=1)
+    run_id = head.headers["x-run-id"]
+    try:
+        async with replicas.b.stream("GET", f"/runs/{run_id}/stream", headers=A,
+                                     params={"last_event_id": "1"}) as tail:
+            assert tail.status_code == 200
+            run = gateway_a.runs.runs[run_id]
+            for _ in range(200):  # A's own follower has left: its detach timer runs
+                if run.followers == 0 and run.detached is not None:
+                    break
+                await asyncio.sleep(0.01)
+            for _ in range(3):  # the timer fires, sees B's follower, and waits again
+                await asyncio.sleep(0.5)
+                assert not run.ended and run.stop_reason is None
+            gate.held.set()
+            body = (await tail.aread()).decode()
+        assert "event: done" in body and "detached_ttl" not in body
+    finally:
+        gate.held.set()
+    # nobody follows anywhere: the next run is stopped after detached_ttl, as on one replica
+    gate2 = Gate()
+    replicas2 = await replicas_for(gate2.agent, detached_ttl=0.3)
+    sid2 = await new_session(replicas2.a)
+    head2 = await post_run(replicas2.a, sid2, {"message": "go", "resumable": True},
+                           stop_after=1)
+    try:
+        for _ in range(500):
+            shown = (await replicas2.b.get(f"/sessions/{sid2}", headers=A)).json()
+            if shown["active_run"] is None:
+                break
+            await asyncio.sleep(0.02)
+        assert shown["active_run"] is None
+    finally:
+        gate2.held.set()
+    tail2 = await follow(replicas2.b, head2.headers["x-run-id"], 1)
+    assert [t for _, t, _ in tail2.frames] == ["error"]
+    assert tail2.frames[-1][2]["code"] == "cancelled"
