@@ -179,7 +179,7 @@ def create_app(
     owns_service = session_service is None
     service = session_service or SqlSessionService(settings.database_url)
     registry: RunRegistry | None = None
-    if settings.redis_url is not None:
+    if settings.redis_url:  # an empty HEADWATER_REDIS_URL is none
         from .redis_backend import RedisRunLog, RedisRunRegistry  # needs headwater[redis]
 
         registry = RedisRunRegistry(settings.redis_url, settings=settings)
