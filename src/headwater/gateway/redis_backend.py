@@ -196,6 +196,8 @@ class RedisRunLog(RunLog):
                 args=[frame.id, type, frame.raw, int(terminal), self.max_frames,
                       self.max_frames + 1, self._running_ttl, self._ended_ttl])
             if code == 1:
+                if not terminal:
+                    _cancelled_meanwhile()
                 if terminal:
                     self._last.pop(run_id, None)
                     self._opened.discard(run_id)
@@ -233,15 +235,11 @@ class RedisRunLog(RunLog):
             return
         frames_key = self._keys(run_id)[1]
         cursor = after
-        task = asyncio.current_task()
         while True:
             self._check(run_id)
             found = await self._redis.xread({frames_key: f"{cursor}-0"}, count=self._batch,
                                             block=self._block)
-            if task is not None and task.cancelling():
-                # redis-py can swallow a cancel that lands while a command starts; a
-                # follower never goes on once cancelled.
-                raise asyncio.CancelledError
+            _cancelled_meanwhile()  # a follower never goes on once cancelled
             if not found:  # a quiet while: is the run still there?
                 last, ended = await self._state(run_id)
                 if ended and last <= cursor:
@@ -283,6 +281,19 @@ class RedisRunLog(RunLog):
             self._opened.clear()
             self._last.clear()
             await disconnect(self._redis)
+
+
+def _cancelled_meanwhile() -> None:
+    """Raise the cancel of this task that a Redis command swallowed.
+
+    On Python 3.11, ``asyncio.wait_for`` (which redis-py uses to connect)
+    returns its result instead of raising when a cancel lands as its inner
+    call completes; the task is then still marked as cancelling. A follower or
+    a run's writer of non-terminal frames never goes on once cancelled.
+    """
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
 
 
 def _frame(entry_id: bytes, fields: Mapping[bytes, bytes]) -> Frame:

@@ -93,16 +93,19 @@ class RunManager:
         """Adopt a started run (``stream.start()`` done) and begin writing its frames."""
         run = Run(id=stream.invocation_id, user_id=user_id, session_id=session_id, agent=agent,
                   resumable=resumable, request_id=request_id, stream=stream)
+        opened = False
         try:
             await self.log.open(run.id)
+            opened = True
             await self.registry.register(RunInfo(
                 id=run.id, user_id=user_id, session_id=session_id, agent=agent,
                 replica=self.registry.replica))
         except BaseException:
             with contextlib.suppress(Exception):
                 await stream.aclose()  # gives the session back
-            with contextlib.suppress(Exception):
-                await self.log.forget(run.id)
+            if opened:
+                with contextlib.suppress(Exception):
+                    await self.log.forget(run.id)
             raise
         self.runs[run.id] = run
         run.task = asyncio.ensure_future(self._drive(run, mapper))
