@@ -100,6 +100,15 @@ async def test_read_after_is_the_exact_suffix(log: RunLog) -> None:
         await log.read_after("r1", -1)
 
 
+async def test_frames_with_awkward_text_come_back_equal(log: RunLog) -> None:
+    texts = ["héllo ✓", "line\u2028sep\u2029para\x85nel", "lone \ud800 surrogate", "a\nb\r\n",
+             '{"json": "in text"}', ""]
+    written = [await log.append("r1", "delta", {"author": "a", "text": t}) for t in texts]
+    written.append(await log.append("r1", "done", {"usage": {"n": 1.5, "nested": [1, None]}}))
+    assert await log.read_after("r1", 0) == written
+    assert await asyncio.wait_for(collect(log, 0), 5) == written
+
+
 async def test_follow_replays_then_follows_live(log: RunLog) -> None:
     await deltas(log, 2)
     got: list[Frame] = []

@@ -34,6 +34,7 @@ from typing import Any, cast, get_args
 
 from ..errors import RunLogClosed, RunLogFull, RunNotFound, UserError
 from ..settings import Settings
+from ..sse import SSEDecoder
 from .registry import RunInfo, RunRegistry, RunStatus
 from .runlog import RunLog, check_after
 from .sse import TERMINAL_TYPES, Frame, encode_frame
@@ -297,11 +298,12 @@ def _cancelled_meanwhile() -> None:
 
 
 def _frame(entry_id: bytes, fields: Mapping[bytes, bytes]) -> Frame:
-    """The frame stored as the stream entry ``<id>-0``."""
+    """The frame stored as the stream entry ``<id>-0``: its bytes, read back with the
+    one SSE decoder (:mod:`headwater.sse`)."""
     raw = fields[b"f"]
-    start = raw.index(b"\ndata: ") + 7
+    (event,) = SSEDecoder(max_line_chars=len(raw), max_event_chars=len(raw)).feed(raw)
     return Frame(id=int(entry_id.split(b"-", 1)[0]), type=fields[b"t"].decode(),
-                 data=json.loads(raw[start:-2]), raw=raw)
+                 data=json.loads(event.data), raw=raw)
 
 
 # -- the registry --------------------------------------------------------------------------------
