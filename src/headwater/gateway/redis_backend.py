@@ -326,13 +326,13 @@ end
 return 1
 """
 
-# KEYS: info, active. ARGV: status, ttl (ms), run id.
+# KEYS: info[, active]. ARGV: status, ttl (ms), run id.
 _ENDED = """
 if redis.call('EXISTS', KEYS[1]) == 1 then
   redis.call('HSET', KEYS[1], 'status', ARGV[1])
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
 end
-if redis.call('GET', KEYS[2]) == ARGV[3] then redis.call('DEL', KEYS[2]) end
+if KEYS[2] and redis.call('GET', KEYS[2]) == ARGV[3] then redis.call('DEL', KEYS[2]) end
 return 1
 """
 
@@ -381,7 +381,8 @@ class RedisRunRegistry(RunRegistry):
         self._callback: Callable[[str], None] | None = None
         self._subscribed: asyncio.Future[None] | None = None
         self._pubsub: Any = None
-        self._tasks: list[asyncio.Task[None]] = []
+        self._listener: asyncio.Task[None] | None = None
+        self._renewer: asyncio.Task[None] | None = None
         self._closed = False
 
     # keys
@@ -414,9 +415,10 @@ class RedisRunRegistry(RunRegistry):
 
     async def ended(self, run_id: str, status: RunStatus) -> None:
         info = self._runs.pop(run_id, None)
-        active = self._active_key(info.user_id, info.session_id) if info else f"{self._prefix}-"
-        await self._ended(keys=[self._run_key(run_id, "info"), active],
-                          args=[status, self._ended_ttl, run_id])
+        keys = [self._run_key(run_id, "info")]
+        if info is not None:
+            keys.append(self._active_key(info.user_id, info.session_id))
+        await self._ended(keys=keys, args=[status, self._ended_ttl, run_id])
 
     async def forget(self, run_id: str) -> None:
         self._runs.pop(run_id, None)
@@ -506,7 +508,7 @@ class RedisRunRegistry(RunRegistry):
         pubsub = self._redis.pubsub(ignore_subscribe_messages=True)
         await pubsub.subscribe(self._channel(self.replica))
         self._pubsub = pubsub
-        self._tasks.append(asyncio.ensure_future(self._listen(pubsub)))
+        self._listener = asyncio.ensure_future(self._listen(pubsub))
 
     async def _listen(self, pubsub: Any) -> None:
         while True:
@@ -533,9 +535,8 @@ class RedisRunRegistry(RunRegistry):
     # renewal
 
     def _renew_in_background(self) -> None:
-        if not self._closed and not any(t.get_name() == "renew" for t in self._tasks):
-            self._tasks.append(asyncio.ensure_future(self._renew_forever()))
-            self._tasks[-1].set_name("renew")
+        if not self._closed and self._renewer is None:
+            self._renewer = asyncio.ensure_future(self._renew_forever())
 
     async def _renew_forever(self) -> None:
         while True:
@@ -569,12 +570,11 @@ class RedisRunRegistry(RunRegistry):
         if self._closed:
             return
         self._closed = True
-        for task in self._tasks:
+        tasks = [task for task in (self._listener, self._renewer) if task is not None]
+        for task in tasks:
             task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(BaseException):
-                await task
-        self._tasks.clear()
+        if tasks:
+            await asyncio.wait(tasks)  # their end, whatever it was; a cancel of ours still raises
         try:
             if self._pubsub is not None:
                 await self._pubsub.aclose()
