@@ -111,6 +111,11 @@ class Settings(BaseSettings):
             run stops with ``budget_exceeded``.
         max_streams_per_user: SSE streams one user may hold open at once; past
             it, ``429 too_many_streams``.
+        max_runs_per_user: runs one user may start per ``run_rate_window``
+            (counted over every replica with ``redis_url``); past it, ``429
+            rate_limited`` with ``Retry-After`` until the window ends; 0: no limit.
+        run_rate_window: seconds of one window of ``max_runs_per_user`` (fixed
+            windows, aligned to the clock).
         max_body_bytes: largest request body the gateway reads (413 past it).
         body_read_timeout: seconds a client may take to send its request body (408).
         shutdown_grace: seconds open streams get to end when the server stops.
@@ -240,6 +245,8 @@ class Settings(BaseSettings):
     run_retention: float = Field(default=60.0, ge=0)
     run_log_max_frames: int = Field(default=100_000, ge=1)
     max_streams_per_user: int = Field(default=8, ge=1)
+    max_runs_per_user: int = Field(default=0, ge=0)
+    run_rate_window: float = Field(default=60.0, gt=0)
     max_body_bytes: int = Field(default=1 << 20, ge=1024)
     body_read_timeout: float = Field(default=10.0, gt=0)
     shutdown_grace: float = Field(default=10.0, ge=0)

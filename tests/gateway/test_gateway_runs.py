@@ -287,3 +287,22 @@ async def test_the_app_tunes_the_collector_while_it_runs_and_puts_it_back() -> N
         assert gc.get_threshold() == (12_345, 11, 999)
         assert gc.get_freeze_count() > 0  # startup objects are out of the full passes
     assert gc.get_threshold() == before and gc.get_freeze_count() == 0
+
+
+async def test_runs_past_max_runs_per_user_are_rate_limited(client_for: Any) -> None:
+    model = ScriptedModel()
+    for i in range(3):
+        model.reply(f"answer {i}")
+    app = create_app(Agent(name="bot", model=model), auth=AUTH,
+                     session_service=InMemorySessionService(),
+                     settings=quick(max_runs_per_user=2, run_rate_window=86400))
+    client = await client_for(app)
+    sid = await new_session(client)
+    for _ in range(2):
+        assert (await post_run(client, sid, {"message": "hi"})).frames[-1][1] == "done"
+    refused = await client.post(f"/sessions/{sid}/runs", json={"message": "hi"}, headers=A)
+    assert refused.status_code == 429 and refused.json()["error"]["code"] == "rate_limited"
+    assert 1 <= int(refused.headers["retry-after"]) <= 86400
+    bob = await new_session(client, {"Authorization": "Bearer token-b"})  # his own count
+    got = await post_run(client, bob, {"message": "hi"}, {"Authorization": "Bearer token-b"})
+    assert got.frames[-1][1] == "done"

@@ -124,3 +124,37 @@ async def test_a_cancel_reaches_the_replica_that_runs_the_run(redis_url: str,
     finally:
         await a.close()
         await b.close()
+
+
+async def test_run_starts_are_counted_per_fixed_window() -> None:
+    registry = LocalRunRegistry()
+    first, left = await registry.count_run("u", 0.5)
+    if left < 0.2:  # too near the window's end to count twice in it: start in the next
+        await asyncio.sleep(left + 0.01)
+        first, left = await registry.count_run("u", 0.5)
+    second, _ = await registry.count_run("u", 0.5)
+    assert (first, second) == (1, 2) and 0 < left <= 0.5
+    assert (await registry.count_run("v", 0.5))[0] == 1
+    await asyncio.sleep(left + 0.01)
+    assert (await registry.count_run("u", 0.5))[0] == 1  # a new window
+
+
+@pytest.mark.redis
+async def test_redis_counts_run_starts_over_every_replica(redis_url: str,
+                                                          settings: Settings) -> None:
+    from headwater.gateway.redis_backend import RedisRunRegistry
+
+    a = RedisRunRegistry(redis_url, settings=settings)
+    b = RedisRunRegistry(redis_url, settings=settings)
+    try:
+        counts = [(await a.count_run("alice", 600))[0], (await b.count_run("alice", 600))[0],
+                  (await a.count_run("alice", 600))[0], (await b.count_run("bob", 600))[0]]
+        if counts != [1, 2, 3, 1]:  # a 600 s window began between two counts: once more
+            counts = [(await a.count_run("carol", 600))[0],
+                      (await b.count_run("carol", 600))[0]]
+            assert counts == [1, 2]
+        left = (await a.count_run("dave", 600))[1]
+        assert 0 < left <= 600
+    finally:
+        await a.close()
+        await b.close()

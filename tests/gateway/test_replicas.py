@@ -304,3 +304,14 @@ async def test_a_run_followed_only_through_b_outlives_its_detached_ttl_on_a(
     tail2 = await follow(replicas2.b, head2.headers["x-run-id"], 1)
     assert [t for _, t, _ in tail2.frames] == ["error"]
     assert tail2.frames[-1][2]["code"] == "cancelled"
+
+
+async def test_the_run_rate_counts_both_replicas(replicas_for: Any) -> None:
+    replicas = await replicas_for(chatty, max_runs_per_user=2, run_rate_window=86400)
+    sid = await new_session(replicas.a)
+    assert (await post_run(replicas.a, sid, {"message": "go"})).frames[-1][1] == "done"
+    assert (await post_run(replicas.b, sid, {"message": "go"})).frames[-1][1] == "done"
+    for client in (replicas.a, replicas.b):
+        refused = await client.post(f"/sessions/{sid}/runs", json={"message": "go"}, headers=A)
+        assert refused.status_code == 429 and refused.json()["error"]["code"] == "rate_limited"
+        assert int(refused.headers["retry-after"]) >= 1

@@ -8,6 +8,7 @@ auth, limits, persistence and cancellation are the same for all of them.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -133,14 +134,15 @@ class Gateway:
         """Start a run of ``agent`` on the user's session; every format starts runs here.
 
         Raises:
-            GatewayHTTPError: ``server_shutdown`` (503), ``too_many_streams``
-                (429), ``not_found`` (404), ``session_busy`` (409),
+            GatewayHTTPError: ``server_shutdown`` (503), ``rate_limited`` (429),
+                ``too_many_streams`` (429), ``not_found`` (404), ``session_busy`` (409),
                 ``invalid_request`` (400, a message the session cannot take) or
                 ``store_unavailable`` (503) — before any frame.
         """
         if self.runs.closing:
             raise GatewayHTTPError("server_shutdown", "the server is stopping",
                                    headers={"Retry-After": "1"})
+        self.require_rate(await self.runs.over_rate(user_id))
         if not await self.runs.has_room(user_id):
             raise GatewayHTTPError("too_many_streams", "too many concurrent streams",
                                    headers={"Retry-After": "1"})
@@ -162,6 +164,14 @@ class Gateway:
         return await self.runs.start(stream, user_id=user_id, session_id=session_id,
                                      agent=agent, resumable=resumable, request_id=request_id,
                                      mapper=self.mappers[agent])
+
+    @staticmethod
+    def require_rate(wait: float | None) -> None:
+        """429 ``rate_limited`` with ``Retry-After`` when the user's runs are over the rate
+        (``wait``: :meth:`RunManager.over_rate`'s answer)."""
+        if wait is not None:
+            raise GatewayHTTPError("rate_limited", "too many runs started; try again later",
+                                   headers={"Retry-After": str(max(1, math.ceil(wait)))})
 
     def stream(self, run: Run | RunInfo, after: int, render: Render = render_frame,
                headers: Mapping[str, str] | None = None, prologue: bytes = b"") -> SSEResponse:

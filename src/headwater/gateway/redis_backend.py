@@ -12,6 +12,7 @@ key and channel starts with ``Settings.redis_key_prefix`` (``headwater:``):
 ``run:<id>:followers``          sorted set: the streams following the run, by expiry
 ``active:<len>:<user>:<sid>``   the id of the user's run going on in the session
 ``streams:<len>:<user>``        sorted set: the user's open streams on every replica, by expiry
+``starts:<len>:<user>:<n>``     the user's run starts in the *n*-th ``run_rate_window``
 ``cancel:<replica>``            pub/sub channel: ids of the replica's runs to cancel
 ==============================  =================================================================
 
@@ -326,6 +327,19 @@ end
 return 1
 """
 
+# KEYS: the user's run counter (the window's index is appended). ARGV: window (ms).
+# Returns {starts in the current window, ms left in it}.
+_COUNT_RUN = """
+local t = redis.call('TIME')
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
+local window = tonumber(ARGV[1])
+local index = math.floor(now / window)
+local key = KEYS[1] .. ':' .. index
+local n = redis.call('INCR', key)
+if n == 1 then redis.call('PEXPIRE', key, window) end
+return {n, (index + 1) * window - now}
+"""
+
 # KEYS: info[, active]. ARGV: status, ttl (ms), run id.
 _ENDED = """
 if redis.call('EXISTS', KEYS[1]) == 1 then
@@ -376,6 +390,7 @@ class RedisRunRegistry(RunRegistry):
         self._count = self._redis.register_script(_COUNT)
         self._hold = self._redis.register_script(_HOLD)
         self._ended = self._redis.register_script(_ENDED)
+        self._count_run = self._redis.register_script(_COUNT_RUN)
         self._runs: dict[str, RunInfo] = {}  # this replica's running runs: renewed
         self._streams: dict[str, set[_Stream]] = {}  # this replica's open streams, by user
         self._callback: Callable[[str], None] | None = None
@@ -450,6 +465,11 @@ class RedisRunRegistry(RunRegistry):
         if pending:  # this replica's newest streams are counted before the answer
             await asyncio.wait(pending)
         return int(await self._count(keys=[self._streams_key(user_id)]))
+
+    async def count_run(self, user_id: str, window: float) -> tuple[int, float]:
+        count, left = await self._count_run(
+            keys=[f"{self._prefix}starts:{len(user_id)}:{user_id}"], args=[_ms(window)])
+        return int(count), int(left) / 1000
 
     def stream_opened(self, user_id: str, run_id: str) -> object:
         stream = _Stream(user_id, run_id)

@@ -12,6 +12,8 @@ all of it through Redis.
 
 from __future__ import annotations
 
+import math
+import time
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -71,6 +73,12 @@ class RunRegistry(Protocol):
         """The streams the user has open on all replicas."""
         ...
 
+    async def count_run(self, user_id: str, window: float) -> tuple[int, float]:
+        """Count one more run start of the user in the current ``window`` (fixed windows
+        of that many seconds, aligned to the clock); the starts counted in it so far,
+        this one included, and the seconds left in it."""
+        ...
+
     def stream_opened(self, user_id: str, run_id: str) -> object:
         """Count one more stream of the user following ``run_id``; returns its token.
 
@@ -106,6 +114,7 @@ class LocalRunRegistry(RunRegistry):
     def __init__(self) -> None:
         self.replica = "local"
         self._streams: defaultdict[str, int] = defaultdict(int)
+        self._starts: dict[str, tuple[int, int]] = {}  # user -> (window index, starts in it)
 
     async def register(self, info: RunInfo) -> None:
         return None
@@ -124,6 +133,16 @@ class LocalRunRegistry(RunRegistry):
 
     async def open_streams(self, user_id: str) -> int:
         return self._streams.get(user_id, 0)
+
+    async def count_run(self, user_id: str, window: float) -> tuple[int, float]:
+        now = time.time()
+        index = math.floor(now / window)
+        if len(self._starts) > 10_000:  # old windows' users: drop them all at once
+            self._starts = {u: c for u, c in self._starts.items() if c[0] == index}
+        last, count = self._starts.get(user_id, (index, 0))
+        count = count + 1 if last == index else 1
+        self._starts[user_id] = (index, count)
+        return count, (index + 1) * window - now
 
     def stream_opened(self, user_id: str, run_id: str) -> object:
         self._streams[user_id] += 1

@@ -84,6 +84,15 @@ class RunManager:
 
     # -- starting ------------------------------------------------------------------------------
 
+    async def over_rate(self, user_id: str) -> float | None:
+        """Count a run start of the user; the seconds until they may start another when
+        this one is past ``max_runs_per_user`` (over every replica), else ``None``."""
+        limit = self.settings.max_runs_per_user
+        if limit <= 0:
+            return None
+        count, left = await self.registry.count_run(user_id, self.settings.run_rate_window)
+        return left if count > limit else None
+
     async def has_room(self, user_id: str) -> bool:
         """Whether the user may open one more stream (counted over every replica)."""
         return await self.registry.open_streams(user_id) < self.settings.max_streams_per_user

@@ -12,7 +12,8 @@ Opening: the token comes from the ``Sec-WebSocket-Protocol`` header
 "token": …}``. Before the run starts the socket answers only with a close
 code: 1008 for a missing or refused token, 4404 for a session that is missing
 or another user's (the same), 4409 ``session_busy``, 1013 for
-``too_many_streams`` or ``server_shutdown``, 1011 for ``store_unavailable``.
+``rate_limited``, ``too_many_streams`` or ``server_shutdown``, 1011 for
+``store_unavailable``.
 
 Messages in (JSON text): ``content`` (``text`` or a Content JSON
 ``content``), ``realtime`` (base64 ``data`` and ``mime_type``),
@@ -334,6 +335,9 @@ class LiveSocket:
             return None
         if gw.runs.closing:
             await self._close(CLOSE_TRY_LATER, "server_shutdown")
+            return None
+        if await gw.runs.over_rate(user) is not None:
+            await self._close(CLOSE_TRY_LATER, "rate_limited")
             return None
         if not await gw.runs.has_room(user):
             await self._close(CLOSE_TRY_LATER, "too_many_streams")
