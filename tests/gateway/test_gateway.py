@@ -127,8 +127,9 @@ async def test_the_worked_example_gives_its_seven_frames_and_four_stored_events(
         (6, "message"), (7, "done")]
     frames = [d for _, _, d in got.frames]
     call_id = frames[0]["calls"][0]["id"]
-    assert frames[0] == {"names": ["lookupOrder"], "calls": [{"id": call_id,
-                                                              "name": "lookupOrder"}]}
+    assert frames[0] == {"author": "support", "names": ["lookupOrder"],
+                         "calls": [{"id": call_id, "name": "lookupOrder"}]}
+    assert frames[1]["author"] == "support"
     result = frames[1]["results"][0]
     assert frames[1]["count"] == 1 and result["id"] == call_id and result["status"] == "ok"
     assert set(result) == {"id", "name", "status", "size"} and result["size"] > 0

@@ -61,7 +61,7 @@ async def test_a_run_that_needs_approval_pauses_then_an_answer_continues_it(
     paused = await post_run(client, sid, {"message": "deploy to prod"})
     assert [t for _, t, _ in paused.frames] == ["tool_call", "approval_required", "done"]
     request = paused.frames[1][2]
-    assert request == {"call_id": "d1", "name": "deploy",
+    assert request == {"author": "ops", "call_id": "d1", "name": "deploy",
                        "args_sha256": args_sha256({"env": "prod"})}
     assert deployed == []
     wrong = await client.post(f"/sessions/{sid}/runs", headers=A, json={

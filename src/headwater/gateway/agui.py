@@ -15,7 +15,8 @@ typed frame            AG-UI events
 (before any frame)     ``RUN_STARTED``
 ``reasoning``          ``REASONING_START`` + ``REASONING_MESSAGE_START`` (once), then
                        ``REASONING_MESSAGE_CONTENT``; closed by the next other frame
-``delta``              ``TEXT_MESSAGE_START`` (once per message), ``TEXT_MESSAGE_CONTENT``
+``delta``              ``TEXT_MESSAGE_START`` (once per message, ``name``: the
+                       author), ``TEXT_MESSAGE_CONTENT``
 ``message``            ``TEXT_MESSAGE_END`` after deltas (never the text again);
                        without deltas ``START`` + one ``CONTENT`` + ``END``
 ``tool_call``          per call ``TOOL_CALL_START``/``ARGS``/``END``; ``ARGS`` is the
@@ -25,11 +26,24 @@ typed frame            AG-UI events
 ``tool_result``        per result ``TOOL_CALL_RESULT`` (the summary JSON, or the
                        response with ``expose_result=True``)
 ``approval_required``  an interrupt, sent with ``RUN_FINISHED``
+``agent_transfer``     ``CUSTOM`` named ``agent_transfer``, value ``{author, to, call_id}``
+``agent_error``        ``SUBAGENT_ERROR`` of the branch's subagent (code and fixed message)
 ``done``               ``RUN_FINISHED`` with ``usage`` and outcome ``success``, or
                        ``interrupt`` (one per approval, ``reason: "tool_call"``)
 ``error``              ``RUN_ERROR`` with the code and its fixed message; ``cancelled``
                        is ``RUN_FINISHED`` with outcome ``cancelled`` instead
 =====================  ==========================================================
+
+Provenance: each agent's message is its own message (one id per author and
+branch, ``name`` = the author, also on messages sent whole). Frames on a
+branch (a parallel agent's sub-agent, an agent used as a tool) belong to a
+subagent: the first frame of a branch opens it with ``SUBAGENT_STARTED``
+(``subagentRunId`` ``<run>-s<n>``, ``name`` the author, ``parentSubagentRunId``
+the enclosing branch's, ``parentToolCallId`` the call the branch names, see
+docs/frame-protocol.md), every event made from its frames carries its
+``subagentRunId``, and it ends with ``SUBAGENT_FINISHED`` when the result of
+its call arrives (an agent used as a tool) or before ``RUN_FINISHED``/
+``RUN_ERROR``, or with ``SUBAGENT_ERROR`` on an ``agent_error`` frame.
 
 An interrupt's id is the call id; a ``resume`` entry answers it with
 ``status: "resolved"`` and ``payload: {"approved": bool, "reason"?,
@@ -52,6 +66,7 @@ from ..sse import encode_json
 from ..tools.approval import approval_response
 from ..types import Blob, Content, Part
 from .core import STREAM_RESPONSES, Gateway
+from .frames import outer_call_id
 from .problems import GatewayHTTPError, request_id_of
 from .sse import Frame
 
@@ -195,11 +210,14 @@ class AguiEncoder:
         self.run_id = run_id
         self.prefix = prefix
         self._count = 0
-        self._text: dict[str, str] = {}  # author -> open text message id
-        self._thinking: dict[str, tuple[str, str]] = {}  # author -> (span id, message id)
+        self._text: dict[str, str] = {}  # author (and branch) -> open text message id
+        # author -> (span id, message id, subagent run id)
+        self._thinking: dict[str, tuple[str, str, str | None]] = {}
         self._progress: set[str] = set()  # call ids whose activity exists
         self._interrupts: list[dict[str, Any]] = []
         self._last_message: str | None = None  # a message's id, for its event's tool calls
+        self._subagents: dict[str, str] = {}  # branch -> its open subagent run id
+        self._opened: list[dict[str, Any]] = []  # SUBAGENT_STARTED events of this frame
 
     def started(self) -> bytes:
         """``RUN_STARTED``: the response's prologue."""
@@ -210,6 +228,8 @@ class AguiEncoder:
         """The AG-UI events of one frame, encoded (``b""`` for none)."""
         data = frame.data
         parent, self._last_message = self._last_message, None
+        branch = data.get("branch")
+        subagent = None if branch is None else self._subagent(branch, str(data["author"]))
         match frame.type:
             case "delta":
                 events = self._delta(data)
@@ -226,13 +246,83 @@ class AguiEncoder:
             case "approval_required":
                 self._interrupts.append(self._interrupt(data))
                 events = self._close_thinking()
+            case "agent_transfer":
+                events = [{"type": "CUSTOM", "name": "agent_transfer",
+                           "value": {"author": data["author"], "to": data["to"],
+                                     "call_id": data["call_id"]}}]
+            case "agent_error":
+                events = self._subagent_error(data)
             case "done":
                 events = self._finish(data)
             case "error":
                 events = self._error(data)
             case _:  # a frame type this format does not carry
                 events = []
+        for event in events:  # each event of a branch's frame is its subagent's
+            if "subagentRunId" in event:  # set where made (closing another's message)
+                if event["subagentRunId"] is None:
+                    del event["subagentRunId"]
+            elif subagent is not None and event["type"] not in _UNATTRIBUTED:
+                event["subagentRunId"] = subagent
+        if self._opened:
+            events[:0] = self._opened
+            self._opened = []
+        if frame.type == "tool_result":
+            events += self._subagents_of_calls(data)
         return b"".join(encode_event(event) for event in events)
+
+    # -- subagents (branches) --------------------------------------------------------------------
+
+    def _subagent(self, branch: str, author: str) -> str:
+        """The open subagent run of ``branch``, opened (queued in ``_opened``) when new."""
+        run_id = self._subagents.get(branch)
+        if run_id is not None:
+            return run_id
+        parent = None
+        cut = branch.rfind(".")
+        while cut > 0:  # the nearest enclosing branch that is open
+            parent = self._subagents.get(branch[:cut])
+            if parent is not None:
+                break
+            cut = branch.rfind(".", 0, cut)
+        run_id = self._subagents[branch] = self._new_id("s")
+        started: dict[str, Any] = {"type": "SUBAGENT_STARTED", "subagentRunId": run_id,
+                                   "name": author}
+        if parent is not None:
+            started["parentSubagentRunId"] = parent
+        call_id = outer_call_id(branch)
+        if call_id is not None:
+            started["parentToolCallId"] = call_id
+        self._opened.append(started)
+        return run_id
+
+    def _subagent_error(self, data: Mapping[str, Any]) -> list[dict[str, Any]]:
+        branch = str(data["branch"])
+        events = self._close_branch(branch)
+        run_id = self._subagents.pop(branch)
+        code = data["code"]
+        events.append({"type": "SUBAGENT_ERROR", "subagentRunId": run_id, "code": code,
+                       "message": ERROR_MESSAGES.get(code, ERROR_MESSAGES["internal"])})
+        return events
+
+    def _subagents_of_calls(self, data: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """``SUBAGENT_FINISHED`` for the open branches that name a call just answered."""
+        answered = {result["id"] for result in data["results"]}
+        events: list[dict[str, Any]] = []
+        for branch in [b for b in self._subagents if outer_call_id(b) in answered]:
+            events += self._close_branch(branch)
+            events.append({"type": "SUBAGENT_FINISHED",
+                           "subagentRunId": self._subagents.pop(branch)})
+        return events
+
+    def _close_branch(self, branch: str) -> list[dict[str, Any]]:
+        """End the text messages still open on ``branch``."""
+        suffix = f"\0{branch}"
+        events = []
+        for key in [k for k in self._text if k.endswith(suffix)]:
+            events.append({"type": "TEXT_MESSAGE_END", "messageId": self._text.pop(key),
+                           "subagentRunId": self._subagents[branch]})
+        return events
 
     # -- text and reasoning ----------------------------------------------------------------------
 
@@ -243,11 +333,12 @@ class AguiEncoder:
     def _delta(self, data: Mapping[str, Any]) -> list[dict[str, Any]]:
         author = data["author"]
         events = self._close_thinking(author)
-        message_id = self._text.get(author)
+        key = _key(data)
+        message_id = self._text.get(key)
         if message_id is None:
-            message_id = self._text[author] = self._new_id("m")
+            message_id = self._text[key] = self._new_id("m")
             events.append({"type": "TEXT_MESSAGE_START", "messageId": message_id,
-                           "role": "assistant"})
+                           "role": "assistant", "name": author})
         events.append({"type": "TEXT_MESSAGE_CONTENT", "messageId": message_id,
                        "delta": data["text"]})
         return events
@@ -255,11 +346,11 @@ class AguiEncoder:
     def _message(self, data: Mapping[str, Any]) -> list[dict[str, Any]]:
         author = data["author"]
         events = self._close_thinking(author)
-        message_id = self._text.pop(author, None)
+        message_id = self._text.pop(_key(data), None)
         if message_id is None:  # no deltas came (streaming off, a tool-only turn's text)
             message_id = str(data["id"])
             events += [{"type": "TEXT_MESSAGE_START", "messageId": message_id,
-                        "role": "assistant"},
+                        "role": "assistant", "name": author},
                        {"type": "TEXT_MESSAGE_CONTENT", "messageId": message_id,
                         "delta": data["text"]}]
         events.append({"type": "TEXT_MESSAGE_END", "messageId": message_id})
@@ -271,7 +362,9 @@ class AguiEncoder:
         events: list[dict[str, Any]] = []
         ids = self._thinking.get(author)
         if ids is None:
-            ids = self._thinking[author] = (self._new_id("r"), self._new_id("m"))
+            branch = data.get("branch")
+            ids = self._thinking[author] = (self._new_id("r"), self._new_id("m"),
+                                            None if branch is None else self._subagents[branch])
             events += [{"type": "REASONING_START", "messageId": ids[0]},
                        {"type": "REASONING_MESSAGE_START", "messageId": ids[1],
                         "role": "reasoning"}]
@@ -284,13 +377,20 @@ class AguiEncoder:
         events: list[dict[str, Any]] = []
         for name in authors:
             ids = self._thinking.pop(name, None)
-            if ids is not None:
-                events += [{"type": "REASONING_MESSAGE_END", "messageId": ids[1]},
-                           {"type": "REASONING_END", "messageId": ids[0]}]
+            if ids is not None:  # attributed as its start was
+                events += [{"type": "REASONING_MESSAGE_END", "messageId": ids[1],
+                            "subagentRunId": ids[2]},
+                           {"type": "REASONING_END", "messageId": ids[0],
+                            "subagentRunId": ids[2]}]
         return events
 
     def _close_all(self) -> list[dict[str, Any]]:
         events = self._close_thinking()
+        for branch in reversed(self._subagents):  # innermost first: each closes its own
+            events += self._close_branch(branch)
+            events.append({"type": "SUBAGENT_FINISHED",
+                           "subagentRunId": self._subagents[branch]})
+        self._subagents.clear()
         events += [{"type": "TEXT_MESSAGE_END", "messageId": message_id}
                    for message_id in self._text.values()]
         self._text.clear()
@@ -365,6 +465,17 @@ class AguiEncoder:
         events.append({"type": "RUN_FINISHED", "threadId": self.thread_id,
                        "runId": self.run_id, "outcome": outcome, **extra})
         return events
+
+
+_UNATTRIBUTED: Final = frozenset({"RUN_FINISHED", "RUN_ERROR", "CUSTOM", "SUBAGENT_STARTED",
+                                   "SUBAGENT_FINISHED", "SUBAGENT_ERROR"})
+"""Events that carry no ``subagentRunId`` of the frame they come from."""
+
+
+def _key(data: Mapping[str, Any]) -> str:
+    """A text message's key: its author, and its branch off the main line."""
+    branch = data.get("branch")
+    return f"{data['author']}\0{branch}" if branch else str(data["author"])
 
 
 # -- the route -----------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from typing import Annotated, Any, Literal
 from fastapi import FastAPI, Header, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
-from ..agents.agent import Agent
+from ..agents.base import BaseAgent
 from ..errors import RunNotFound, SessionError, SessionNotFoundError
 from ..events import Event
 from ..sessions.base import BaseSessionService, Session
@@ -139,7 +139,7 @@ class Health(BaseModel):
 
 
 def create_app(
-    agent_or_agents: Agent | Sequence[Agent],
+    agent_or_agents: BaseAgent | Sequence[BaseAgent],
     session_service: BaseSessionService | None = None,
     auth: Authenticator | None = None,
     settings: Settings | None = None,
@@ -175,7 +175,8 @@ def create_app(
     settings = settings or get_settings()
     origins = allowed_origins(settings.cors_origins if cors_origins is None else cors_origins)
     redact_uvicorn_logs()  # the server's own lines may carry a client's token
-    agents = [agent_or_agents] if isinstance(agent_or_agents, Agent) else list(agent_or_agents)
+    agents = ([agent_or_agents] if isinstance(agent_or_agents, BaseAgent)
+              else list(agent_or_agents))
     owns_service = session_service is None
     service = session_service or SqlSessionService(settings.database_url)
     registry: RunRegistry | None = None

@@ -17,6 +17,7 @@ from fastapi import Request
 from ..agents.agent import Agent
 from ..agents.base import BaseAgent
 from ..agents.live_flow import STOP_STREAMING
+from ..agents.transfer import TRANSFER_TO_AGENT
 from ..errors import (
     ApprovalError,
     SessionBusyError,
@@ -53,7 +54,7 @@ STREAM_RESPONSES: dict[int | str, dict[str, Any]] = {
 class Gateway:
     """What the routes share: runners by agent, the run manager, auth and settings."""
 
-    def __init__(self, agents: Sequence[Agent], service: BaseSessionService,
+    def __init__(self, agents: Sequence[BaseAgent], service: BaseSessionService,
                  auth: Authenticator | None, settings: Settings, log: RunLog,
                  owns_service: bool, registry: RunRegistry | None = None) -> None:
         names = [agent.name for agent in agents]
@@ -208,13 +209,18 @@ def store_error(exc: SessionError) -> GatewayHTTPError:
 
 def exposes_of(agent: BaseAgent, *, live: bool = False) -> Callable[[str], bool]:
     """Which tools' arguments and results may leave raw: those with ``expose_result`` (of
-    any LLM agent of the tree), and the built-in ``stop_streaming`` (a tool's name and a
-    call id in, a sentence out), so a page can tell which stream the model stopped. In a
-    ``live`` run ``stop_streaming`` is always the built-in one, whether or not the agent
-    declares a tool of that name."""
+    any LLM agent of the tree), the built-in ``stop_streaming`` (a tool's name and a
+    call id in, a sentence out), so a page can tell which stream the model stopped, and
+    the built-in ``transfer_to_agent`` (an agent's name in, ``null`` or why not out), so
+    a page can say who the conversation went to. In a ``live`` run ``stop_streaming`` is
+    always the built-in one, whether or not the agent declares a tool of that name; a
+    tree where an agent declares its own ``transfer_to_agent`` keeps that name's
+    payloads summarised."""
     agents = [a for a in agent.walk() if isinstance(a, Agent)]
     exposed = frozenset(name for a in agents for name, tool in a.tools_by_name.items()
                         if tool.options.expose_result)
     if live or not any(STOP_STREAMING in a.tools_by_name for a in agents):
         exposed |= {STOP_STREAMING}
+    if not any(TRANSFER_TO_AGENT in a.tools_by_name for a in agents):
+        exposed |= {TRANSFER_TO_AGENT}
     return exposed.__contains__

@@ -9,6 +9,12 @@ model and the user) and ``turn_complete`` (the model ended its turn, maybe
 cut short). Tool arguments and
 results leave only as summaries (names, ids, status, size, a hash) unless the
 tool sets ``expose_result=True``; partial tool calls never leave at all.
+
+Provenance: every frame made from an event carries its ``author`` (the agent
+that made it) and, off the main line, its ``branch``; a result event that
+hands the conversation over (``actions.transfer_to_agent``) adds an
+``agent_transfer`` frame, and an error event on a branch (a parallel agent's
+failing branch, which ends alone) is an ``agent_error`` frame, not the run's end.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ import json
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Final
 
+from ..agents.transfer import TRANSFER_TO_AGENT
 from ..errors import ERROR_MESSAGES, ErrorCode
 from ..events import Event
 from ..types import FunctionResponse, Usage
@@ -54,6 +61,28 @@ def done_frame(usage: Usage) -> FramePayload:
                               "output_tokens": usage.output_tokens}}
 
 
+def above(branch: str | None, of: str | None) -> bool:
+    """Whether ``branch`` is a branch ``of`` descends from (the main line, ``None``, is
+    above every branch): an event there means the run went on past ``of``'s end."""
+    if branch is None:
+        return of is not None
+    return of is not None and of.startswith(branch) and of[len(branch):len(branch) + 1] == "."
+
+
+def outer_call_id(branch: str | None) -> str | None:
+    """The call a frame on ``branch`` nests under: the branch's last segment that names a
+    call, ``<name>/<call id>`` (an agent used as a tool; a live stream's emissions), gives
+    its id (up to the next ``.``); ``None`` when no segment names a call (the main line,
+    a parallel agent's ``<parallel>.<sub>``)."""
+    if not branch:
+        return None
+    slash = branch.rfind("/")
+    if slash < 0:
+        return None
+    end = branch.find(".", slash)
+    return branch[slash + 1:] if end < 0 else branch[slash + 1:end]
+
+
 class FrameMapper:
     """Turns a run's events into frame payloads for one agent's tools.
 
@@ -82,9 +111,12 @@ class FrameMapper:
             progress = event.tool_progress
             if progress is not None:
                 item = progress.event
-                yield "tool_progress", {"call_id": progress.call_id, "name": progress.tool_name,
-                                        "type": item.type, "index": item.index,
-                                        "delta": item.delta}
+                data = {"author": event.author, "call_id": progress.call_id,
+                        "name": progress.tool_name, "type": item.type, "index": item.index,
+                        "delta": item.delta}
+                if event.branch:
+                    data["branch"] = event.branch
+                yield "tool_progress", data
                 return
             if content is not None and content.role == "model":
                 text = content.text
@@ -95,8 +127,12 @@ class FrameMapper:
                     yield "delta", data
                 thought = content.thought_text
                 if thought:
-                    yield "reasoning", {"author": event.author, "text": thought}
+                    data = {"author": event.author, "text": thought}
+                    if event.branch:
+                        data["branch"] = event.branch
+                    yield "reasoning", data
             return
+        branch = event.branch
         if content is not None and content.role == "model":
             text = content.text
             if text:
@@ -104,18 +140,33 @@ class FrameMapper:
                                            "final": event.is_final_response()}
                 if event.interrupted:
                     message["interrupted"] = True
-                if event.branch:
-                    message["branch"] = event.branch
+                if branch:
+                    message["branch"] = branch
                 yield "message", message
             calls = content.function_calls
             if calls:
-                yield "tool_call", {"names": [c.name for c in calls],
-                                    "calls": [self._call(c.id, c.name, c.args) for c in calls]}
+                call_frame: dict[str, Any] = {
+                    "author": event.author, "names": [c.name for c in calls],
+                    "calls": [self._call(c.id, c.name, c.args) for c in calls]}
+                if branch:
+                    call_frame["branch"] = branch
+                yield "tool_call", call_frame
         elif content is not None:
             responses = content.function_responses
             if responses:
-                yield "tool_result", {"count": len(responses),
-                                      "results": [self._result(r) for r in responses]}
+                result_frame: dict[str, Any] = {
+                    "author": event.author, "count": len(responses),
+                    "results": [self._result(r) for r in responses]}
+                if branch:
+                    result_frame["branch"] = branch
+                yield "tool_result", result_frame
+                target = event.actions.transfer_to_agent
+                if target:
+                    transfer: dict[str, Any] = {"author": event.author, "to": target,
+                                                "call_id": _transfer_call(responses)}
+                    if branch:
+                        transfer["branch"] = branch
+                    yield "agent_transfer", transfer
             elif self.live and event.branch and event.branch.startswith(f"{event.author}/"):
                 text = content.text
                 if text:  # a live stream told the model (and the user): "<agent>/<call id>"
@@ -123,13 +174,24 @@ class FrameMapper:
                                             "call_id": event.branch[len(event.author) + 1:],
                                             "branch": event.branch, "text": text}
         for request in event.actions.requested_approvals:
-            approval: dict[str, Any] = {"call_id": request.call_id, "name": request.tool_name,
+            approval: dict[str, Any] = {"author": event.author, "call_id": request.call_id,
+                                        "name": request.tool_name,
                                         "args_sha256": request.args_sha256}
             if self.exposes(request.tool_name):
                 approval["args"] = request.args
+            if branch:
+                approval["branch"] = branch
             yield "approval_required", approval
         if self.live and event.turn_complete and event.author != "user":
             yield "turn_complete", {"author": event.author, "interrupted": event.interrupted}
+
+    @staticmethod
+    def branch_error(event: Event) -> FramePayload:
+        """The ``agent_error`` frame of an error event on a branch: that branch ended in an
+        error and the others go on (the run's terminal frame comes at its end)."""
+        code = event.error_code or "internal"
+        return "agent_error", {"author": event.author, "branch": event.branch, "code": code,
+                               "retryable": code in RETRYABLE}
 
     def history_item(self, event: Event) -> dict[str, Any]:
         """One stored event as the history endpoint shows it (summaries as in frames)."""
@@ -164,6 +226,8 @@ class FrameMapper:
         if event.error_code is not None:
             item["error"] = {"code": event.error_code,
                              "message": ERROR_MESSAGES.get(event.error_code, "")}
+        if actions.transfer_to_agent:
+            item["transfer_to"] = actions.transfer_to_agent
         if event.usage is not None:
             item["usage"] = {"input_tokens": event.usage.input_tokens,
                              "output_tokens": event.usage.output_tokens}
@@ -182,3 +246,11 @@ class FrameMapper:
         if self.exposes(response.name):
             result["response"] = body
         return result
+
+
+def _transfer_call(responses: list[FunctionResponse]) -> str | None:
+    """The id of the ``transfer_to_agent`` call a result event answers."""
+    for response in responses:
+        if response.name == TRANSFER_TO_AGENT:
+            return response.id
+    return None

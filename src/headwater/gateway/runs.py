@@ -25,9 +25,10 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from ..errors import HeadwaterError, LeaseLostError, RunLogFull, RunNotFound
+from ..events import Event
 from ..runner import RunStream
 from ..settings import Settings
-from .frames import FrameMapper, FramePayload, done_frame, error_frame
+from .frames import FrameMapper, FramePayload, above, done_frame, error_frame
 from .registry import LocalRunRegistry, RunInfo, RunRegistry, RunStatus
 from .runlog import RunLog
 from .sse import Frame
@@ -268,16 +269,26 @@ class RunManager:
 
     async def _drive(self, run: Run, mapper: FrameMapper) -> None:
         terminal: FramePayload | None = None
+        failed: Event | None = None  # a branch's error that no agent above it went on from
         try:
             async for event in run.stream:
                 if terminal is not None:
                     continue  # the run ends right after its error event: let it finish
+                if failed is not None and not event.partial and above(event.branch,
+                                                                       failed.branch):
+                    failed = None  # an agent above the failed branch went on
                 # A partial error (a live run refusing one input) is the caller's notice only.
                 if event.error_code is not None and not event.partial:
+                    if event.branch:  # one branch ended in an error; the others go on
+                        await self._append(run, mapper.branch_error(event))
+                        failed = failed or event
+                        continue
                     terminal = error_frame(event.error_code, run.request_id)
                     continue
                 for payload in mapper.frames(event):
                     await self._append(run, payload)
+            if terminal is None and failed is not None:  # the run ends with that error
+                terminal = error_frame(failed.error_code or "internal", run.request_id)
             if terminal is None:
                 terminal = done_frame(run.stream.usage)
         except asyncio.CancelledError:

@@ -36,6 +36,8 @@ FRAME_TYPES: Final[frozenset[str]] = frozenset({
     "tool_progress",
     "tool_result",
     "approval_required",
+    "agent_transfer",
+    "agent_error",
     "tool_emission",
     "turn_complete",
     "error",

@@ -29,6 +29,10 @@ typed frame            UI message chunks
                        ``expose_result`` tools, else the summary), or
                        ``tool-output-error``, or ``tool-output-denied``
 ``approval_required``  ``tool-approval-request`` (``approvalId`` = the call id)
+``agent_transfer``     ``data-agent-transfer`` (``id``: the call id; ``data``:
+                       ``{author, to, call_id}``)
+``agent_error``        ``data-agent-error`` (``data``: ``{author, branch, code,
+                       message}``): one branch failed, the run goes on
 ``error``              ``error`` (``errorText``: the code and its fixed message)
 ``done`` / ``error``   open parts ended, ``finish-step``, ``finish`` (with
                        ``finishReason`` and usage in ``messageMetadata``),
@@ -37,6 +41,16 @@ typed frame            UI message chunks
 
 Each model call is one step (``start-step`` … ``finish-step``); a call's tool
 outputs stay in its step.
+
+Provenance: the UI message stream has no author field, so each agent's text
+(and reasoning) is its own part — one per author and branch — and the agent
+rides on the part as ``providerMetadata.headwater = {"author", "branch"?}``
+(on ``text-start``/``reasoning-start``, which the client keeps on the part);
+a tool part carries the same as ``callProviderMetadata.headwater`` (from
+``tool-input-start``/``tool-input-available``). A client reads
+``part.providerMetadata?.headwater?.author`` (text, reasoning) or
+``part.callProviderMetadata?.headwater?.author`` (tools); the outer call of
+an inner agent's part follows from its branch (docs/frame-protocol.md).
 """
 
 from __future__ import annotations
@@ -233,9 +247,9 @@ class UIMessageEncoder:
         if kind in ("delta", "reasoning", "message", "tool_call"):
             self._step(kind, out)
         if kind == "delta":
-            self._delta(_author_key(data), "text", str(data["text"]), frame.id, out)
+            self._delta(data, "text", frame.id, out)
         elif kind == "reasoning":
-            self._delta(str(data["author"]), "reasoning", str(data["text"]), frame.id, out)
+            self._delta(data, "reasoning", frame.id, out)
         elif kind == "message":
             self._message(data, frame.id, out)
         elif kind == "tool_call":
@@ -248,6 +262,16 @@ class UIMessageEncoder:
             self.finish_reason = "tool-calls"
             out.append({"type": "tool-approval-request", "approvalId": data["call_id"],
                         "toolCallId": data["call_id"]})
+        elif kind == "agent_transfer":
+            out.append({"type": "data-agent-transfer", "id": data["call_id"],
+                        "data": {"author": data["author"], "to": data["to"],
+                                 "call_id": data["call_id"]}})
+        elif kind == "agent_error":
+            code = str(data["code"])
+            words = ERROR_MESSAGES.get(code, ERROR_MESSAGES["internal"])  # type: ignore[call-overload]
+            out.append({"type": "data-agent-error", "data": {
+                "author": data["author"], "branch": data["branch"], "code": code,
+                "message": words}})
         elif kind == "error":
             self._close_parts(out)
             out.append({"type": "error", "errorText": error_text(data)})
@@ -271,35 +295,36 @@ class UIMessageEncoder:
             out.append({"type": "start-step"})
             self.step = "open"
 
-    def _delta(self, key: str, kind: Literal["text", "reasoning"], text: str,
+    def _delta(self, data: Mapping[str, Any], kind: Literal["text", "reasoning"],
                frame_id: int, out: list[dict[str, Any]]) -> None:
+        key = _author_key(data)
         other = self.reasoning if kind == "text" else self.text
-        author = key.split("\0", 1)[0]
-        for open_key in [k for k in other if k.split("\0", 1)[0] == author]:
+        if key in other:
             out.append({"type": f"{'reasoning' if kind == 'text' else 'text'}-end",
-                        "id": other.pop(open_key)})
+                        "id": other.pop(key)})
         parts = self.text if kind == "text" else self.reasoning
         if kind == "text":
             self.streamed.add(key)
         part_id = parts.get(key)
         if part_id is None:
             part_id = parts[key] = f"{kind[0]}{frame_id}"
-            out.append({"type": f"{kind}-start", "id": part_id})
-        out.append({"type": f"{kind}-delta", "id": part_id, "delta": text})
+            out.append({"type": f"{kind}-start", "id": part_id,
+                        "providerMetadata": _provenance(data)})
+        out.append({"type": f"{kind}-delta", "id": part_id, "delta": data["text"]})
 
     def _message(self, data: Mapping[str, Any], frame_id: int,
                  out: list[dict[str, Any]]) -> None:
-        author = str(data["author"])
-        reasoning = self.reasoning.pop(author, None)
+        key = _author_key(data)
+        reasoning = self.reasoning.pop(key, None)
         if reasoning is not None:
             out.append({"type": "reasoning-end", "id": reasoning})
-        key = _author_key(data)
         part_id = self.text.pop(key, None)
         if part_id is not None:
             out.append({"type": "text-end", "id": part_id})
         elif key not in self.streamed:  # no deltas came before it (streaming "none")
             part_id = f"t{frame_id}"
-            out += [{"type": "text-start", "id": part_id},
+            out += [{"type": "text-start", "id": part_id,
+                     "providerMetadata": _provenance(data)},
                     {"type": "text-delta", "id": part_id, "delta": str(data["text"])},
                     {"type": "text-end", "id": part_id}]
         self.streamed.discard(key)
@@ -307,11 +332,13 @@ class UIMessageEncoder:
         self.finish_reason = "other" if data.get("interrupted") else "stop"
 
     def _tool_call(self, data: Mapping[str, Any], out: list[dict[str, Any]]) -> None:
+        provenance = _provenance(data)
         for call in data["calls"]:
             call_id, name = call["id"], call["name"]
-            out += [{"type": "tool-input-start", "toolCallId": call_id, "toolName": name},
+            out += [{"type": "tool-input-start", "toolCallId": call_id, "toolName": name,
+                     "providerMetadata": provenance},
                     {"type": "tool-input-available", "toolCallId": call_id, "toolName": name,
-                     "input": call.get("args", {})}]
+                     "input": call.get("args", {}), "providerMetadata": provenance}]
         self.step = "sealed"
         self.finish_reason = "tool-calls"
 
@@ -372,6 +399,13 @@ def error_text(data: Mapping[str, Any]) -> str:
 def _tool_error(result: Mapping[str, Any]) -> str:
     error = result.get("response", {}).get("error")
     return error if isinstance(error, str) and error else _TOOL_FAILED
+
+
+def _provenance(data: Mapping[str, Any]) -> dict[str, Any]:
+    """A part's ``providerMetadata``: the agent that made it (and its branch)."""
+    branch = data.get("branch")
+    agent = {"author": data["author"], "branch": branch} if branch else {"author": data["author"]}
+    return {"headwater": agent}
 
 
 def _author_key(data: Mapping[str, Any]) -> str:

@@ -1,0 +1,281 @@
+"""Provenance on the wire, over real HTTP: every frame of a multi-agent run says which agent
+made it (``author``) and where (``branch``); the transfer shows; drafts keyed by author
+(seed 004's reducer) rebuild each agent's message exactly once; AG-UI and the Vercel AI SDK
+clients (tests/js) attribute each agent's message."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from headwater import Agent, ParallelAgent
+from headwater.errors import ProviderTruncated
+from headwater.gateway import create_app
+from headwater.gateway.frames import above, outer_call_id
+from headwater.models.scripted import ScriptedTurn
+from headwater.sessions import InMemorySessionService
+from headwater.testing import ScriptedModel
+from headwater.testing.sse import aiter_sse
+
+from .test_agui import agui, node, of_role, types  # noqa: F401  (node is a fixture)
+from .test_gateway import A, AUTH, new_session, post_run, settings
+from .test_vercel import run_client
+
+Frames = list[tuple[int, str, dict[str, Any]]]
+ANSWER = ("Your invoice ", "is ", "paid.")
+
+
+def shop(coordinator: ScriptedModel | None = None, billing: ScriptedModel | None = None
+         ) -> Agent:
+    """A coordinator that transfers to billing, which streams its answer."""
+    coordinator = coordinator or ScriptedModel().call(
+        "transfer_to_agent", {"agent_name": "billing"}, call_id="t1")
+    billing = billing or ScriptedModel().reply(*ANSWER).reply("Anything ", "else?")
+    return Agent(name="coordinator", model=coordinator, instruction="Route the user.",
+                 sub_agents=[Agent(name="billing", model=billing, description="Invoices."),
+                             Agent(name="support", model=ScriptedModel(),
+                                   description="Product help.")])
+
+
+def research(delay: float = 0.002, broken: bool = False) -> ParallelAgent:
+    """A parallel agent of two streaming searchers (``papers`` fails after a piece when
+    ``broken``)."""
+    pieces = ("Web ", "says ", "yes.")
+    web = Agent(name="web", model=ScriptedModel().reply(*pieces, delay=delay)
+                .reply(*pieces, delay=delay))
+    turn = (ScriptedTurn(text=("Pap", "ers"), raise_error=ProviderTruncated("cut"),
+                         raise_after=1, delay=delay) if broken
+            else ScriptedTurn(text=("Papers ", "say ", "no."), delay=delay))
+    return ParallelAgent(name="research",
+                         sub_agents=[web, Agent(name="papers",
+                                                model=ScriptedModel([turn, turn]))])
+
+
+def reduce_by_author(frames: Frames) -> dict[tuple[str, str | None], list[str]]:
+    """Seed 004's reducer keyed by author (and branch): a ``delta`` appends to its draft, a
+    ``message`` replaces it; ``tool_call``, ``error`` and ``done`` clear the drafts. Answers,
+    per (author, branch), the text each message frame replaced its draft with — checking
+    that the draft was exactly that text."""
+    drafts: dict[tuple[str, str | None], str] = {}
+    shown: dict[tuple[str, str | None], list[str]] = {}
+    for _, kind, data in frames:
+        if kind in ("delta", "message"):
+            key = (data["author"], data.get("branch"))
+            if kind == "delta":
+                drafts[key] = drafts.get(key, "") + data["text"]
+            else:
+                assert drafts.pop(key, data["text"]) == data["text"], (key, data)
+                shown.setdefault(key, []).append(data["text"])
+        elif kind in ("tool_call", "error", "done"):
+            assert not any(k[0] == data.get("author") for k in drafts)  # no half sentence
+            if kind != "tool_call":
+                drafts.clear()
+    assert drafts == {}
+    return shown
+
+
+def one_terminal(frames: Frames) -> None:
+    assert [i for i, _, _ in frames] == list(range(1, len(frames) + 1))
+    assert [t for _, t, _ in frames if t in ("done", "error")] == [frames[-1][1]]
+
+
+# -- the typed frames ----------------------------------------------------------------------------
+
+
+async def test_a_transfer_carries_the_call_the_transfer_and_billings_answer(
+        client_for: Any) -> None:
+    app = create_app(shop(), session_service=InMemorySessionService(), auth=AUTH,
+                     settings=settings())
+    client = await client_for(app)
+    sid = await new_session(client)
+    got = await post_run(client, sid, {"message": "Is my invoice paid?"})
+    one_terminal(got.frames)
+    assert [(t, d.get("author")) for _, t, d in got.frames] == [
+        ("tool_call", "coordinator"), ("tool_result", "coordinator"),
+        ("agent_transfer", "coordinator"),
+        ("delta", "billing"), ("delta", "billing"), ("delta", "billing"),
+        ("message", "billing"), ("done", None)]
+    call, result, transfer = (d for _, _, d in got.frames[:3])
+    # The built-in transfer is shown raw: whom the conversation went to is no secret.
+    assert call == {"author": "coordinator", "names": ["transfer_to_agent"],
+                    "calls": [{"id": "t1", "name": "transfer_to_agent",
+                               "args": {"agent_name": "billing"}}]}
+    assert result["results"] == [{"id": "t1", "name": "transfer_to_agent", "status": "ok",
+                                  "size": len('{"result":null}'),
+                                  "response": {"result": None}}]
+    assert transfer == {"author": "coordinator", "to": "billing", "call_id": "t1"}
+    assert all("branch" not in d for _, _, d in got.frames)  # the main line
+    final = got.frames[-2][2]
+    assert final["final"] is True and final["text"] == "".join(ANSWER)
+    assert reduce_by_author(got.frames) == {("billing", None): ["".join(ANSWER)]}
+
+    # History: each item's author; the result says where the conversation went.
+    items = (await client.get(f"/sessions/{sid}/events", headers=A)).json()["items"]
+    assert [(i["author"], i.get("transfer_to")) for i in items] == [
+        ("user", None), ("coordinator", None), ("coordinator", "billing"), ("billing", None)]
+    assert items[1]["calls"] == call["calls"] and items[3]["id"] == final["id"]
+
+    # The next user turn goes to billing.
+    again = await post_run(client, sid, {"message": "Thanks!"})
+    one_terminal(again.frames)
+    assert {d["author"] for _, t, d in again.frames if t != "done"} == {"billing"}
+    assert reduce_by_author(again.frames) == {("billing", None): ["Anything else?"]}
+
+
+async def test_a_transfer_frame_leaves_only_after_its_result_is_stored(client_for: Any) -> None:
+    service = InMemorySessionService()
+    app = create_app(shop(billing=ScriptedModel().reply(*ANSWER, delay=0.02)),
+                     session_service=service, auth=AUTH, settings=settings())
+    client = await client_for(app)
+    sid = await new_session(client)
+    checked = []
+    async with client.stream("POST", f"/sessions/{sid}/runs", json={"message": "paid?"},
+                             headers=A) as response:
+        async for message in aiter_sse(response.aiter_bytes()):
+            data = json.loads(message.data)
+            if message.event not in ("tool_call", "tool_result", "agent_transfer", "message"):
+                continue
+            items = (await client.get(f"/sessions/{sid}/events", headers=A)).json()["items"]
+            if message.event == "agent_transfer":
+                assert any(i.get("transfer_to") == data["to"] for i in items)
+            elif message.event == "message":
+                assert any(i["id"] == data["id"] and i["author"] == data["author"]
+                           for i in items)
+            else:
+                key = "calls" if message.event == "tool_call" else "results"
+                assert any(i.get(key) == data[key] and i["author"] == data["author"]
+                           for i in items)
+            checked.append(message.event)
+    assert checked == ["tool_call", "tool_result", "agent_transfer", "message"]
+
+
+async def test_parallel_drafts_rebuilt_by_author_and_branch_equal_each_final(
+        client_for: Any) -> None:
+    app = create_app(research(), session_service=InMemorySessionService(), auth=AUTH,
+                     settings=settings())
+    client = await client_for(app)
+    sid = await new_session(client)
+    for mode in ("sse", "none"):
+        got = await post_run(client, sid, {"message": "Is it so?", "streaming_mode": mode})
+        one_terminal(got.frames)
+        assert got.frames[-1][1] == "done"
+        for _, kind, data in got.frames[:-1]:
+            assert data["branch"] == f"research.{data['author']}", (kind, data)
+        deltas = [d for _, t, d in got.frames if t == "delta"]
+        assert {d["author"] for d in deltas} == ({"web", "papers"} if mode == "sse" else set())
+        assert reduce_by_author(got.frames) == {
+            ("web", "research.web"): ["Web says yes."],
+            ("papers", "research.papers"): ["Papers say no."]}
+    items = (await client.get(f"/sessions/{sid}/events", headers=A)).json()["items"]
+    assert sorted((i["author"], i.get("branch"), i["text"]) for i in items
+                  if i["author"] != "user") == [
+        ("papers", "research.papers", "Papers say no."),
+        ("papers", "research.papers", "Papers say no."),
+        ("web", "research.web", "Web says yes."), ("web", "research.web", "Web says yes.")]
+
+
+async def test_a_failing_branch_is_an_agent_error_and_the_other_branch_goes_on(
+        client_for: Any) -> None:
+    app = create_app(research(broken=True), session_service=InMemorySessionService(),
+                     auth=AUTH, settings=settings())
+    client = await client_for(app)
+    sid = await new_session(client)
+    got = await post_run(client, sid, {"message": "Is it so?"})
+    one_terminal(got.frames)
+    errors = [d for _, t, d in got.frames if t == "agent_error"]
+    assert errors == [{"author": "papers", "branch": "research.papers",
+                       "code": "provider_truncated", "retryable": False}]
+    assert [(d["author"], d["text"]) for _, t, d in got.frames if t == "message"] == [
+        ("web", "Web says yes.")]
+    # No agent went on past the failed branch: the run ends with its error.
+    assert got.frames[-1][1:] == ("error", {"code": "provider_truncated", "retryable": False,
+                                            "request_id": got.frames[-1][2]["request_id"]})
+
+
+def test_the_outer_call_follows_from_the_branch() -> None:
+    assert outer_call_id(None) is None
+    assert outer_call_id("research.web") is None
+    assert outer_call_id("helper/c1") == "c1"
+    assert outer_call_id("helper/c1.research.web") == "c1"
+    assert outer_call_id("p.a.helper/c1.inner/c2") == "c2"
+    assert above(None, "p.a") and above("p", "p.a") and above("p.a", "p.a.x/c1")
+    assert not above("p.a", "p.a") and not above("p.a", "p.ab") and not above("p.b", "p.a")
+    assert not above(None, None)
+
+
+# -- AG-UI and the Vercel AI SDK -----------------------------------------------------------------
+
+
+async def test_agui_gives_one_named_message_per_agent_message_and_the_transfer(
+        node: str, serve: Any) -> None:  # noqa: F811
+    app = create_app(shop(), session_service=InMemorySessionService(), auth=AUTH,
+                     settings=settings())
+    base = await serve(app)
+    report = await agui(node, f"{base}/ag-ui/coordinator",
+                        [{"message": "Is my invoice paid?"}, {"message": "Thanks!"}])
+    first, second = report["runs"]
+    assert first["failure"] is None and second["failure"] is None
+    starts = [e for e in first["events"] if e["type"] == "TEXT_MESSAGE_START"]
+    assert [(e["name"], e["role"]) for e in starts] == [("billing", "assistant")]
+    [custom] = [e for e in first["events"] if e["type"] == "CUSTOM"]
+    assert custom["name"] == "agent_transfer"
+    assert custom["value"] == {"author": "coordinator", "to": "billing", "call_id": "t1"}
+    [call] = [e for e in first["events"] if e["type"] == "TOOL_CALL_ARGS"]
+    assert json.loads(call["delta"]) == {"agent_name": "billing"}
+    answers = [(m.get("name"), m["content"]) for m in of_role(report, "assistant")
+               if m.get("content")]
+    assert answers == [("billing", "".join(ANSWER)), ("billing", "Anything else?")]
+
+
+async def test_agui_gives_each_parallel_branch_its_subagent(node: str, serve: Any
+                                                            ) -> None:  # noqa: F811
+    app = create_app(research(), session_service=InMemorySessionService(), auth=AUTH,
+                     settings=settings())
+    base = await serve(app)
+    report = await agui(node, f"{base}/ag-ui/research", [{"message": "Is it so?"}])
+    [run] = report["runs"]
+    assert run["failure"] is None and run["outcome"] == "success"
+    started = {e["name"]: e["subagentRunId"] for e in run["events"]
+               if e["type"] == "SUBAGENT_STARTED"}
+    assert set(started) == {"web", "papers"} and len(set(started.values())) == 2
+    finished = [e["subagentRunId"] for e in run["events"] if e["type"] == "SUBAGENT_FINISHED"]
+    assert sorted(finished) == sorted(started.values())
+    assert types(run)[-1] == "RUN_FINISHED"
+    messages = {m["name"]: m for m in of_role(report, "assistant")}
+    assert {name: m["content"] for name, m in messages.items()} == {
+        "web": "Web says yes.", "papers": "Papers say no."}
+    assert {name: m["subagentRunId"] for name, m in messages.items()} == started
+
+
+async def test_vercel_gives_each_agent_its_part_with_the_author_recoverable(
+        node: None, serve: Any) -> None:  # noqa: F811
+    app = create_app(shop(), session_service=InMemorySessionService(), auth=AUTH,
+                     settings=settings())
+    base = await serve(app)
+    streamed = await run_client(base, "stream", "chat-t", "Is my invoice paid?",
+                                agent="coordinator")
+    assert streamed["errors"] == []
+    parts = streamed["messages"]["parts"]
+    # The documented rule: a text part's agent is providerMetadata.headwater.author; a tool
+    # part's is callProviderMetadata.headwater.author.
+    texts = [(p["providerMetadata"]["headwater"]["author"], p["text"]) for p in parts
+             if p["type"] == "text"]
+    assert texts == [("billing", "".join(ANSWER))]
+    [call] = [p for p in parts if p["type"] == "tool-transfer_to_agent"]
+    assert call["callProviderMetadata"]["headwater"] == {"author": "coordinator"}
+    assert call["input"] == {"agent_name": "billing"}
+    [transfer] = [p for p in parts if p["type"] == "data-agent-transfer"]
+    assert transfer["data"] == {"author": "coordinator", "to": "billing", "call_id": "t1"}
+
+
+async def test_vercel_keeps_parallel_agents_apart(node: None, serve: Any) -> None:  # noqa: F811
+    app = create_app(research(), session_service=InMemorySessionService(), auth=AUTH,
+                     settings=settings())
+    base = await serve(app)
+    streamed = await run_client(base, "stream", "chat-p", "Is it so?", agent="research")
+    assert streamed["errors"] == []
+    texts = sorted((p["providerMetadata"]["headwater"]["author"],
+                    p["providerMetadata"]["headwater"]["branch"], p["text"])
+                   for p in streamed["messages"]["parts"] if p["type"] == "text")
+    assert texts == [("papers", "research.papers", "Papers say no."),
+                     ("web", "research.web", "Web says yes.")]
