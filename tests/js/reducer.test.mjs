@@ -58,6 +58,67 @@ test("drafts are keyed by author: a sub-agent's partials do not join another's",
                    [["coordinator", "Let me ask billing."]]);
 });
 
+// A coordinator that transfers to billing, as the gateway sends it (tests/gateway/
+// test_provenance.py): the call shown raw, its result, the transfer, billing's answer.
+const TRANSFER = [
+  frame("tool_call", { author: "coordinator", names: ["transfer_to_agent"],
+                       calls: [{ id: "t1", name: "transfer_to_agent",
+                                 args: { agent_name: "billing" } }] }),
+  frame("tool_result", { author: "coordinator", count: 1,
+                         results: [{ id: "t1", name: "transfer_to_agent", status: "ok", size: 15,
+                                     response: { result: null } }] }),
+  frame("agent_transfer", { author: "coordinator", to: "billing", call_id: "t1" }),
+  frame("delta", { author: "billing", text: "Your invoice " }),
+  frame("delta", { author: "billing", text: "is " }),
+  frame("delta", { author: "billing", text: "paid." }),
+  frame("message", { author: "billing", id: "e4", text: "Your invoice is paid.", final: true }),
+  frame("done", { usage: { input_tokens: 0, output_tokens: 0 } }),
+];
+
+// Two agents of a parallel agent, their deltas interleaved, each final after its own.
+const PARALLEL = [
+  frame("delta", { author: "web", branch: "research.web", text: "Web " }),
+  frame("delta", { author: "papers", branch: "research.papers", text: "Papers " }),
+  frame("delta", { author: "papers", branch: "research.papers", text: "say " }),
+  frame("delta", { author: "web", branch: "research.web", text: "says " }),
+  frame("delta", { author: "web", branch: "research.web", text: "yes." }),
+  frame("message", { author: "web", branch: "research.web", id: "w1", text: "Web says yes.",
+                     final: true }),
+  frame("delta", { author: "papers", branch: "research.papers", text: "no." }),
+  frame("message", { author: "papers", branch: "research.papers", id: "p1",
+                     text: "Papers say no.", final: true }),
+  frame("done", { usage: { input_tokens: 0, output_tokens: 0 } }),
+];
+
+test("a transfer: billing's draft becomes billing's one message; the call gets its card", () => {
+  const streaming = play(TRANSFER.slice(0, 6));
+  assert.deepEqual(streaming.drafts, { billing: "Your invoice is paid." });
+  const ended = play(TRANSFER);
+  assert.deepEqual(messages(ended).map((m) => [m.author, m.text]),
+                   [["billing", "Your invoice is paid."]]);
+  const [card] = ended.items.filter((i) => i.kind === "tool");
+  assert.equal(card.name, "transfer_to_agent");
+  assert.equal(card.call_id, "t1");
+  assert.deepEqual(ended.drafts, {});
+});
+
+test("several authors at once: each draft, keyed by author, rebuilds its final exactly", () => {
+  let state = initialState;
+  const finals = [];
+  for (const f of PARALLEL) {
+    const d = JSON.parse(f.data);
+    if (f.type === "message") finals.push([d.author, state.drafts[d.author], d.text]);
+    state = reduce(state, f);
+    if (f.type === "message") assert.equal(state.drafts[d.author], undefined);
+  }
+  assert.deepEqual(finals, [["web", "Web says yes.", "Web says yes."],
+                            ["papers", "Papers say no.", "Papers say no."]]);
+  assert.deepEqual(messages(state).map((m) => [m.author, m.text]),
+                   [["web", "Web says yes."], ["papers", "Papers say no."]]);
+  // Replayed after a resume, each message is still shown once.
+  assert.equal(messages(play(PARALLEL, state)).length, 2);
+});
+
 for (const [type, data] of [
   ["tool_call", { names: ["lookupOrder"], calls: [{ id: "c9", name: "lookupOrder" }] }],
   ["error", { code: "cancelled", retryable: false, request_id: "r" }],
