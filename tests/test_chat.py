@@ -8,6 +8,7 @@ terminal shows (ANSI styling stripped for the checks).
 
 from __future__ import annotations
 
+import contextlib
 import io
 import re
 import socket
@@ -235,18 +236,25 @@ def free_port() -> int:
 @pytest.fixture
 def served(tmp_path: Path, env: dict[str, str]) -> Iterator[str]:
     """``headwater serve`` of two apps (the demo's; one with a token) on loopback ports."""
-    import httpx
-
     (tmp_path / "served_app.py").write_text(APP_FILE)
     (tmp_path / "auth_app.py").write_text(AUTH_FILE)
+    with serving(["served_app:app", "auth_app:app"], tmp_path, env) as urls:
+        yield " ".join(urls)
+
+
+@contextlib.contextmanager
+def serving(targets: list[str], cwd: Path, env: dict[str, str]) -> Iterator[list[str]]:
+    """``headwater serve`` of each ``module:attr`` on a loopback port, until the block ends."""
+    import httpx
+
     children = []
     urls = []
-    for target in ("served_app:app", "auth_app:app"):
+    for target in targets:
         port = free_port()
-        log = (tmp_path / f"{target}.log").open("wb")
+        log = (cwd / f"{target}.log").open("wb")
         children.append((subprocess.Popen(
             [sys.executable, "-m", "headwater", "serve", target, "--port", str(port),
-             "--log-level", "warning"], cwd=tmp_path, env=env, stdout=log,
+             "--log-level", "warning"], cwd=cwd, env=env, stdout=log,
             stderr=subprocess.STDOUT), log))
         urls.append(f"http://127.0.0.1:{port}")
     try:
@@ -260,7 +268,7 @@ def served(tmp_path: Path, env: dict[str, str]) -> Iterator[str]:
                     pass
                 assert time.monotonic() < deadline, "the server did not start"
                 time.sleep(0.05)
-        yield " ".join(urls)
+        yield urls
     finally:
         for child, log in children:
             child.terminate()
@@ -297,6 +305,38 @@ def test_chat_with_a_running_gateway(tmp_path: Path, env: dict[str, str], served
     refused = hw("chat", "--url", auth_url, "--token", "wrong", cwd=work, env=env)
     assert one_line_error(refused).startswith("headwater chat: The server refused the token. "
                                               "(unauthorized)")
+
+
+SHOP_FILE = '''
+from headwater import Agent
+from headwater.gateway import create_app
+from headwater.testing import ScriptedModel
+
+billing = Agent(name="billing", description="Invoices.",
+                model=ScriptedModel().reply("Your invoice ", "is ", "paid.")
+                .reply("Anything ", "else?"))
+coordinator = Agent(name="coordinator", instruction="Route the user.", sub_agents=[billing],
+                    model=ScriptedModel().call("transfer_to_agent", {"agent_name": "billing"}))
+app = create_app(coordinator, session_service=None)
+'''
+
+
+def test_a_transfer_shows_the_handover_and_labels_each_message_with_its_agent(
+        tmp_path: Path, env: dict[str, str], terminals: list[Terminal]) -> None:
+    (tmp_path / "shop_app.py").write_text(SHOP_FILE)
+    with serving(["shop_app:app"], tmp_path, env) as [url]:
+        term = chat(terminals, "--url", url, cwd=tmp_path, env=env)
+        assert "agent coordinator" in term.expect(PROMPT)
+        shown = term.say("Is my invoice paid?")
+        assert re.search(r'→ calls transfer_to_agent\("agent_name": "billing"\) · coordinator\n'
+                         r"✓ transfer_to_agent answered .*\n"
+                         r"⇢ coordinator transferred to billing\n"
+                         r"billing> Your invoice is paid\.\n", shown), shown
+        assert shown.count("Your invoice") == 1  # the draft stood; the record was not repeated
+        shown = term.say("Thanks!")  # the next turn goes to billing
+        assert "billing> Anything else?\n" in shown and "coordinator>" not in shown
+        term.child.sendeof()
+        assert term.exit_code() == 0
 
 
 # -- bad input: one line, exit code 2 ------------------------------------------------------------

@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
+
 from headwater import Agent, ParallelAgent
 from headwater.errors import ProviderTruncated
 from headwater.gateway import create_app
@@ -17,11 +19,24 @@ from headwater.sessions import InMemorySessionService
 from headwater.testing import ScriptedModel
 from headwater.testing.sse import aiter_sse
 
-from .test_agui import agui, node, of_role, types  # noqa: F401  (node is a fixture)
-from .test_gateway import A, AUTH, new_session, post_run, settings
+from .conftest import require_node
+from .test_agui import agui, of_role, types
+from .test_gateway import AUTH, A, new_session, post_run, settings
 from .test_vercel import run_client
 
 Frames = list[tuple[int, str, dict[str, Any]]]
+
+
+@pytest.fixture
+def node() -> str:
+    """``node`` with the pinned AG-UI client (skips without it; fails in CI)."""
+    return require_node("@ag-ui/client")
+
+
+@pytest.fixture
+def ai_sdk() -> None:
+    """``node`` with the pinned Vercel AI SDK (skips without it; fails in CI)."""
+    require_node("ai")
 ANSWER = ("Your invoice ", "is ", "paid.")
 
 
@@ -207,7 +222,7 @@ def test_the_outer_call_follows_from_the_branch() -> None:
 
 
 async def test_agui_gives_one_named_message_per_agent_message_and_the_transfer(
-        node: str, serve: Any) -> None:  # noqa: F811
+        node: str, serve: Any) -> None:
     app = create_app(shop(), session_service=InMemorySessionService(), auth=AUTH,
                      settings=settings())
     base = await serve(app)
@@ -227,8 +242,7 @@ async def test_agui_gives_one_named_message_per_agent_message_and_the_transfer(
     assert answers == [("billing", "".join(ANSWER)), ("billing", "Anything else?")]
 
 
-async def test_agui_gives_each_parallel_branch_its_subagent(node: str, serve: Any
-                                                            ) -> None:  # noqa: F811
+async def test_agui_gives_each_parallel_branch_its_subagent(node: str, serve: Any) -> None:
     app = create_app(research(), session_service=InMemorySessionService(), auth=AUTH,
                      settings=settings())
     base = await serve(app)
@@ -248,7 +262,7 @@ async def test_agui_gives_each_parallel_branch_its_subagent(node: str, serve: An
 
 
 async def test_vercel_gives_each_agent_its_part_with_the_author_recoverable(
-        node: None, serve: Any) -> None:  # noqa: F811
+        ai_sdk: None, serve: Any) -> None:
     app = create_app(shop(), session_service=InMemorySessionService(), auth=AUTH,
                      settings=settings())
     base = await serve(app)
@@ -268,7 +282,7 @@ async def test_vercel_gives_each_agent_its_part_with_the_author_recoverable(
     assert transfer["data"] == {"author": "coordinator", "to": "billing", "call_id": "t1"}
 
 
-async def test_vercel_keeps_parallel_agents_apart(node: None, serve: Any) -> None:  # noqa: F811
+async def test_vercel_keeps_parallel_agents_apart(ai_sdk: None, serve: Any) -> None:
     app = create_app(research(), session_service=InMemorySessionService(), auth=AUTH,
                      settings=settings())
     base = await serve(app)

@@ -1,13 +1,18 @@
 """How ``headwater chat`` shows a run's frames in the terminal (with ``rich``).
 
 The rule of the page's reducer holds here too: ``delta`` text is written as it
-arrives, as the author's draft; the ``message`` frame (the record) replaces the
+arrives, as its author's draft (one draft per author and branch: when another
+agent's text or a tool line comes between, the draft goes on in a new line
+labelled with its agent); the ``message`` frame (the record) replaces the
 draft, so a message whose text the deltas already showed is not written again.
 Because a terminal cannot take back lines that have scrolled away, a record
 that differs from its draft (rare: the contract makes them equal) is written
-below it, marked as the record. Tool calls are lines, tool progress is a bar
-per call, approvals are collected for the chat to ask, errors are words with
-their code, and ``done`` brings the run's token usage.
+below it, marked as the record. Every message is labelled with its agent; an
+inner agent's activity (a frame whose branch names a call, docs/frame-protocol.md)
+is indented under the call's line, a level per call. Tool calls are lines
+(with the agent that made them), tool progress is a bar per call, a transfer
+says where the conversation went, approvals are collected for the chat to ask,
+errors are words with their code, and ``done`` brings the run's token usage.
 """
 
 from __future__ import annotations
@@ -78,9 +83,8 @@ class RunView:
         self.approvals: list[Approval] = []
         self.error: str | None = None
         self.ended = False
-        self._draft_author: str | None = None
-        self._draft = ""
-        self._broken = False  # a note cut the draft's line: its next delta starts a new one
+        self._drafts: dict[Draft, str] = {}  # what each agent's deltas showed so far
+        self._line: Draft | None = None  # whose draft the open line holds
         self._reasoning = False
         self._progress: Progress | None = None
         self._tasks: dict[str, TaskID] = {}
@@ -96,56 +100,68 @@ class RunView:
             handler(frame.data)
 
     def _on_delta(self, data: dict[str, Any]) -> None:
-        author, text = str(data.get("author", "")), str(data.get("text", ""))
+        key, text = _draft(data), str(data.get("text", ""))
         if self._reasoning:
             self._end_line()
-        if self._draft_author != author:
+        if self._line != key:
             self._end_draft()
-            self._draft_author, self._draft = author, ""
-            self._broken = True
-        if self._broken:
-            self.console.print(f"[bold cyan]{escape(author)}>[/] ", end="")
-            self._broken = False
-        self._draft += text
+            self.console.print(f"{_indent(data)}{_label(key[0])} ", end="")
+            self._line = key
+        self._drafts[key] = self._drafts.get(key, "") + text
         self._write(text)
 
     def _on_reasoning(self, data: dict[str, Any]) -> None:
         if not self._reasoning:
             self._end_draft()
-            self.console.print("[dim](thinking)[/] ", end="")
+            self.console.print(f"{_indent(data)}[dim](thinking)[/] ", end="")
             self._reasoning = True
         self._write(str(data.get("text", "")), style="dim italic")
 
     def _on_message(self, data: dict[str, Any]) -> None:
-        author, text = str(data.get("author", "")), str(data.get("text", ""))
+        key, text = _draft(data), str(data.get("text", ""))
         if self._reasoning:
             self._end_line()
         stopped = " [dim](stopped here)[/]" if data.get("interrupted") else ""
-        if self._draft_author == author:
-            if text == self._draft or not text:  # the deltas said it all: the draft stands
-                if not self._broken or stopped:
-                    self.console.print(stopped)
-            else:
-                self.console.print()
-                self.console.print(f"[dim]record:[/] [bold cyan]{escape(author)}>[/] ", end="")
-                self._write(text)
+        indent = _indent(data)
+        draft = self._drafts.pop(key, None)
+        if draft is not None and (text == draft or not text):  # the deltas said it all
+            if self._line == key:
                 self.console.print(stopped)
-            self._draft_author, self._draft, self._broken = None, "", False
+                self._line = None
+            elif stopped:
+                self.console.print(f"{indent}{_label(key[0])}{stopped}")
             return
         self._end_draft()
-        if text:
-            self.console.print(f"[bold cyan]{escape(author)}>[/] ", end="")
+        if draft is not None:  # the record differs from what was shown: show the record
+            self.console.print(f"{indent}[dim]record:[/] {_label(key[0])} ", end="")
+            self._write(text)
+            self.console.print(stopped)
+        elif text:
+            self.console.print(f"{indent}{_label(key[0])} ", end="")
             self._write(text)
             self.console.print(stopped)
 
     def _on_tool_call(self, data: dict[str, Any]) -> None:
         self._end_draft()
         calls = data.get("calls") or [{"id": None, "name": n} for n in data.get("names", [])]
+        by = f" [dim]· {escape(str(data['author']))}[/]" if data.get("author") else ""
         for call in calls:
             args = call.get("args")
             shown = "" if args is None else f"({_short(args)})"
-            self.console.print(f"[yellow]→ calls[/] [bold]{escape(str(call.get('name')))}[/]"
-                               f"{escape(shown)}")
+            self.console.print(f"{_indent(data)}[yellow]→ calls[/] "
+                               f"[bold]{escape(str(call.get('name')))}[/]{escape(shown)}{by}")
+
+    def _on_agent_transfer(self, data: dict[str, Any]) -> None:
+        self._end_draft()
+        self.console.print(f"{_indent(data)}[yellow]⇢ {escape(str(data.get('author', '')))} "
+                           f"transferred to[/] [bold cyan]{escape(str(data.get('to', '')))}[/]")
+
+    def _on_agent_error(self, data: dict[str, Any]) -> None:
+        self._end_draft()
+        code = str(data.get("code", "internal"))
+        self._drafts.pop(_draft(data), None)
+        self.console.print(f"{_indent(data)}[red]✗ {escape(str(data.get('author', '')))} "
+                           f"failed:[/] {escape(error_words(code))} ({escape(code)})")
 
     def _on_tool_progress(self, data: dict[str, Any]) -> None:
         self._end_draft()
@@ -160,7 +176,8 @@ class RunView:
         task = self._tasks.get(call_id)
         if task is None:
             total = measure[1] if measure else None
-            task = self._progress.add_task(name, total=total, name=escape(name), line="")
+            task = self._progress.add_task(name, total=total,
+                                           name=_indent(data) + escape(name), line="")
             self._tasks[call_id] = task
         if measure is not None:
             self._progress.update(task, completed=measure[0], total=measure[1],
@@ -181,16 +198,17 @@ class RunView:
                 self._progress.refresh()
         if not self._tasks:
             self._stop_progress()
+        indent = _indent(data)
         for result in data.get("results", []):
             name = escape(str(result.get("name", "tool")))
             if result.get("status") == "error" and result.get("id") in self.denied:
-                self.console.print(f"[yellow]✗ {name} denied[/]"
+                self.console.print(f"{indent}[yellow]✗ {name} denied[/]"
                                    + _response(result.get("response")))
             elif result.get("status") == "error":
-                self.console.print(f"[red]✗ {name} failed[/]"
+                self.console.print(f"{indent}[red]✗ {name} failed[/]"
                                    + _response(result.get("response")))
             else:
-                self.console.print(f"[green]✓ {name} answered[/]"
+                self.console.print(f"{indent}[green]✓ {name} answered[/]"
                                    + _response(result.get("response")))
 
     def _on_approval_required(self, data: dict[str, Any]) -> None:
@@ -199,11 +217,12 @@ class RunView:
         self.approvals.append(Approval(str(data.get("call_id", "")), str(data.get("name", "")),
                                        data.get("args_sha256"), args))
         shown = "" if args is None else f"({_short(args)})"
-        self.console.print(f"[magenta]? {escape(str(data.get('name')))}{escape(shown)} "
-                           "needs your approval[/]")
+        self.console.print(f"{_indent(data)}[magenta]? {escape(str(data.get('name')))}"
+                           f"{escape(shown)} needs your approval[/]")
 
     def _on_error(self, data: dict[str, Any]) -> None:
         self._end_draft()
+        self._drafts.clear()
         code = str(data.get("code", "internal"))
         self.error, self.ended = code, True
         label = "[yellow]stopped:[/]" if code == "cancelled" else "[bold red]error:[/]"
@@ -211,6 +230,7 @@ class RunView:
 
     def _on_done(self, data: dict[str, Any]) -> None:
         self._end_draft()
+        self._drafts.clear()
         self.ended = True
         usage = data.get("usage") or {}
         self.console.print(f"[dim]tokens: {usage.get('input_tokens', 0)} in, "
@@ -225,11 +245,7 @@ class RunView:
     def note(self, markup: str) -> None:
         """A line about the run (``stopping…``) between its frames; a draft in progress
         goes on below it."""
-        if self._reasoning:
-            self._end_line()
-        if self._draft_author is not None and not self._broken:
-            self.console.print()
-            self._broken = True
+        self._end_draft()
         self.console.print(markup)
 
     def close(self) -> None:
@@ -249,18 +265,36 @@ class RunView:
         self._reasoning = False
 
     def _end_draft(self) -> None:
+        """End the open line (a draft goes on in a new line at its next delta)."""
         if self._reasoning:
             self._end_line()
-        if self._draft_author is not None:
-            if not self._broken:
-                self.console.print()
-            self._draft_author, self._draft, self._broken = None, "", False
+        if self._line is not None:
+            self.console.print()
+            self._line = None
 
     def _stop_progress(self) -> None:
         if self._progress is not None:
             self._progress.stop()
             self._progress = None
             self._tasks.clear()
+
+
+Draft = tuple[str, str | None]
+"""Whose draft: an author and its branch."""
+
+
+def _draft(data: dict[str, Any]) -> Draft:
+    return str(data.get("author", "")), data.get("branch")
+
+
+def _label(author: str) -> str:
+    return f"[bold cyan]{escape(author)}>[/]"
+
+
+def _indent(data: dict[str, Any]) -> str:
+    """Two spaces per call the frame's branch nests under (``<name>/<call id>`` segments)."""
+    branch = data.get("branch")
+    return "  " * branch.count("/") if isinstance(branch, str) else ""
 
 
 def _short(value: Any, limit: int = 80) -> str:  # JSON from the wire

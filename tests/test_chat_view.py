@@ -1,0 +1,63 @@
+"""How ``headwater chat`` writes a multi-agent run's frames (the pty tests drive whole runs):
+one draft per author, each message labelled with its agent, an inner agent's activity
+indented under the call it runs in."""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+from rich.console import Console
+
+from headwater.cli._chat_view import RunView, error_words
+from headwater.cli._gateway_client import WireFrame
+
+
+def shown(*frames: tuple[str, dict[str, Any]]) -> str:
+    out = io.StringIO()
+    view = RunView(Console(file=out, width=200, color_system=None, highlight=False))
+    for n, (kind, data) in enumerate(frames, 1):
+        view.show(WireFrame(str(n), kind, data))
+    view.close()
+    return out.getvalue()
+
+
+def test_interleaved_authors_each_keep_their_draft_and_no_record_is_repeated() -> None:
+    web, papers = {"author": "web", "branch": "p.web"}, {"author": "papers", "branch": "p.papers"}
+    text = shown(("delta", {**web, "text": "Web "}), ("delta", {**papers, "text": "Papers "}),
+                 ("delta", {**papers, "text": "say no."}), ("delta", {**web, "text": "says yes."}),
+                 ("message", {**papers, "id": "p1", "text": "Papers say no.", "final": True}),
+                 ("message", {**web, "id": "w1", "text": "Web says yes.", "final": True}),
+                 ("done", {"usage": {"input_tokens": 1, "output_tokens": 2}}))
+    assert text.splitlines() == ["web> Web ", "papers> Papers say no.", "web> says yes.",
+                                 "tokens: 1 in, 2 out"]
+
+
+def test_a_record_that_differs_from_its_draft_is_shown_below_it() -> None:
+    text = shown(("delta", {"author": "a", "text": "Hel"}),
+                 ("message", {"author": "a", "id": "m", "text": "Hello.", "final": True}))
+    assert text.splitlines() == ["a> Hel", "record: a> Hello."]
+
+
+def test_an_inner_agents_activity_is_indented_under_the_outer_call() -> None:
+    inner = {"author": "researcher", "branch": "research/c1"}
+    text = shown(
+        ("tool_call", {"author": "writer", "names": ["research"],
+                       "calls": [{"id": "c1", "name": "research"}]}),
+        ("delta", {**inner, "text": "Looking "}),
+        ("tool_call", {**inner, "names": ["search"], "calls": [{"id": "c2", "name": "search"}]}),
+        ("tool_result", {**inner, "count": 1, "results": [
+            {"id": "c2", "name": "search", "status": "ok", "size": 3}]}),
+        ("message", {**inner, "id": "r1", "text": "Found it.", "final": True}),
+        ("tool_result", {"author": "writer", "count": 1, "results": [
+            {"id": "c1", "name": "research", "status": "ok", "size": 9}]}),
+        ("agent_error", {"author": "papers", "branch": "p.papers", "code": "internal",
+                         "retryable": False}))
+    assert text.splitlines() == [
+        "→ calls research · writer",
+        "  researcher> Looking ",
+        "  → calls search · researcher",
+        "  ✓ search answered",
+        "  record: researcher> Found it.",
+        "✓ research answered",
+        f"✗ papers failed: {error_words('internal')} (internal)"]
