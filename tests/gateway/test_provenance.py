@@ -293,3 +293,67 @@ async def test_vercel_keeps_parallel_agents_apart(ai_sdk: None, serve: Any) -> N
                    for p in streamed["messages"]["parts"] if p["type"] == "text")
     assert texts == [("papers", "research.papers", "Papers say no."),
                      ("web", "research.web", "Web says yes.")]
+
+
+# An agent used as a tool (AgentTool) runs on a branch naming the outer call; the frames a
+# gateway gives for it, replayed by a loopback server through the AG-UI encoder, must be
+# what the real client accepts: a subagent tied to the call, ended by the call's result.
+NESTED = [
+    ("tool_call", {"author": "writer", "names": ["research"],
+                   "calls": [{"id": "c1", "name": "research"}]}),
+    ("delta", {"author": "researcher", "branch": "research/c1", "text": "Looking. "}),
+    ("message", {"author": "researcher", "branch": "research/c1", "id": "r1",
+                 "text": "Looking. ", "final": False}),
+    ("tool_call", {"author": "researcher", "branch": "research/c1", "names": ["search"],
+                   "calls": [{"id": "c2", "name": "search"}]}),
+    ("tool_progress", {"author": "researcher", "branch": "research/c1", "call_id": "c2",
+                       "name": "search", "type": "part_delta", "index": 0, "delta": "1/2"}),
+    ("tool_result", {"author": "researcher", "branch": "research/c1", "count": 1,
+                     "results": [{"id": "c2", "name": "search", "status": "ok", "size": 2}]}),
+    ("delta", {"author": "researcher", "branch": "research/c1", "text": "Found it."}),
+    ("message", {"author": "researcher", "branch": "research/c1", "id": "r2",
+                 "text": "Found it.", "final": True}),
+    ("tool_result", {"author": "writer", "count": 1,
+                     "results": [{"id": "c1", "name": "research", "status": "ok", "size": 9}]}),
+    ("delta", {"author": "writer", "text": "Done."}),
+    ("message", {"author": "writer", "id": "w1", "text": "Done.", "final": True}),
+    ("done", {"usage": {"input_tokens": 0, "output_tokens": 0}}),
+]
+
+
+async def test_agui_ties_an_inner_agent_to_the_outer_call(node: str, serve: Any) -> None:
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import Response
+    from starlette.routing import Route
+
+    from headwater.gateway.agui import AguiEncoder
+    from headwater.gateway.sse import encode_frame
+
+    async def replay(request: Request) -> Response:
+        body = await request.json()
+        encoder = AguiEncoder(body["threadId"], body["runId"], "inv")
+        out = encoder.started() + b"".join(
+            encoder.render(encode_frame(n, kind, data)) for n, (kind, data) in
+            enumerate(NESTED, 1))
+        return Response(out, media_type="text/event-stream")
+
+    base = await serve(Starlette(routes=[Route("/ag-ui/writer", replay, methods=["POST"])]))
+    report = await agui(node, f"{base}/ag-ui/writer", [{"message": "Write it up."}])
+    [run] = report["runs"]
+    assert run["failure"] is None and run["outcome"] == "success"
+    events = run["events"]
+    [started] = [e for e in events if e["type"] == "SUBAGENT_STARTED"]
+    assert started["name"] == "researcher" and started["parentToolCallId"] == "c1"
+    inner = started["subagentRunId"]
+    kinds = [e["type"] for e in events]
+    finished = kinds.index("SUBAGENT_FINISHED")
+    assert events[finished]["subagentRunId"] == inner
+    assert events[finished - 1]["type"] == "TOOL_CALL_RESULT"
+    assert events[finished - 1]["toolCallId"] == "c1"
+    assert all(e.get("subagentRunId") == inner
+               for e in events[kinds.index("SUBAGENT_STARTED") + 1:finished - 1])
+    named = [(m.get("name"), m.get("subagentRunId"), m["content"])
+             for m in of_role(report, "assistant") if m.get("content")]
+    assert named == [("researcher", inner, "Looking. "), ("researcher", inner, "Found it."),
+                     ("writer", None, "Done.")]
