@@ -260,7 +260,7 @@ async def test_long_running_output_from_the_client_continues(client_for: Any) ->
     first = await client.post("/vercel/ops", json=chat_body("c1", user("ask")), headers=A)
     chunks = chunks_of(first.text)
     assert {"type": "tool-input-available", "toolCallId": "h1", "toolName": "ask_human",
-            "input": {}} in chunks
+            "input": {}, "providerMetadata": {"headwater": {"author": "ops"}}} in chunks
     assert chunks[-1] == {"type": "finish", "finishReason": "tool-calls",
                           "messageMetadata": chunks[-1]["messageMetadata"]}
 
