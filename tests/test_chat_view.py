@@ -40,7 +40,7 @@ def test_a_record_that_differs_from_its_draft_is_shown_below_it() -> None:
 
 
 def test_an_inner_agents_activity_is_indented_under_the_outer_call() -> None:
-    inner = {"author": "researcher", "branch": "research/c1"}
+    inner = {"author": "researcher", "branch": "writer:c1"}
     text = shown(
         ("tool_call", {"author": "writer", "names": ["research"],
                        "calls": [{"id": "c1", "name": "research"}]}),

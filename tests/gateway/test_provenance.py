@@ -6,16 +6,18 @@ clients (tests/js) attribute each agent's message."""
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
-from headwater import Agent, ParallelAgent
+from headwater import Agent, AgentTool, ParallelAgent, ToolStreamEvent, tool
 from headwater.errors import ProviderTruncated
 from headwater.gateway import create_app
 from headwater.gateway.frames import above, outer_call_id
 from headwater.models.scripted import ScriptedTurn
 from headwater.sessions import InMemorySessionService
+from headwater.sessions.ledger import call_branch
 from headwater.testing import ScriptedModel
 from headwater.testing.sse import aiter_sse
 
@@ -210,10 +212,10 @@ async def test_a_failing_branch_is_an_agent_error_and_the_other_branch_goes_on(
 def test_the_outer_call_follows_from_the_branch() -> None:
     assert outer_call_id(None) is None
     assert outer_call_id("research.web") is None
-    assert outer_call_id("helper/c1") == "c1"
-    assert outer_call_id("helper/c1.research.web") == "c1"
-    assert outer_call_id("p.a.helper/c1.inner/c2") == "c2"
-    assert above(None, "p.a") and above("p", "p.a") and above("p.a", "p.a.x/c1")
+    assert outer_call_id(call_branch(None, "writer", "c1")) == "c1"
+    assert outer_call_id("writer:c1.research.web") == "c1"
+    assert outer_call_id(call_branch("p.a.writer:c1", "helper", "c2")) == "c2"
+    assert above(None, "p.a") and above("p", "p.a") and above("p.a", "p.a.x:c1")
     assert not above("p.a", "p.a") and not above("p.a", "p.ab") and not above("p.b", "p.a")
     assert not above(None, None)
 
@@ -301,17 +303,17 @@ async def test_vercel_keeps_parallel_agents_apart(ai_sdk: None, serve: Any) -> N
 NESTED = [
     ("tool_call", {"author": "writer", "names": ["research"],
                    "calls": [{"id": "c1", "name": "research"}]}),
-    ("delta", {"author": "researcher", "branch": "research/c1", "text": "Looking. "}),
-    ("message", {"author": "researcher", "branch": "research/c1", "id": "r1",
+    ("delta", {"author": "researcher", "branch": "writer:c1", "text": "Looking. "}),
+    ("message", {"author": "researcher", "branch": "writer:c1", "id": "r1",
                  "text": "Looking. ", "final": False}),
-    ("tool_call", {"author": "researcher", "branch": "research/c1", "names": ["search"],
+    ("tool_call", {"author": "researcher", "branch": "writer:c1", "names": ["search"],
                    "calls": [{"id": "c2", "name": "search"}]}),
-    ("tool_progress", {"author": "researcher", "branch": "research/c1", "call_id": "c2",
+    ("tool_progress", {"author": "researcher", "branch": "writer:c1", "call_id": "c2",
                        "name": "search", "type": "part_delta", "index": 0, "delta": "1/2"}),
-    ("tool_result", {"author": "researcher", "branch": "research/c1", "count": 1,
+    ("tool_result", {"author": "researcher", "branch": "writer:c1", "count": 1,
                      "results": [{"id": "c2", "name": "search", "status": "ok", "size": 2}]}),
-    ("delta", {"author": "researcher", "branch": "research/c1", "text": "Found it."}),
-    ("message", {"author": "researcher", "branch": "research/c1", "id": "r2",
+    ("delta", {"author": "researcher", "branch": "writer:c1", "text": "Found it."}),
+    ("message", {"author": "researcher", "branch": "writer:c1", "id": "r2",
                  "text": "Found it.", "final": True}),
     ("tool_result", {"author": "writer", "count": 1,
                      "results": [{"id": "c1", "name": "research", "status": "ok", "size": 9}]}),
@@ -357,3 +359,120 @@ async def test_agui_ties_an_inner_agent_to_the_outer_call(node: str, serve: Any)
              for m in of_role(report, "assistant") if m.get("content")]
     assert named == [("researcher", inner, "Looking. "), ("researcher", inner, "Found it."),
                      ("writer", None, "Done.")]
+
+
+# -- an agent used as a tool, end to end ---------------------------------------------------------
+
+
+@tool(streaming=True)
+async def search(query: str) -> AsyncIterator[ToolStreamEvent]:
+    """Search the archive."""
+    yield ToolStreamEvent("part_delta", delta=f"looking for {query}…")
+    yield ToolStreamEvent("done", response={"hits": 3})
+
+
+def delegating() -> Agent:
+    """A coordinator whose tool is a researcher agent that streams, searches, answers."""
+    inner = (ScriptedModel().call("search", {"query": "tides"}, call_id="s1",
+                                  text=("Let me ", "look."))
+             .reply("Found ", "3 papers."))
+    outer = (ScriptedModel().call("researcher", {"request": "papers on tides"}, call_id="c1")
+             .reply("The researcher found ", "3 papers."))
+    researcher = Agent(name="researcher", model=inner, description="Finds things.",
+                       tools=[search])
+    return Agent(name="coordinator", model=outer, tools=[AgentTool(researcher)])
+
+
+async def test_an_inner_agents_frames_name_the_outer_call_and_rebuild_exactly(
+        client_for: Any) -> None:
+    app = create_app(delegating(), session_service=InMemorySessionService(), auth=AUTH,
+                     settings=settings())
+    client = await client_for(app)
+    sid = await new_session(client)
+    got = await post_run(client, sid, {"message": "Find papers on tides"})
+    one_terminal(got.frames)
+    assert got.frames[-1][1] == "done"
+    shape = [(t, d.get("author"), outer_call_id(d.get("branch"))) for _, t, d in got.frames
+             if t != "delta"]
+    assert shape == [
+        ("tool_call", "coordinator", None),
+        ("message", "researcher", "c1"), ("tool_call", "researcher", "c1"),
+        ("tool_progress", "researcher", "c1"), ("tool_result", "researcher", "c1"),
+        ("message", "researcher", "c1"),
+        ("tool_result", "coordinator", None),
+        ("message", "coordinator", None), ("done", None, None)]
+    assert reduce_by_author(got.frames) == {
+        ("researcher", "coordinator:c1"): ["Let me look.", "Found 3 papers."],
+        ("coordinator", None): ["The researcher found 3 papers."]}
+    items = (await client.get(f"/sessions/{sid}/events", headers=A)).json()["items"]
+    assert [(i["author"], outer_call_id(i.get("branch"))) for i in items] == [
+        ("user", None), ("coordinator", None), ("user", "c1"), ("researcher", "c1"),
+        ("researcher", "c1"), ("researcher", "c1"), ("coordinator", None),
+        ("coordinator", None)]
+
+
+async def test_agui_and_vercel_clients_nest_an_inner_agent_under_its_call(
+        node: str, ai_sdk: None, serve: Any) -> None:
+    base = await serve(create_app(delegating(), session_service=InMemorySessionService(),
+                                  auth=AUTH, settings=settings()))
+    report = await agui(node, f"{base}/ag-ui/coordinator", [{"message": "Find papers"}])
+    [run] = report["runs"]
+    assert run["failure"] is None and run["outcome"] == "success"
+    [started] = [e for e in run["events"] if e["type"] == "SUBAGENT_STARTED"]
+    assert (started["name"], started["parentToolCallId"]) == ("researcher", "c1")
+    named = [(m.get("name"), m.get("subagentRunId"), m["content"])
+             for m in of_role(report, "assistant") if m.get("content")]
+    inner = started["subagentRunId"]
+    assert named == [("researcher", inner, "Let me look."), ("researcher", inner,
+                                                            "Found 3 papers."),
+                     ("coordinator", None, "The researcher found 3 papers.")]
+
+    base = await serve(create_app(delegating(), session_service=InMemorySessionService(),
+                                  auth=AUTH, settings=settings()))
+    streamed = await run_client(base, "stream", "chat-n", "Find papers", agent="coordinator")
+    assert streamed["errors"] == []
+    parts = streamed["messages"]["parts"]
+    texts = [(p["providerMetadata"]["headwater"]["author"],
+              outer_call_id(p["providerMetadata"]["headwater"].get("branch")), p["text"])
+             for p in parts if p["type"] == "text"]
+    assert texts == [("researcher", "c1", "Let me look."), ("researcher", "c1",
+                                                            "Found 3 papers."),
+                     ("coordinator", None, "The researcher found 3 papers.")]
+    [search_part] = [p for p in parts if p["type"] == "tool-search"]
+    assert search_part["callProviderMetadata"]["headwater"] == {"author": "researcher",
+                                                                "branch": "coordinator:c1"}
+
+
+def failing_delegate() -> Agent:
+    inner = ScriptedModel([ScriptedTurn(text=("Pa", "rt"), raise_error=ProviderTruncated("cut"),
+                                        raise_after=1)])
+    outer = ScriptedModel().call("researcher", {"request": "x"}, call_id="c1").reply("Sorry.")
+    return Agent(name="coordinator", model=outer,
+                 tools=[AgentTool(Agent(name="researcher", model=inner))])
+
+
+async def test_an_inner_agents_error_is_its_own_and_the_caller_goes_on_to_done(
+        client_for: Any) -> None:
+    app = create_app(failing_delegate(), session_service=InMemorySessionService(), auth=AUTH,
+                     settings=settings())
+    client = await client_for(app)
+    got = await post_run(client, await new_session(client), {"message": "go"})
+    one_terminal(got.frames)
+    assert [(t, d.get("author")) for _, t, d in got.frames if t != "delta"] == [
+        ("tool_call", "coordinator"), ("agent_error", "researcher"),
+        ("tool_result", "coordinator"), ("message", "coordinator"), ("done", None)]
+    [error] = [d for _, t, d in got.frames if t == "agent_error"]
+    assert error == {"author": "researcher", "branch": "coordinator:c1",
+                     "code": "provider_truncated", "retryable": False}
+
+
+async def test_agui_reports_an_inner_agents_error_as_its_subagents(node: str, serve: Any
+                                                                  ) -> None:
+    base = await serve(create_app(failing_delegate(), session_service=InMemorySessionService(),
+                                  auth=AUTH, settings=settings()))
+    report = await agui(node, f"{base}/ag-ui/coordinator", [{"message": "go"}])
+    [run] = report["runs"]
+    assert run["failure"] is None and run["outcome"] == "success"
+    lifecycle = [(e["type"], e.get("code")) for e in run["events"]
+                 if e["type"].startswith("SUBAGENT_")]
+    assert lifecycle == [("SUBAGENT_STARTED", None), ("SUBAGENT_ERROR", "provider_truncated")]

@@ -28,6 +28,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, TaskID, TaskProgressColumn, TextColumn
 
 from ..errors import ERROR_MESSAGES
+from ..sessions.ledger import CALL_MARK
 from ._gateway_client import WireFrame
 
 CLIENT_ERRORS = {
@@ -292,9 +293,10 @@ def _label(author: str) -> str:
 
 
 def _indent(data: dict[str, Any]) -> str:
-    """Two spaces per call the frame's branch nests under (``<name>/<call id>`` segments)."""
+    """Two spaces per call the frame's branch nests under (its ``<agent>:<call id>``
+    segments, docs/frame-protocol.md)."""
     branch = data.get("branch")
-    return "  " * branch.count("/") if isinstance(branch, str) else ""
+    return "  " * branch.count(CALL_MARK) if isinstance(branch, str) else ""
 
 
 def _short(value: Any, limit: int = 80) -> str:  # JSON from the wire

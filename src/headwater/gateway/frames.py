@@ -26,6 +26,7 @@ from typing import Any, Final
 from ..agents.transfer import TRANSFER_TO_AGENT
 from ..errors import ERROR_MESSAGES, ErrorCode
 from ..events import Event
+from ..sessions.ledger import CALL_MARK
 from ..types import FunctionResponse, Usage
 
 FramePayload = tuple[str, dict[str, Any]]
@@ -70,17 +71,18 @@ def above(branch: str | None, of: str | None) -> bool:
 
 
 def outer_call_id(branch: str | None) -> str | None:
-    """The call a frame on ``branch`` nests under: the branch's last segment that names a
-    call, ``<name>/<call id>`` (an agent used as a tool; a live stream's emissions), gives
-    its id (up to the next ``.``); ``None`` when no segment names a call (the main line,
-    a parallel agent's ``<parallel>.<sub>``)."""
+    """The call a frame on ``branch`` nests under: an agent used as a tool runs on its
+    call's branch, ``<calling agent>:<call id>`` (``sessions.ledger.call_branch``), so
+    the branch's last ``:`` starts the call's id, which runs to the next ``.`` or the
+    end; ``None`` when no segment names a call (the main line, a parallel agent's
+    ``<parallel>.<sub>``)."""
     if not branch:
         return None
-    slash = branch.rfind("/")
-    if slash < 0:
+    mark = branch.rfind(CALL_MARK)
+    if mark < 0:
         return None
-    end = branch.find(".", slash)
-    return branch[slash + 1:] if end < 0 else branch[slash + 1:end]
+    end = branch.find(".", mark)
+    return branch[mark + 1:] if end < 0 else branch[mark + 1:end]
 
 
 class FrameMapper:
