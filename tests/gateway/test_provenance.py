@@ -9,6 +9,7 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
+import httpx
 import pytest
 
 from headwater import Agent, AgentTool, ParallelAgent, ToolStreamEvent, tool
@@ -476,3 +477,39 @@ async def test_agui_reports_an_inner_agents_error_as_its_subagents(node: str, se
     lifecycle = [(e["type"], e.get("code")) for e in run["events"]
                  if e["type"].startswith("SUBAGENT_")]
     assert lifecycle == [("SUBAGENT_STARTED", None), ("SUBAGENT_ERROR", "provider_truncated")]
+
+
+# -- the live WebSocket: the same frames ---------------------------------------------------------
+
+
+async def test_a_live_transfer_over_the_websocket_shows_the_handover_and_billings_turn(
+        serve: Any) -> None:
+    from websockets.asyncio.client import connect
+
+    from .test_websocket import of_type, ready, send, until
+
+    app = create_app(shop(), session_service=InMemorySessionService(), auth=AUTH,
+                     settings=settings())
+    base = await serve(app)
+    async with httpx.AsyncClient(base_url=base, timeout=10) as client:
+        sid = await new_session(client)
+        seen: list[dict[str, Any]] = []
+        url = base.replace("http://", "ws://", 1) + f"/live/{sid}"
+        async with connect(url, subprotocols=["bearer", "token-a"]) as ws:  # type: ignore[list-item]
+            await ready(ws)
+            await send(ws, {"type": "content", "text": "Is my invoice paid?"})
+            await until(ws, lambda m: m["type"] == "turn_complete"
+                        and m["data"]["author"] == "billing", seen, within=20)
+            await send(ws, {"type": "close"})
+            await until(ws, lambda m: m["type"] in ("done", "error") and m["id"] is not None,
+                        seen, within=20)
+    frames = [(m["type"], m["data"].get("author")) for m in seen
+              if m["id"] is not None and m["type"] != "turn_complete"]
+    assert frames[:3] == [("tool_call", "coordinator"), ("tool_result", "coordinator"),
+                          ("agent_transfer", "coordinator")]
+    assert of_type(seen, "tool_call")[0]["data"]["calls"][0]["args"] == {
+        "agent_name": "billing"}
+    assert of_type(seen, "agent_transfer")[0]["data"]["to"] == "billing"
+    assert {a for t, a in frames[3:] if t != "done"} == {"billing"}
+    assert [m["data"]["text"] for m in of_type(seen, "message")] == ["".join(ANSWER)]
+    assert frames[-1] == ("done", None)
