@@ -226,6 +226,8 @@ class AguiEncoder:
 
     def render(self, frame: Frame) -> bytes:
         """The AG-UI events of one frame, encoded (``b""`` for none)."""
+        if frame.type not in _RENDERED:  # a frame type this format does not carry
+            return b""
         data = frame.data
         parent, self._last_message = self._last_message, None
         branch = data.get("branch")
@@ -254,10 +256,8 @@ class AguiEncoder:
                 events = self._subagent_error(data)
             case "done":
                 events = self._finish(data)
-            case "error":
+            case _:  # "error"
                 events = self._error(data)
-            case _:  # a frame type this format does not carry
-                events = []
         for event in events:  # each event of a branch's frame is its subagent's
             if "subagentRunId" in event:  # set where made (closing another's message)
                 if event["subagentRunId"] is None:
@@ -466,6 +466,11 @@ class AguiEncoder:
                        "runId": self.run_id, "outcome": outcome, **extra})
         return events
 
+
+_RENDERED: Final = frozenset({"delta", "reasoning", "message", "tool_call", "tool_progress",
+                              "tool_result", "approval_required", "agent_transfer",
+                              "agent_error", "done", "error"})
+"""The frame types this format carries (live-only frames are not among them)."""
 
 _UNATTRIBUTED: Final = frozenset({"RUN_FINISHED", "RUN_ERROR", "CUSTOM", "SUBAGENT_STARTED",
                                    "SUBAGENT_FINISHED", "SUBAGENT_ERROR"})
