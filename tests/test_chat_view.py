@@ -61,3 +61,31 @@ def test_an_inner_agents_activity_is_indented_under_the_outer_call() -> None:
         "  record: researcher> Found it.",
         "✓ research answered",
         f"✗ papers failed: {error_words('internal')} (internal)"]
+
+
+def test_a_resumed_sessions_history_puts_an_inner_agents_items_under_their_call() -> None:
+    import asyncio
+
+    from headwater.cli._chat import Chat
+    from headwater.cli._gateway_client import GatewayClient
+
+    out = io.StringIO()
+    loop = asyncio.new_event_loop()
+    client = GatewayClient("http://127.0.0.1:9", None)
+    try:
+        chat = Chat(Console(file=out, width=200, color_system=None), client, loop)
+        chat.session_id = "s1"
+        chat._show_history([
+            {"author": "user", "role": "user", "text": "Find papers"},
+            {"author": "coordinator", "role": "model", "text": ""},
+            {"author": "user", "role": "user", "text": "papers on tides",
+             "branch": "coordinator:c1"},
+            {"author": "researcher", "role": "model", "text": "Found 3.",
+             "branch": "coordinator:c1"},
+            {"author": "coordinator", "role": "model", "text": "It found 3."}])
+    finally:
+        loop.run_until_complete(client.aclose())
+        loop.close()
+    assert out.getvalue().splitlines()[1:] == [
+        "  you: Find papers", "    request: papers on tides", "    researcher: Found 3.",
+        "  coordinator: It found 3."]

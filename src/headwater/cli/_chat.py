@@ -27,7 +27,7 @@ from urllib.parse import urlsplit
 from rich.console import Console
 from rich.markup import escape
 
-from ._chat_view import Approval, RunView, error_words
+from ._chat_view import Approval, RunView, error_words, nesting
 from ._common import CommandError
 from ._gateway_client import GatewayClient, GatewayError
 
@@ -166,8 +166,12 @@ class Chat:
         self.console.print(f"[dim]session {escape(str(self.session_id))}: {len(items)} events"
                            + (", the last messages:" if shown else "") + "[/]")
         for item in shown:
-            author = "you" if item.get("role") == "user" else str(item.get("author"))
-            self.console.print(f"[dim]  {escape(author)}: {escape(str(item['text']))}[/]")
+            indent = nesting(item.get("branch"))  # an agent used as a tool: under its call
+            author = str(item.get("author"))
+            if item.get("role") == "user":
+                author = "request" if indent else "you"
+            self.console.print(f"[dim]  {indent}{escape(author)}: "
+                               f"{escape(str(item['text']))}[/]")
 
     # -- the prompt --------------------------------------------------------------------------
 

@@ -293,9 +293,12 @@ def _label(author: str) -> str:
 
 
 def _indent(data: dict[str, Any]) -> str:
-    """Two spaces per call the frame's branch nests under (its ``<agent>:<call id>``
-    segments, docs/frame-protocol.md)."""
-    branch = data.get("branch")
+    return nesting(data.get("branch"))
+
+
+def nesting(branch: Any) -> str:  # a frame's or history item's branch, from the wire
+    """Two spaces per call a branch nests under (its ``<agent>:<call id>`` segments,
+    docs/frame-protocol.md): an inner agent's activity goes under its call."""
     return "  " * branch.count(CALL_MARK) if isinstance(branch, str) else ""
 
 
