@@ -18,6 +18,7 @@
     │   ├── ModelProtocolViolation a model broke the partial/aggregate contract
     │   ├── InBandError            the provider reported an error inside a 200 stream
     │   ├── MalformedChunk         a stream event that is not the provider's promised JSON
+    │   ├── OutputTooLong          one model call streamed past Settings.max_output_chars
     │   └── SSEDecodeError         an event stream broke a bound (line or event too long)
     ├── ToolError                  a tool failed (becomes an error result, never a crash)
     │   └── ToolArgumentsError     the model's arguments do not match the tool's schema
@@ -203,6 +204,24 @@ class MalformedChunk(ModelError):
     """
 
     code: ErrorCode = "provider_bad_response"
+
+
+class OutputTooLong(ModelError):
+    """One model call streamed more text than ``Settings.max_output_chars``.
+
+    The call is closed at once; nothing of it is stored (docs/event-contract.md).
+    Its wire code is ``budget_exceeded``: the bound is a budget of the call.
+
+    Attributes:
+        max_chars: the bound that was passed.
+    """
+
+    code: ErrorCode = "budget_exceeded"
+
+    def __init__(self, max_chars: int) -> None:
+        super().__init__(f"the model call streamed more than max_output_chars={max_chars} "
+                         "characters")
+        self.max_chars = max_chars
 
 
 class SSEDecodeError(ModelError):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import secrets
 import time
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -28,6 +29,15 @@ def new_id(prefix: str = "e") -> str:
     if prefix == "e":
         return _EVENT_ID_PREFIX + str(next(_ID_COUNTER))
     return f"{prefix}-{_ID_PREFIX}-{next(_ID_COUNTER):x}"
+
+
+def random_id(prefix: str) -> str:
+    """An unguessable identifier: ``prefix``, a dash, then 96 random bits (24 hex digits).
+
+    For ids that name something a caller may ask for (a run), so that knowing
+    one tells nothing about another's.
+    """
+    return f"{prefix}-{secrets.token_hex(12)}"
 
 
 @dataclass(slots=True)

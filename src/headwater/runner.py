@@ -43,7 +43,7 @@ from .errors import (
     SessionNotFoundError,
     UserError,
 )
-from .events import Event, EventActions, new_id
+from .events import Event, EventActions, new_id, random_id
 from .live_request_queue import LiveRequestQueue
 from .run_config import RunConfig, StreamingMode
 from .sessions.base import BaseSessionService, Lease, Session
@@ -752,7 +752,7 @@ class Runner:
         if not message.parts or all(p.text is not None and not p.text.strip()
                                     for p in message.parts):
             raise UserError("the message is empty: send some text or content parts")
-        return RunStream(_Run(self, _RunSpec(user_id, session_id, config, new_id("inv"),
+        return RunStream(_Run(self, _RunSpec(user_id, session_id, config, random_id("inv"),
                                              message=message)))
 
     def run_live(
@@ -777,7 +777,7 @@ class Runner:
         config = run_config or RunConfig(streaming_mode=StreamingMode.BIDI)
         if config.streaming_mode is not StreamingMode.BIDI:
             config = config.model_copy(update={"streaming_mode": StreamingMode.BIDI})
-        return RunStream(_Run(self, _RunSpec(user_id, session_id, config, new_id("inv"),
+        return RunStream(_Run(self, _RunSpec(user_id, session_id, config, random_id("inv"),
                                              queue=live_request_queue)))
 
     async def run_once(self, *, user_id: str, new_message: str | Content,

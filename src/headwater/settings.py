@@ -93,6 +93,10 @@ class Settings(BaseSettings):
             streams, and the gateway's as ``headwater chat`` reads them).
         anthropic_max_tokens: ``max_tokens`` sent to Anthropic when the agent's
             ``generate_config`` sets none (the API requires one).
+        max_output_chars: most characters (answer and thought text) one model
+            call may stream; past it the call ends with an ``error``
+            ``budget_exceeded`` event and nothing of it is stored (so what a
+            stopped call keeps as ``interrupted`` text is bounded by it too).
         max_progress_events, max_progress_bytes: progress events (and their
             delta bytes) one streaming tool call may send the caller; past either
             bound, later ones are coalesced (the latest wins, sent when the call
@@ -117,6 +121,16 @@ class Settings(BaseSettings):
         run_rate_window: seconds of one window of ``max_runs_per_user`` (fixed
             windows, aligned to the clock).
         max_body_bytes: largest request body the gateway reads (413 past it).
+        max_message_chars: most characters of text one user message may carry,
+            on every surface that takes one (typed runs, AG-UI, Vercel, the live
+            WebSocket); past it the gateway answers 413 ``payload_too_large``
+            (an ``error`` notice on the WebSocket), stores nothing and calls no
+            model.
+        rate_limit_per_minute, rate_limit_burst: requests one user may make
+            to the gateway (every authenticated HTTP route and WebSocket
+            opening): a token bucket of ``rate_limit_burst`` requests, refilled
+            at ``rate_limit_per_minute``; past it, 429 ``rate_limited`` with
+            ``Retry-After``.
         body_read_timeout: seconds a client may take to send its request body (408).
         shutdown_grace: seconds open streams get to end when the server stops.
         header_timeout: seconds a connection has to send a whole request head
@@ -235,6 +249,7 @@ class Settings(BaseSettings):
     sse_max_line_chars: int = Field(default=1 << 20, ge=1024)
     sse_max_event_chars: int = Field(default=8 << 20, ge=1024)
     anthropic_max_tokens: int = Field(default=4096, ge=1)
+    max_output_chars: int = Field(default=1_000_000, ge=1)
     max_progress_events: int = Field(default=1000, ge=0)
     max_progress_bytes: int = Field(default=1 << 20, ge=0)
     live_stop_timeout: float = Field(default=1.0, gt=0)
@@ -248,6 +263,9 @@ class Settings(BaseSettings):
     max_runs_per_user: int = Field(default=0, ge=0)
     run_rate_window: float = Field(default=60.0, gt=0)
     max_body_bytes: int = Field(default=1 << 20, ge=1024)
+    max_message_chars: int = Field(default=100_000, ge=1)
+    rate_limit_per_minute: float = Field(default=600.0, gt=0)
+    rate_limit_burst: int = Field(default=120, ge=1)
     body_read_timeout: float = Field(default=10.0, gt=0)
     shutdown_grace: float = Field(default=10.0, ge=0)
     header_timeout: float = Field(default=10.0, gt=0)

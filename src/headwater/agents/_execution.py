@@ -206,7 +206,10 @@ class ToolExecutor:
         ctx.stats.tool_calls += 1
         tool_context = self.tool_context(ctx, call)
         with ctx.trace.tool(self.agent_name, tool.name, call.id, call.args) as span:
-            result, ok = await self._result(ctx, tool, call, tool_context, sink)
+            try:
+                result, ok = await self._result(ctx, tool, call, tool_context, sink)
+            finally:  # returned, failed, timed out or cancelled: its processes end with it
+                await tool_context.end_processes()
             limit_bytes = ctx.settings.max_result_bytes
             if _small(result):
                 result = _bounded(result, limit_bytes)

@@ -148,7 +148,7 @@ class Flow:
             aggregate = await self.before_model(callback_context, request)
             if aggregate is None:
                 ctx.stats.llm_calls += 1
-                contract = StreamContract()
+                contract = StreamContract(ctx.settings.max_output_chars)
                 check_partial, done = contract.partial, False
                 chat = ctx.trace.chat(author, model, request, stream=stream)
                 waiting = chat.recording  # the time to the first chunk is still to record

@@ -600,6 +600,7 @@ class LiveFlow:
             if stream.input_stream is not None:
                 stream.input_stream.close()
             self._streams.pop(call.id, None)
+            await context.end_processes()
 
     async def tell(self, stream: _Stream, text: str) -> None:
         """Say something to the model and the caller about a stream, once it is stored.

@@ -495,6 +495,7 @@ def add_agui_routes(app: FastAPI, gw: Gateway) -> None:
         user = await gw.user(request)
         gw.require_agent(agent)
         message = message_of(body)
+        gw.check_message(message)  # before the thread's session is opened
         await gw.open_session(user, agent, body.thread_id)
         run = await gw.start_run(user, agent, body.thread_id, message, request_id_of(request),
                                  streaming=_streaming(body.forwarded_props))

@@ -350,10 +350,14 @@ def _routes(app: FastAPI, gw: Gateway) -> None:
         raw = last_event_id_header if last_event_id_header is not None else last_event_id
         after = _event_id(raw)
         try:
-            if run.ended and after >= await gw.runs.log.last_id(run.id):
-                return Response(status_code=204)
+            last = await gw.runs.log.last_id(run.id)
         except RunNotFound:  # its frames are gone (another replica forgot it meanwhile)
             raise GatewayHTTPError("not_found", NOT_FOUND_RUN) from None
+        if after > last:  # a frame no client has been sent: not a place to resume from
+            raise GatewayHTTPError("invalid_request",
+                                   "Last-Event-ID is past the run's last frame", status=400)
+        if run.ended and after == last:
+            return Response(status_code=204)
         if not await gw.runs.has_room(user):
             raise GatewayHTTPError("too_many_streams", "too many concurrent streams",
                                    headers={"Retry-After": "1"})

@@ -7,6 +7,7 @@ auth, limits, persistence and cancellation are the same for all of them.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
@@ -33,6 +34,7 @@ from ..types import Content
 from .auth import Authenticator, user_of
 from .frames import FrameMapper
 from .problems import ErrorBody, GatewayHTTPError
+from .ratelimit import UserRateLimit
 from .registry import RunInfo, RunRegistry
 from .responses import Render, SSEResponse, StallWatch, render_frame
 from .runlog import RunLog
@@ -46,7 +48,7 @@ NOT_FOUND_RUN = "run not found"
 STREAM_RESPONSES: dict[int | str, dict[str, Any]] = {
     200: {"content": {"text/event-stream": {}}, "description": "the run's frames"},
     400: {"model": ErrorBody}, 404: {"model": ErrorBody}, 409: {"model": ErrorBody},
-    429: {"model": ErrorBody}, 503: {"model": ErrorBody},
+    413: {"model": ErrorBody}, 429: {"model": ErrorBody}, 503: {"model": ErrorBody},
 }
 """The OpenAPI responses of every route that answers with a run's stream."""
 
@@ -72,6 +74,9 @@ class Gateway:
         self.settings = settings
         self.runs = RunManager(log, settings, registry)
         self.stall_watch = StallWatch(settings.send_timeout)
+        self.rate_limit = UserRateLimit(settings.rate_limit_per_minute,
+                                        settings.rate_limit_burst)
+        self.sockets = 0  # live WebSockets open (``drain_sockets`` waits for none)
         self.owns_service = owns_service
 
     @property
@@ -80,10 +85,44 @@ class Gateway:
         return self.auth is None
 
     async def user(self, request: Request) -> str:
-        """The caller, from the bearer token only (401 otherwise)."""
+        """The caller, from the bearer token only (401 otherwise), within its rate limit
+        (429 ``rate_limited`` past it)."""
         user = await user_of(self.auth, request.headers.get("authorization"))
         request.scope.setdefault("state", {})["user"] = user
+        self.take_request(user)
         return user
+
+    def take_request(self, user: str) -> None:
+        """Count one request of ``user`` against ``Settings.rate_limit_per_minute``.
+
+        Raises:
+            GatewayHTTPError: ``rate_limited`` (429, with ``Retry-After``).
+        """
+        self.require_rate(self.rate_limit.take(user), "too many requests; try again later")
+
+    def check_message(self, message: Content) -> None:
+        """Refuse a user message with more than ``Settings.max_message_chars`` characters of
+        text, before anything of it is stored or sent to a model.
+
+        Raises:
+            GatewayHTTPError: ``payload_too_large`` (413).
+        """
+        limit = self.settings.max_message_chars
+        chars = 0
+        for part in message.parts:
+            if part.text is not None:
+                chars += len(part.text)
+        if chars > limit:
+            raise GatewayHTTPError("payload_too_large",
+                                   f"the message is longer than {limit} characters")
+
+    async def drain_sockets(self, timeout: float) -> None:
+        """Wait (up to ``timeout``) until every live WebSocket has sent its last frame and
+        closed; the server calls it on shutdown before it closes connections itself."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while self.sockets > 0 and loop.time() < deadline:
+            await asyncio.sleep(0.01)
 
     async def find_session(self, user_id: str, session_id: str) -> tuple[str, Session]:
         """The user's session and its agent; 404 for a missing one or another user's."""
@@ -137,9 +176,11 @@ class Gateway:
         Raises:
             GatewayHTTPError: ``server_shutdown`` (503), ``rate_limited`` (429),
                 ``too_many_streams`` (429), ``not_found`` (404), ``session_busy`` (409),
-                ``invalid_request`` (400, a message the session cannot take) or
+                ``invalid_request`` (400, a message the session cannot take),
+                ``payload_too_large`` (413, past ``max_message_chars``) or
                 ``store_unavailable`` (503) — before any frame.
         """
+        self.check_message(message)
         if self.runs.closing:
             raise GatewayHTTPError("server_shutdown", "the server is stopping",
                                    headers={"Retry-After": "1"})
@@ -167,11 +208,13 @@ class Gateway:
                                      mapper=self.mappers[agent])
 
     @staticmethod
-    def require_rate(wait: float | None) -> None:
+    def require_rate(wait: float | None,
+                     message: str = "too many runs started; try again later") -> None:
         """429 ``rate_limited`` with ``Retry-After`` when the user's runs are over the rate
-        (``wait``: :meth:`RunManager.over_rate`'s answer)."""
+        (``wait``: :meth:`RunManager.over_rate`'s answer) or its requests
+        (:meth:`take_request`)."""
         if wait is not None:
-            raise GatewayHTTPError("rate_limited", "too many runs started; try again later",
+            raise GatewayHTTPError("rate_limited", message,
                                    headers={"Retry-After": str(max(1, math.ceil(wait)))})
 
     def stream(self, run: Run | RunInfo, after: int, render: Render = render_frame,

@@ -5,6 +5,12 @@ lifespan chains its shutdown in front of uvicorn's handler, so every open
 stream ends with ``error`` ``server_shutdown`` and the process exits once they
 have (within ``Settings.shutdown_grace``). A second Ctrl-C while it stops
 exits the process at once.
+
+Live WebSockets get their terminal frame before their close: the server stops
+accepting, waits (within the grace) for the gateway's sockets to close
+themselves (:meth:`~.core.Gateway.drain_sockets`), and only then closes the
+connections left. After SIGTERM the process exits 0 (a graceful stop); after
+Ctrl-C, 130, as a shell reports it.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ import importlib
 import math
 import os
 import signal
+import socket
 import sys
 from collections.abc import Sequence
 from types import FrameType
@@ -134,16 +141,19 @@ def serve(spec: str, *, host: str = "127.0.0.1", port: int = 8000, reload: bool 
         uvicorn.run("headwater.gateway.serve:app_from_env", factory=True, reload=True,
                     **options)
         return
-    server = _Server(uvicorn.Config(app, **options))
+    state = getattr(app, "state", None)
+    gateway = getattr(state, "gateway", None)
+    server = _Server(uvicorn.Config(app, **options),
+                     gateway if isinstance(gateway, Gateway) else None)
     try:
         server.run()
     except KeyboardInterrupt:
         if not server.interrupted:
             raise  # Ctrl-C before the server listened: the caller's to handle
-    if server.interrupted:
-        # As after SIGTERM (which uvicorn re-raises, ending the process), the process ends
-        # here: once stopped, it waits for no thread a stopped sync tool left busy.
-        _exit(INTERRUPTED)
+    if server.interrupted or server.terminated:
+        # Once stopped, the process ends here: it waits for no thread a stopped sync tool
+        # left busy.
+        _exit(INTERRUPTED if server.interrupted else 0)
     if not server.started:
         raise SystemExit(3)  # uvicorn logged why (its STARTUP_FAILURE code, as uvicorn.run)
 
@@ -158,6 +168,11 @@ class _Server(uvicorn.Server):
     """
 
     interrupted = False
+    terminated = False
+
+    def __init__(self, config: uvicorn.Config, gateway: Gateway | None = None) -> None:
+        super().__init__(config)
+        self.gateway = gateway
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         if sig == signal.SIGINT:
@@ -165,6 +180,20 @@ class _Server(uvicorn.Server):
                 _exit(INTERRUPTED)  # no more waiting: not for a stream, not for a tool
             self.interrupted = True
         super().handle_exit(sig, frame)
+        if sig == signal.SIGTERM:
+            # uvicorn re-raises a captured signal once it has stopped, which for SIGTERM
+            # kills the process (-15) after a graceful stop: :func:`serve` exits 0 instead.
+            self.terminated = True
+            self._captured_signals = [s for s in self._captured_signals if s != sig]
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        """Stop accepting, let the gateway's live WebSockets send their last frame and
+        close, then uvicorn's shutdown (which closes a WebSocket at once, 1012)."""
+        for server in self.servers:
+            server.close()
+        if self.gateway is not None:
+            await self.gateway.drain_sockets(self.config.timeout_graceful_shutdown or 0)
+        await super().shutdown(sockets)
 
 
 def _exit(code: int) -> None:

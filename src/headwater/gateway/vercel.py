@@ -424,6 +424,10 @@ def add_vercel_routes(app: FastAPI, gw: Gateway) -> None:
     async def vercel_chat(request: Request, agent: str, body: ChatRequest) -> Any:
         user = await gw.user(request)
         gw.require_agent(agent)
+        last = body.messages[-1]
+        if last.role == "user":  # bounded before the chat's session is opened
+            gw.check_message(Content("user", [Part(text=p.text) for p in last.parts
+                                              if p.type == "text" and p.text]))
         session = await gw.open_session(user, agent, body.id)
         turn = turn_of(body, CallLedger.of(session.events))
         run = await gw.start_run(user, agent, body.id, turn.content, request_id_of(request))

@@ -21,11 +21,15 @@ Messages in (JSON text): ``content`` (``text`` or a Content JSON
 the run as ``{"id", "type", "data"}`` (``id`` from 1, contiguous), and notices
 about the socket itself with ``"id": null`` — ``ready`` once the run holds the
 session, and ``error`` for a message that was refused (``invalid_request``,
-``rate_limited``), after which the socket stays open. Only an ``error`` with an
-id ends the run.
+``rate_limited``, ``payload_too_large`` past ``max_message_chars``), after
+which the socket stays open. Only an ``error`` with an id ends the run. The
+opening counts as one request of the user's rate limit (1013 ``rate_limited``
+past it).
 
 Lifetime: the run's terminal frame closes the socket (1000; 1001 for
-``server_shutdown``; 1011 for another error). The client leaving closes the
+``server_shutdown``; 1011 for another error). On shutdown ``headwater serve``
+waits (up to ``shutdown_grace``) for every socket to send its terminal frame
+and close before it closes connections itself (:meth:`Gateway.drain_sockets`). The client leaving closes the
 queue and stops the run, which seals its open calls; the handler returns only
 once the run's task has ended (bounded by ``Settings.live_stop_timeout``).
 """
@@ -306,6 +310,9 @@ class LiveSocket:
             await self._close(CLOSE_POLICY, "unauthorized")
             return None
         self.ws.scope.setdefault("state", {})["user"] = user
+        if self.gw.rate_limit.take(user) is not None:  # an opening is one request
+            await self._close(CLOSE_TRY_LATER, "rate_limited")
+            return None
         return user
 
     async def _auth_message(self) -> str | None:
@@ -365,6 +372,13 @@ class LiveSocket:
     # -- the run -------------------------------------------------------------------------------
 
     async def _follow(self, run: Run) -> None:
+        self.gw.sockets += 1  # the server's shutdown waits for this socket's last frame
+        try:
+            await self._follow_run(run)
+        finally:
+            self.gw.sockets -= 1
+
+    async def _follow_run(self, run: Run) -> None:
         frames, on_end = self.gw.runs.follow(run, 0)
         gone = True
         sender = asyncio.ensure_future(self._send_frames(frames))
@@ -438,7 +452,12 @@ class LiveSocket:
         queue = self.queue
         try:
             if isinstance(message, ContentMessage):
-                queue.send_content(content_of(message))
+                content = content_of(message)
+                try:
+                    self.gw.check_message(content)
+                except GatewayHTTPError as exc:
+                    raise _Refused(exc.code, exc.message) from None
+                queue.send_content(content)
             elif isinstance(message, RealtimeMessage):
                 queue.send_realtime(blob_of(message))
             elif isinstance(message, ActivityStartMessage):

@@ -14,6 +14,9 @@ Invariants, by the name a :class:`~headwater.errors.ModelProtocolViolation` carr
 - ``calls_only_on_final``: only the final carries function calls (or responses);
 - ``usage_only_on_final``: only the final carries usage.
 
+A contract given ``max_chars`` also bounds what the call may stream: past that
+many characters of text (answer and thought), :class:`~headwater.errors.OutputTooLong`.
+
 Call ids are not checked here: a call whose id the session already holds, or
 that another call of the same final took, is stored under a fresh id
 (``CallLedger.unique_calls``), so a model that repeats ids loses nothing.
@@ -21,7 +24,7 @@ that another call of the same final took, is stored under a fresh id
 
 from __future__ import annotations
 
-from ..errors import ModelProtocolViolation
+from ..errors import ModelProtocolViolation, OutputTooLong
 from .llm_response import LlmResponse
 
 
@@ -30,15 +33,18 @@ class StreamContract:
 
     Call :meth:`check` with each response, then :meth:`finish` when the stream
     ends. Each raises :class:`ModelProtocolViolation` at the first broken
-    invariant.
+    invariant, and :class:`OutputTooLong` once the call's text passes
+    ``max_chars`` (``None``: unbounded).
     """
 
-    __slots__ = ("_final", "_texts", "_thoughts")
+    __slots__ = ("_chars", "_final", "_max_chars", "_texts", "_thoughts")
 
-    def __init__(self) -> None:
+    def __init__(self, max_chars: int | None = None) -> None:
         self._texts: list[str] = []
         self._thoughts: list[str] = []
         self._final: LlmResponse | None = None
+        self._chars = 0
+        self._max_chars = max_chars
 
     @property
     def final(self) -> LlmResponse | None:
@@ -68,6 +74,9 @@ class StreamContract:
                     "calls_only_on_final", "a partial response carried a function call")
             text = part.text
             if text is not None:
+                self._chars += len(text)
+                if self._max_chars is not None and self._chars > self._max_chars:
+                    raise OutputTooLong(self._max_chars)
                 if part.thought:
                     self._thoughts.append(text)
                 else:
@@ -84,6 +93,11 @@ class StreamContract:
                 "one_final_last", "the model sent a second non-partial response")
         content = final.content
         texts, thoughts = self._texts, self._thoughts
+        if (not texts and not thoughts and content is not None
+                and self._max_chars is not None):  # a final that was not streamed
+            chars = sum(len(part.text) for part in content.parts if part.text is not None)
+            if chars > self._max_chars:
+                raise OutputTooLong(self._max_chars)
         if texts:
             streamed = "".join(texts)
             text = content.text if content else ""

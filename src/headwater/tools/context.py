@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import subprocess
 from typing import Any
 
 from ..clock import SYSTEM_CLOCK, Clock
 from ..context import CallbackContext
 from ..events import EventActions
 from ..live_request_queue import LiveRequestQueue
+
+logger = logging.getLogger("headwater.tools")
+
+_REAP_TIMEOUT = 5.0  # seconds to wait for a killed process to be reaped
 
 
 class ToolContext(CallbackContext):
@@ -23,9 +33,16 @@ class ToolContext(CallbackContext):
         clock: the run's clock (virtual under ``headwater.testing.VirtualClock``).
         input_stream: in a live run, this call's own queue of the user's live
             requests (for tools that consume the input stream), else ``None``.
+
+    Processes: :meth:`start_process` (async tools) and :meth:`popen` (sync
+    tools) start a child process the framework owns. Each gets a process group
+    of its own, and when the call ends — it returned, failed, timed out or was
+    cancelled (the client left, the run was stopped, the server is stopping) —
+    the whole group is killed (``SIGKILL``) and reaped, so neither the child
+    nor anything it started outlives the call (docs/tools.md).
     """
 
-    __slots__ = ("clock", "function_call_id", "input_stream", "tool_name")
+    __slots__ = ("_processes", "clock", "function_call_id", "input_stream", "tool_name")
 
     def __init__(
         self,
@@ -49,3 +66,58 @@ class ToolContext(CallbackContext):
         self.tool_name = tool_name
         self.clock = clock
         self.input_stream = input_stream
+        self._processes: list[asyncio.subprocess.Process | subprocess.Popen[Any]] = []
+
+    async def start_process(self, program: str, *args: str,
+                            **kwargs: Any) -> asyncio.subprocess.Process:
+        """Start ``program`` with ``args`` (``asyncio.create_subprocess_exec``), owned by the call.
+
+        Keyword arguments go to ``create_subprocess_exec`` (``stdout=``, ``env=``,
+        ``cwd=``…); the process runs in a new session (its own process group),
+        killed with everything in it when the call ends.
+        """
+        kwargs["start_new_session"] = True
+        process = await asyncio.create_subprocess_exec(program, *args, **kwargs)
+        self._processes.append(process)
+        return process
+
+    def popen(self, args: Any, **kwargs: Any) -> subprocess.Popen[Any]:
+        """Start a process (``subprocess.Popen(args, **kwargs)``), owned by the call.
+
+        For sync tools (it does not need the event loop). The process runs in a
+        new session (its own process group), killed with everything in it when
+        the call ends; a thread blocked in its ``wait()`` or ``communicate()``
+        then returns.
+        """
+        kwargs["start_new_session"] = True
+        process: subprocess.Popen[Any] = subprocess.Popen(args, **kwargs)  # noqa: S603
+        self._processes.append(process)
+        return process
+
+    async def end_processes(self) -> int:
+        """Kill (``SIGKILL``, the whole group) and reap every process this call started
+        that is still running; the framework calls it when the call ends.
+
+        Returns:
+            How many were still running.
+        """
+        processes, self._processes = self._processes, []
+        running = [p for p in processes if p.returncode is None
+                   and not (isinstance(p, subprocess.Popen) and p.poll() is not None)]
+        for process in running:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(process.pid, signal.SIGKILL)  # its group: grandchildren too
+        for process in running:
+            try:
+                if isinstance(process, subprocess.Popen):
+                    await asyncio.to_thread(process.wait, _REAP_TIMEOUT)
+                else:
+                    await asyncio.wait_for(process.wait(), _REAP_TIMEOUT)
+            except (TimeoutError, subprocess.TimeoutExpired):
+                logger.warning("tool %s (call %s): process %d not reaped %g s after SIGKILL",
+                               self.tool_name, self.function_call_id, process.pid,
+                               _REAP_TIMEOUT)
+        if running:
+            logger.info("tool %s (call %s): killed %d process(es) it left running",
+                        self.tool_name, self.function_call_id, len(running))
+        return len(running)
