@@ -6,8 +6,9 @@ directory is this folder). It reads where things are from the environment:
 - ``HW_TEST_PROVIDER_URL``: the test's ``FakeProvider`` (the model speaks the
   OpenAI wire format to ``<url>/v1``);
 - ``HW_TEST_DIR``: a temporary folder for the SQLite store, the pid file the
-  ``hold`` tool writes (its ``sleep`` child) and the markers ``block`` and
-  ``stubborn`` write;
+  ``hold`` tool writes (its ``sleep`` child), the one ``hold_owned`` and
+  ``block_owned`` write (a ``sleep`` started through ``ToolContext``'s process
+  helper) and the markers ``block`` and ``stubborn`` write;
 - ``HEADWATER_*``: the settings (short grace, heartbeats and timeouts).
 
 ``served_agents`` next to it holds the plain agents ``headwater serve`` turns
@@ -22,7 +23,7 @@ import os
 import time
 from pathlib import Path
 
-from headwater import Agent
+from headwater import Agent, ToolContext
 from headwater.gateway import StaticTokenAuth, create_app
 from headwater.models.openai import OpenAIChatModel
 from headwater.sessions import SqlSessionService
@@ -33,6 +34,7 @@ DIR = Path(os.environ.get("HW_TEST_DIR", "."))
 PID_FILE = DIR / "hold.pid"
 BLOCK_FILE = DIR / "block.started"
 STUBBORN_FILE = DIR / "stubborn.started"
+OWNED_FILE = DIR / "owned.pid"
 DATABASE = DIR / "sessions.db"
 TOKEN = "token-a"
 USER = "alice"
@@ -67,6 +69,30 @@ def block(seconds: float) -> str:
     return f"blocked {seconds} s"
 
 
+async def hold_owned(seconds: int, tool_context: ToolContext) -> str:
+    """Run ``sleep seconds`` through the framework's process helper (it kills it on cancel).
+
+    Args:
+        seconds: how long the child sleeps.
+    """
+    process = await tool_context.start_process("sleep", str(seconds))
+    OWNED_FILE.write_text(str(process.pid))
+    await process.wait()
+    return f"slept {seconds} s"
+
+
+def block_owned(seconds: int, tool_context: ToolContext) -> str:
+    """Run ``sleep seconds`` through the framework's process helper from a sync tool.
+
+    Args:
+        seconds: how long the child sleeps.
+    """
+    process = tool_context.popen(["sleep", str(seconds)])
+    OWNED_FILE.write_text(str(process.pid))
+    process.wait()
+    return f"slept {seconds} s"
+
+
 async def stubborn(seconds: float) -> str:
     """Wait, and go on waiting when cancelled (a tool that does not stop when asked).
 
@@ -83,6 +109,6 @@ async def stubborn(seconds: float) -> str:
 
 
 model = OpenAIChatModel(model="gpt-4o-mini", base_url=f"{PROVIDER}/v1", api_key="x")
-agent = Agent(name="bot", model=model, tools=[hold, block, stubborn])
+agent = Agent(name="bot", model=model, tools=[hold, block, stubborn, hold_owned, block_owned])
 app = create_app(agent, session_service=SqlSessionService(f"sqlite+aiosqlite:///{DATABASE}"),
                  auth=StaticTokenAuth({TOKEN: USER}), settings=Settings())

@@ -25,6 +25,8 @@ from typing import Any
 
 import httpx
 import pytest
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed
 
 from headwater.sessions import SqlSessionService
 from headwater.testing import (
@@ -529,3 +531,97 @@ async def test_sigint_does_not_wait_past_the_streams_and_a_second_one_exits_at_o
                          message=f"the server to exit:\n{server.stderr()}")
     assert server.process.returncode == 130, server.stderr()
     assert "Traceback" not in server.stderr()
+
+
+# -- 5. SIGTERM: every live WebSocket gets its last frame, then its close; exit 0 ----------------
+
+
+async def live_socket(server: Server, sid: str) -> ClientConnection:
+    url = server.base_url.replace("http://", "ws://", 1) + f"/live/{sid}"
+    socket = await connect(url, additional_headers=A)
+    ready = json.loads(await socket.recv())
+    assert ready["type"] == "ready", ready
+    return socket
+
+
+async def socket_to_end(socket: ClientConnection, within: float) -> list[dict[str, Any]]:
+    """Every message until the server closes the socket."""
+    messages: list[dict[str, Any]] = []
+    async with asyncio.timeout(within):
+        try:
+            while True:
+                messages.append(json.loads(await socket.recv()))
+        except ConnectionClosed:
+            pass
+    return messages
+
+
+async def test_sigterm_gives_every_websocket_its_frame_then_its_close_and_exits_0(
+        spawn: Spawn, provider: FakeProvider) -> None:
+    server = await spawn("served_app:app", env={"HW_TEST_PROVIDER_URL": provider.base_url,
+                                                "HEADWATER_SHUTDOWN_GRACE": "10"})
+    provider.enqueue(*[trickled(WORDS, every=0.05) for _ in range(6)])
+    async with httpx.AsyncClient(base_url=server.base_url, timeout=10) as client:
+        sids = [await new_session(client) for _ in range(6)]
+        sockets = [await live_socket(server, sid) for sid in sids[:4]]
+        for socket in sockets:  # each mid-answer: the stop has a model call to close and seal
+            await socket.send(json.dumps({"type": "content", "text": "go"}))
+            async with asyncio.timeout(5):
+                while json.loads(await socket.recv())["type"] != "delta":
+                    pass
+        streams = [await open_run(client, sid, "go") for sid in sids[4:]]
+        for stream in streams:
+            await stream.read_until(deltas(2))
+        sent = time.monotonic()
+        server.process.send_signal(signal.SIGTERM)
+        endings = await asyncio.gather(*(socket_to_end(s, within=8) for s in sockets))
+        for stream in streams:
+            await stream.read_to_end(within=8)
+    for socket, messages in zip(sockets, endings, strict=True):
+        assert messages, f"no frame before the close; stderr:\n{server.stderr()}"
+        last = messages[-1]
+        assert last["type"] == "error" and last["data"]["code"] == "server_shutdown", messages
+        assert socket.close_code == 1001, (socket.close_code, socket.close_reason)
+    for stream in streams:
+        assert stream.ended and stream.data(-1)["code"] == "server_shutdown"
+    await wait_until(lambda: server.process.poll() is not None,
+                     timeout=max(0.0, sent + 8 - time.monotonic()), interval=0.01,
+                     message=f"the server to exit after SIGTERM:\n{server.stderr()}")
+    assert server.process.returncode == 0, server.stderr()
+    log = server.stderr()
+    assert "Traceback" not in log and "timeout graceful shutdown exceeded" not in log, log
+
+
+# -- 9. a process a tool starts through ToolContext ends with the call ---------------------------
+
+
+def read_owned(tmp_path: Path) -> int | None:
+    path = tmp_path / "owned.pid"
+    text = path.read_text() if path.exists() else ""
+    return int(text) if text.strip().isdigit() else None
+
+
+@pytest.mark.parametrize("tool", ["hold_owned", "block_owned"])
+async def test_a_cancelled_run_kills_the_process_its_tool_started_through_tool_context(
+        gateway: tuple[Server, httpx.AsyncClient], provider: FakeProvider, tmp_path: Path,
+        tool: str) -> None:
+    _, client = gateway
+    provider.enqueue(tool_call(tool, {"seconds": 30}, f"call_{tool}"))
+    sid = await new_session(client)
+    stream = await open_run(client, sid, "go")
+    await stream.read_until(lambda s: "tool_call" in s.types)
+    await wait_until(lambda: read_owned(tmp_path) is not None, timeout=5, interval=0.01,
+                     message=f"{tool} to start its child")
+    pid = read_owned(tmp_path)
+    assert pid is not None and alive(pid)
+    try:
+        cancelled = await client.post(f"/runs/{stream.response.headers['x-run-id']}/cancel",
+                                      headers=A)
+        assert cancelled.status_code == 200 and cancelled.json()["status"] == "cancelled"
+        await wait_until(lambda: not alive(pid), timeout=5, interval=0.01,
+                         message=f"the child {pid} of {tool} to be gone")
+        await stream.read_to_end()
+        assert stream.data(-1)["code"] == "cancelled"
+    finally:
+        if alive(pid):
+            os.kill(pid, signal.SIGKILL)
