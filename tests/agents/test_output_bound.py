@@ -8,10 +8,11 @@ bounded too.
 
 from __future__ import annotations
 
+import asyncio
 from contextlib import aclosing
 from typing import Any
 
-from headwater import Agent, Event, RunConfig, Runner, StreamingMode
+from headwater import Agent, Content, Event, LiveRequestQueue, RunConfig, Runner, StreamingMode
 from headwater.sessions import InMemorySessionService
 from headwater.settings import Settings
 from headwater.testing import ScriptedModel
@@ -67,7 +68,7 @@ async def test_what_a_stopped_call_keeps_as_interrupted_is_bounded_by_max_output
     read = 0
     async with aclosing(runner.run_async(user_id="u", session_id=sid,
                                          new_message="talk", run_config=SSE)) as events:
-        async for event in events:
+        async for _ in events:
             read += 1
             if read == 20:  # the reader stops: the run is closed mid-call
                 break
@@ -81,3 +82,27 @@ async def test_what_a_stopped_call_keeps_as_interrupted_is_bounded_by_max_output
                                                 new_message="again", run_config=SSE)]
     assert events[-1].error_code == "budget_exceeded"
     assert sum(len(e.content.text) for e in events if e.partial and e.content) <= 250
+
+
+async def test_a_live_turn_streaming_past_max_output_chars_ends_the_run_with_budget_exceeded(
+) -> None:
+    model = ScriptedModel().reply(*[CHUNK] * 1000)
+    runner = runner_for(model, max_output_chars=95)
+    sid = (await runner.session_service.create_session(app_name="app", user_id="u")).id
+    queue = LiveRequestQueue()
+    queue.send_content(Content.from_text("talk"))
+    events: list[Event] = []
+
+    async def consume() -> None:
+        async for event in runner.run_live(user_id="u", session_id=sid,
+                                           live_request_queue=queue):
+            events.append(event)
+
+    await asyncio.wait_for(consume(), 30)
+    queue.close()
+    shown = "".join(e.content.text for e in events if e.partial and e.content is not None)
+    assert len(shown) <= 95
+    assert events[-1].error_code == "budget_exceeded"
+    record = await stored(runner, sid)
+    assert record[-1].error_code == "budget_exceeded"
+    assert sum(len(e.content.text) for e in record if e.author == "bot" and e.content) <= 95

@@ -59,6 +59,7 @@ from pydantic_core import to_jsonable_python
 from ..errors import (
     ERROR_MESSAGES,
     ModelProtocolViolation,
+    OutputTooLong,
     QueueFull,
     UserError,
     public_message,
@@ -423,7 +424,7 @@ class LiveFlow:
                     await self._over_budget(spent)
                     return
                 ctx.stats.llm_calls += 1
-            turn = self._turn = StreamContract()
+            turn = self._turn = StreamContract(ctx.settings.max_output_chars)
             self._chat = ctx.trace.chat(flow.agent.name, flow.agent.model, None)
         try:
             if response.partial:
@@ -440,7 +441,7 @@ class LiveFlow:
             if response.error_code is None or response.content is not None:
                 turn.final_response(response)
             self._end_chat(response)
-        except ModelProtocolViolation as exc:
+        except (ModelProtocolViolation, OutputTooLong) as exc:
             self._end_chat(None, exc.code)
             await self._end_with(flow.error_event(exc.code, public_message(exc)))
         callback_context = ctx.callback_context(flow.agent.name)

@@ -8,6 +8,7 @@ auth, limits, persistence and cancellation are the same for all of them.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
@@ -76,7 +77,9 @@ class Gateway:
         self.stall_watch = StallWatch(settings.send_timeout)
         self.rate_limit = UserRateLimit(settings.rate_limit_per_minute,
                                         settings.rate_limit_burst)
-        self.sockets = 0  # live WebSockets open (``drain_sockets`` waits for none)
+        self.sockets = 0  # live WebSockets following a run (``drain_sockets`` waits for 0)
+        self._no_sockets = asyncio.Event()
+        self._no_sockets.set()
         self.owns_service = owns_service
 
     @property
@@ -116,13 +119,23 @@ class Gateway:
             raise GatewayHTTPError("payload_too_large",
                                    f"the message is longer than {limit} characters")
 
-    async def drain_sockets(self, timeout: float) -> None:
-        """Wait (up to ``timeout``) until every live WebSocket has sent its last frame and
-        closed; the server calls it on shutdown before it closes connections itself."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        while self.sockets > 0 and loop.time() < deadline:
-            await asyncio.sleep(0.01)
+    def socket_opened(self) -> None:
+        """A live WebSocket follows a run: the server's shutdown waits for its close."""
+        self.sockets += 1
+        self._no_sockets.clear()
+
+    def socket_closed(self) -> None:
+        """That WebSocket has sent its last frame and closed."""
+        self.sockets -= 1
+        if self.sockets <= 0:
+            self._no_sockets.set()
+
+    async def drain_sockets(self, grace: float) -> None:
+        """Wait (up to ``grace`` seconds) until every live WebSocket has sent its last frame
+        and closed; the server calls it on shutdown before it closes connections itself."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(grace):
+                await self._no_sockets.wait()
 
     async def find_session(self, user_id: str, session_id: str) -> tuple[str, Session]:
         """The user's session and its agent; 404 for a missing one or another user's."""

@@ -29,9 +29,10 @@ past it).
 Lifetime: the run's terminal frame closes the socket (1000; 1001 for
 ``server_shutdown``; 1011 for another error). On shutdown ``headwater serve``
 waits (up to ``shutdown_grace``) for every socket to send its terminal frame
-and close before it closes connections itself (:meth:`Gateway.drain_sockets`). The client leaving closes the
-queue and stops the run, which seals its open calls; the handler returns only
-once the run's task has ended (bounded by ``Settings.live_stop_timeout``).
+and close before it closes connections itself (:meth:`Gateway.drain_sockets`).
+The client leaving closes the queue and stops the run, which seals its open
+calls; the handler returns only once the run's task has ended (bounded by
+``Settings.live_stop_timeout``).
 """
 
 from __future__ import annotations
@@ -372,11 +373,11 @@ class LiveSocket:
     # -- the run -------------------------------------------------------------------------------
 
     async def _follow(self, run: Run) -> None:
-        self.gw.sockets += 1  # the server's shutdown waits for this socket's last frame
+        self.gw.socket_opened()  # the server's shutdown waits for this socket's last frame
         try:
             await self._follow_run(run)
         finally:
-            self.gw.sockets -= 1
+            self.gw.socket_closed()
 
     async def _follow_run(self, run: Run) -> None:
         frames, on_end = self.gw.runs.follow(run, 0)

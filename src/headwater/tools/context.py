@@ -90,7 +90,7 @@ class ToolContext(CallbackContext):
         then returns.
         """
         kwargs["start_new_session"] = True
-        process: subprocess.Popen[Any] = subprocess.Popen(args, **kwargs)  # noqa: S603
+        process: subprocess.Popen[Any] = subprocess.Popen(args, **kwargs)
         self._processes.append(process)
         return process
 
