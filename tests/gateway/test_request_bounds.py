@@ -117,8 +117,8 @@ async def test_a_users_requests_past_the_rate_limit_get_429_and_create_nothing(
         client_for: Any) -> None:
     service = InMemorySessionService()
     app = create_app(Agent(name="bot", model=ScriptedModel()), session_service=service,
-                     auth=AUTH, settings=settings(rate_limit_burst=10,
-                                                  rate_limit_per_minute=6))
+                     auth=AUTH, settings=settings(rate_limit_burst=10,  # one token a 100 s
+                                                  rate_limit_per_minute=0.6))
     client = await client_for(app)
     answers = [await client.post("/sessions", json={}, headers=A) for _ in range(30)]
     statuses = [a.status_code for a in answers]
