@@ -33,6 +33,11 @@ async def frames_seen(input_stream: LiveRequestQueue) -> AsyncIterator[int]:
             yield seen
 
 
+def lookup(order_id: str) -> str:
+    """Look an order up (not a stream)."""
+    return order_id
+
+
 def config_of(html: str) -> Any:
     start = html.index('<script type="application/json" id="headwater-config">')
     body = html[html.index(">", start) + 1:html.index("</script>", start)]
@@ -76,7 +81,7 @@ async def test_the_page_and_its_modules_come_from_this_origin(client_for: Any) -
     assert "default-src 'self'" in page.headers["content-security-policy"]
     assert config_of(page.text) == {
         "auth": "none", "agents": [{"name": "support", "model": "scripted",
-                                    "input_stream": False}],
+                                    "input_stream": False, "live": False}],
         "suggestions": [], "note": "", "sample_frames": 0}
     # The browser asks for an icon: one is named (no 404 in the console on a fresh load).
     assert '<link rel="icon" href="/static/icon.svg"' in page.text
@@ -109,7 +114,8 @@ async def test_only_the_static_files_are_served(client_for: Any, name: str) -> N
 async def test_an_app_may_give_the_page_suggestions_and_a_note(client_for: Any) -> None:
     served = create_app([Agent(name="support", model=ScriptedModel(), tools=[ticker]),
                          Agent(name="ops", model=ScriptedModel(model="demo"),
-                               tools=[ticker, frames_seen])],
+                               tools=[ticker, frames_seen]),
+                         Agent(name="plain", model=ScriptedModel(), tools=[lookup])],
                         session_service=InMemorySessionService())
     served.state.page_suggestions = ["Where is order 1042?", "</script><b>",
                                       {"text": "Watch GOOG", "agent": "ops", "live": True}]
@@ -119,8 +125,9 @@ async def test_an_app_may_give_the_page_suggestions_and_a_note(client_for: Any) 
     assert "</script><b>" not in html  # cannot close the JSON block
     assert config_of(html) == {
         "auth": "none", "agents": [  # a live tool alone takes no frames; an input-stream one does
-            {"name": "support", "model": "scripted", "input_stream": False},
-            {"name": "ops", "model": "demo", "input_stream": True}],
+            {"name": "support", "model": "scripted", "input_stream": False, "live": True},
+            {"name": "ops", "model": "demo", "input_stream": True, "live": True},
+            {"name": "plain", "model": "scripted", "input_stream": False, "live": False}],
         "suggestions": [{"text": "Where is order 1042?", "agent": None, "live": False},
                         {"text": "</script><b>", "agent": None, "live": False},
                         {"text": "Watch GOOG", "agent": "ops", "live": True}],

@@ -4,8 +4,8 @@ import { readFileSync } from "node:fs";
 import { test } from "node:test";
 
 import {
-  dropDrafts, emissionText, emittedValues, errorWords, fromHistory, initialState, progressOf,
-  readEmission, reduce,
+  draftKey, draftOf, dropDrafts, emissionText, emittedValues, errorWords, fromHistory,
+  initialState, outerCallId, progressOf, readEmission, reduce,
 } from "../../src/headwater/gateway/static/reducer.js";
 import { SSEDecoder } from "../../src/headwater/gateway/static/sse.js";
 
@@ -102,14 +102,15 @@ test("a transfer: billing's draft becomes billing's one message; the call gets i
   assert.deepEqual(ended.drafts, {});
 });
 
-test("several authors at once: each draft, keyed by author, rebuilds its final exactly", () => {
+test("several authors at once: each draft, keyed by author and branch, rebuilds its final", () => {
   let state = initialState;
   const finals = [];
   for (const f of PARALLEL) {
     const d = JSON.parse(f.data);
-    if (f.type === "message") finals.push([d.author, state.drafts[d.author], d.text]);
+    const key = draftKey(d.author, d.branch);
+    if (f.type === "message") finals.push([d.author, state.drafts[key], d.text]);
     state = reduce(state, f);
-    if (f.type === "message") assert.equal(state.drafts[d.author], undefined);
+    if (f.type === "message") assert.equal(state.drafts[key], undefined);
   }
   assert.deepEqual(finals, [["web", "Web says yes.", "Web says yes."],
                             ["papers", "Papers say no.", "Papers say no."]]);
@@ -117,6 +118,85 @@ test("several authors at once: each draft, keyed by author, rebuilds its final e
                    [["web", "Web says yes."], ["papers", "Papers say no."]]);
   // Replayed after a resume, each message is still shown once.
   assert.equal(messages(play(PARALLEL, state)).length, 2);
+});
+
+// Two searchers of a parallel agent, one author name on two branches, and a writer whose
+// tool is an agent (its inner activity on "<tool>/<call id>", nested under the call).
+const TREE = [
+  frame("delta", { author: "searcher", branch: "research.web", text: "Web " }),
+  frame("delta", { author: "searcher", branch: "research.papers", text: "Papers " }),
+  frame("delta", { author: "searcher", branch: "research.web", text: "says yes." }),
+  frame("delta", { author: "searcher", branch: "research.papers", text: "say no." }),
+  frame("tool_call", { author: "writer", names: ["checker"],
+                       calls: [{ id: "w1", name: "checker" }] }),
+  frame("tool_call", { author: "checker", branch: "checker/w1", names: ["lookup"],
+                       calls: [{ id: "k1", name: "lookup" }] }),
+  frame("tool_progress", { author: "checker", branch: "checker/w1", call_id: "k1",
+                           name: "lookup", type: "part_delta", index: 0, delta: "1/2" }),
+  frame("delta", { author: "checker", branch: "checker/w1", text: "Checked." }),
+];
+
+test("drafts are keyed by author and branch: one author on two branches keeps two drafts", () => {
+  const state = play(TREE);
+  assert.deepEqual(state.drafts, { "searcher@research.web": "Web says yes.",
+                                   "searcher@research.papers": "Papers say no.",
+                                   "checker@checker/w1": "Checked." });
+  assert.deepEqual(draftOf(draftKey("searcher", "research.web")),
+                   { author: "searcher", branch: "research.web" });
+  assert.deepEqual(draftOf("billing"), { author: "billing", branch: null });
+  const ended = reduce(state, frame("message", { author: "searcher", branch: "research.web",
+                                                 id: "s1", text: "Web says yes.", final: true }));
+  assert.equal(ended.drafts["searcher@research.web"], undefined);
+  assert.equal(ended.drafts["searcher@research.papers"], "Papers say no.");
+  assert.deepEqual(messages(ended).map((m) => [m.author, m.branch, m.text]),
+                   [["searcher", "research.web", "Web says yes."]]);
+});
+
+test("a tool call clears its own agent's draft only; cards know their agent and branch", () => {
+  const state = play([
+    frame("delta", { author: "web", branch: "p.web", text: "Looking" }),
+    frame("delta", { author: "papers", branch: "p.papers", text: "Reading" }),
+    frame("tool_call", { author: "web", branch: "p.web", names: ["search_web"],
+                         calls: [{ id: "c1", name: "search_web" }] }),
+  ]);
+  assert.deepEqual(state.drafts, { "papers@p.papers": "Reading" });
+  const [card] = state.items;
+  assert.deepEqual([card.author, card.branch, card.name], ["web", "p.web", "search_web"]);
+  // A frame without an author (a gateway before provenance) clears every draft, as before.
+  assert.deepEqual(reduce(state, frame("tool_call", { names: ["x"],
+                                                      calls: [{ id: "c2", name: "x" }] })).drafts,
+                   {});
+});
+
+test("the call an item nests under: the last '/' of its branch, to the next '.'", () => {
+  assert.equal(outerCallId(undefined), null);
+  assert.equal(outerCallId("research.web"), null);
+  assert.equal(outerCallId("checker/w1"), "w1");
+  assert.equal(outerCallId("checker/w1.inner/k9"), "k9");
+  assert.equal(outerCallId("checker/w1.p.web"), "w1");
+  const inner = play(TREE).items.filter((i) => outerCallId(i.branch) === "w1");
+  assert.deepEqual(inner.map((i) => [i.kind, i.name, i.author]), [["tool", "lookup", "checker"]]);
+});
+
+test("a transfer is an item of its own, shown once; history says it with transfer_to", () => {
+  const transfer = frame("agent_transfer", { author: "coordinator", to: "deploy",
+                                             call_id: "t1" });
+  const state = play([transfer, transfer]);
+  assert.deepEqual(state.items, [{ kind: "transfer", author: "coordinator", to: "deploy",
+                                   call_id: "t1" }]);
+  const stored = fromHistory([
+    { id: "1", author: "user", text: "Deploy version 2 to staging", invocation_id: "i" },
+    { id: "2", author: "coordinator", invocation_id: "i",
+      calls: [{ id: "t1", name: "transfer_to_agent" }] },
+    { id: "3", author: "coordinator", invocation_id: "i", transfer_to: "deploy",
+      results: [{ id: "t1", name: "transfer_to_agent", status: "ok", size: 14 }] },
+    { id: "4", author: "deploy", invocation_id: "i", text: "Done.", final: true },
+  ]);
+  assert.deepEqual(stored.items.map((i) => [i.kind, i.author, i.to ?? i.name ?? i.text]), [
+    ["message", "user", "Deploy version 2 to staging"],
+    ["tool", "coordinator", "transfer_to_agent"],
+    ["transfer", "coordinator", "deploy"],
+    ["message", "deploy", "Done."]]);
 });
 
 for (const [type, data] of [

@@ -1,9 +1,14 @@
 """The agents ``headwater demo`` serves, and what its page offers for them.
 
 Each agent has one home in :mod:`headwater.examples` (support, docs search,
-deploy, price watcher, people counter); this module only lists them, pairs the
-demo model's prompts with the agent that answers each, and hands the page the
-people counter's bundled frames.
+deploy, price watcher, people counter). The demo's default agent is a
+coordinator with all five as sub-agents: it transfers each request to the one
+that can answer it. The live agents (price watcher, people counter) are also
+served as entries of their own: their tools are live streams, so the page opens
+a live session with such an agent when the coordinator transfers to it (docs/
+frame-protocol.md, the page). This module lists them, pairs the demo model's
+prompts with the agent that answers each, and hands the page the people
+counter's bundled frames.
 """
 
 from __future__ import annotations
@@ -15,26 +20,41 @@ from ..examples import deploy, docs_search, people_counter, price_watcher, suppo
 from ..models.base import BaseLlm
 from ..models.demo import PROMPTS
 
+COORDINATOR = "coordinator"
+INSTRUCTION = ("You are the front desk of the demo. Transfer each request to the agent whose "
+               "description fits it, with transfer_to_agent; answer anything else yourself.")
+
 PROMPT_AGENTS = {"Where is order 1042?": "support", "Search the docs for streaming": "docs",
                  "Deploy version 2 to staging": "deploy", "Watch GOOG": "market",
-                 "Count the people": "people", "Tell me a long story": "support"}
-"""The agent that answers each of the demo model's prompts."""
+                 "Count the people": "people", "Tell me a long story": COORDINATOR}
+"""The agent that answers each of the demo model's prompts (through the coordinator)."""
 
 LIVE_PROMPTS = frozenset({"Watch GOOG", "Count the people"})
 """Prompts the page sends over the live WebSocket (their tools are live streams)."""
 
 
+def build_coordinator(model: str | BaseLlm) -> Agent:
+    """The demo's default agent: a coordinator over the five example agents."""
+    return Agent(name=COORDINATOR, model=model, instruction=INSTRUCTION,
+                 description="The demo's front desk: routes each request.",
+                 sub_agents=[support.build_agent(model), docs_search.build_agent(model),
+                             deploy.build_agent(model), price_watcher.build_agent(model),
+                             people_counter.build_agent(model)])
+
+
 def demo_agents(model: str | BaseLlm) -> list[Agent]:
-    """The five demo agents on ``model`` (support first: the default one)."""
-    return [support.build_agent(model), docs_search.build_agent(model),
-            deploy.build_agent(model), price_watcher.build_agent(model),
+    """The demo's served agents on ``model``: the coordinator (the default), then the two
+    live agents as entries of their own (a live session with one of them)."""
+    return [build_coordinator(model), price_watcher.build_agent(model),
             people_counter.build_agent(model)]
 
 
 def page_suggestions() -> list[dict[str, Any]]:  # the page's suggestion JSON
-    """The demo model's prompts as page suggestions, each to its agent."""
-    return [{"text": prompt, "agent": PROMPT_AGENTS.get(prompt), "live": prompt in LIVE_PROMPTS}
-            for prompt in PROMPTS]
+    """The demo model's prompts as page suggestions: a live prompt to its live agent, the
+    others to the coordinator, which transfers them."""
+    return [{"text": prompt,
+             "agent": PROMPT_AGENTS[prompt] if prompt in LIVE_PROMPTS else COORDINATOR,
+             "live": prompt in LIVE_PROMPTS} for prompt in PROMPTS]
 
 
 def page_frames() -> dict[str, Any]:  # the page's sample-frames hook

@@ -12,9 +12,9 @@ DEMO_APP = "support"
 """The app of the demo's support agent: the gateway names an agent's sessions' app after
 the agent."""
 
-DEMO_APPS = ("support", "docs", "deploy", "market", "people")
-"""The apps of the demo's agents, in their order: what ``headwater sessions`` reads
-without ``--app``."""
+DEMO_APPS = ("coordinator", "market", "people", "support", "docs", "deploy")
+"""The apps of the demo's served agents (the coordinator, the live ones), then of the
+examples run alone: what ``headwater sessions`` reads without ``--app``."""
 
 DEMO_USER = "local"
 """The gateway's one user in dev mode (``headwater sessions --user``'s default)."""

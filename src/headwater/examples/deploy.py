@@ -26,6 +26,7 @@ from ..tools.function_tool import tool
 from ._console import example_model, parse_args, run_turns, step_pause
 
 PROMPT = "Deploy version 2 to staging"
+DESCRIPTION = "Deploys a version of the app with deploy, once a human approves."
 INSTRUCTION = "Deploy versions when asked; deploy needs a human's approval."
 STEPS = ("build", "upload", "migrate", "switch traffic", "verify")
 
@@ -49,7 +50,8 @@ async def deploy(version: str, environment: str,
 
 def build_agent(model: str | BaseLlm) -> Agent:
     """The ``deploy`` agent on ``model``."""
-    return Agent(name="deploy", model=model, tools=[deploy], instruction=INSTRUCTION)
+    return Agent(name="deploy", model=model, tools=[deploy], instruction=INSTRUCTION,
+                 description=DESCRIPTION)
 
 
 def _options(parser: argparse.ArgumentParser) -> None:

@@ -21,6 +21,7 @@ from ..tools.function_tool import tool
 from ._console import example_model, parse_args, run_turns, step_pause
 
 PROMPT = "Search the docs for streaming"
+DESCRIPTION = "Questions about headwater, answered from its docs with search_docs."
 INSTRUCTION = "Answer questions about headwater; search the docs first."
 DOCS = (
     ("Streaming events", "docs/event-contract.md"),
@@ -52,7 +53,8 @@ async def search_docs(query: str,
 
 def build_agent(model: str | BaseLlm) -> Agent:
     """The ``docs`` agent on ``model``."""
-    return Agent(name="docs", model=model, tools=[search_docs], instruction=INSTRUCTION)
+    return Agent(name="docs", model=model, tools=[search_docs], instruction=INSTRUCTION,
+                 description=DESCRIPTION)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

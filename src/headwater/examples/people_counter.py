@@ -61,6 +61,8 @@ SCENE: Sequence[int] = (0, 1, 1, 2, 2, 2, 3, 3, 1, 1)
 FPS = 4
 """Frames a second of the bundled sequence."""
 
+DESCRIPTION = "Counts the people in the camera's frames, live, with count_people."
+
 INSTRUCTION = (
     "When the user asks how many people are visible, call count_people. Say the new number "
     "in one short sentence whenever it changes. Call stop_streaming with function_name "
@@ -225,7 +227,7 @@ def make_count_people(detect: Callable[[bytes], int] = detect_people, *,
 def build_agent(model: str | BaseLlm, *, counter: FunctionTool | None = None,
                 sample_seconds: float = SAMPLE_SECONDS) -> Agent:
     """The ``people`` agent on ``model`` (``counter``: a ``count_people`` of your own)."""
-    return Agent(name="people", model=model, instruction=INSTRUCTION,
+    return Agent(name="people", model=model, instruction=INSTRUCTION, description=DESCRIPTION,
                  tools=[counter or make_count_people(sample_seconds=sample_seconds)])
 
 

@@ -47,6 +47,8 @@ DEMO_LIFETIME = 600.0
 DEMO_PRICES = {"GOOG": 171.20, "MSFT": 410.00, "AAPL": 228.50, "NVDA": 121.40, "AMZN": 186.90}
 """The symbols the demo's quote feed knows, and their opening prices."""
 
+DESCRIPTION = "Watches a stock live with watch_price and mentions its moves."
+
 # The seed's instruction, with headwater's tool and argument names.
 INSTRUCTION = (
     "When the user asks to watch a stock, call watch_price. Mention a move in one short "
@@ -158,7 +160,7 @@ def build_agent(model: str | BaseLlm, *, source: QuoteSource | None = None,
         max_lifetime: a watch ends on its own after this many seconds.
     """
     poll = poll_seconds if poll_seconds is not None else max(step_pause() * 3, 0.01)
-    return Agent(name="market", model=model, instruction=INSTRUCTION,
+    return Agent(name="market", model=model, instruction=INSTRUCTION, description=DESCRIPTION,
                  tools=[make_watch_price(source or demo_source(), poll_seconds=poll,
                                          max_lifetime=max_lifetime)])
 

@@ -19,6 +19,7 @@ from ..models.base import BaseLlm
 from ._console import example_model, parse_args, run_turns
 
 PROMPT = "Where is order 1042?"
+DESCRIPTION = "A shop's orders: where an order is, looked up with lookup_order."
 INSTRUCTION = "You are a shop's support agent. Look orders up with lookup_order."
 ORDERS = {
     "1042": {"status": "shipped", "shipped_on": "30 September", "due": "Monday"},
@@ -40,7 +41,8 @@ def lookup_order(order_id: str) -> dict[str, str]:
 
 def build_agent(model: str | BaseLlm) -> Agent:
     """The ``support`` agent on ``model``."""
-    return Agent(name="support", model=model, tools=[lookup_order], instruction=INSTRUCTION)
+    return Agent(name="support", model=model, tools=[lookup_order], instruction=INSTRUCTION,
+                 description=DESCRIPTION)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -8,8 +8,9 @@ says so). The page itself needs no token; in an app with auth it asks for one
 and sends it as ``Authorization: Bearer`` on every API call.
 
 What the page knows about the app comes in the HTML, as JSON (:class:`PageConfig`):
-the agents with their model names and whether each takes live input (frames:
-``input_stream``), and optional hooks an app may set on ``app.state`` —
+the agents with their model names, whether each takes live input (frames:
+``input_stream``) and whether it has a live streaming tool (``live``: the page
+takes a transfer to an agent of that name to a live session with it), and optional hooks an app may set on ``app.state`` —
 ``page_suggestions`` (prompts shown as buttons: text, or ``{"text", "agent"?,
 "live"?}`` to ask a given agent, over the live WebSocket with ``live``),
 ``page_note`` (a short label in the header, such as "scripted model") and
@@ -47,11 +48,14 @@ _HEADERS = {
 
 class AgentInfo(TypedDict):
     """An agent as the page lists it; ``input_stream``: it has a tool that consumes the
-    live input stream (a ``LiveRequestQueue`` parameter), so the page offers it frames."""
+    live input stream (a ``LiveRequestQueue`` parameter), so the page offers it frames;
+    ``live``: it has a live streaming tool (``kind="live"``), so its turns belong on the
+    live WebSocket."""
 
     name: str
     model: str
     input_stream: bool
+    live: bool
 
 
 class Suggestion(TypedDict):
@@ -86,7 +90,8 @@ def _agent_info(gw: Gateway, name: str) -> AgentInfo:
     agent = gw.runners[name].agent  # a live run drives the root LLM agent alone
     tools = agent.tools if isinstance(agent, Agent) else ()
     return AgentInfo(name=name, model=_model_name(gw, name),
-                     input_stream=any(t.consumes_input_stream for t in tools))
+                     input_stream=any(t.consumes_input_stream for t in tools),
+                     live=any(t.options.kind == "live" for t in tools))
 
 
 def _suggestion(given: str | Mapping[str, Any]) -> Suggestion:  # Any: app-given JSON

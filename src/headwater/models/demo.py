@@ -4,7 +4,12 @@ It is a :class:`~headwater.models.scripted.ScriptedModel` whose responder reads
 the last message and plays a turn: a tool call when the message asks for one
 and the agent has that tool, an answer built from a tool's result, one sentence
 for each value a live tool emits (``Function x returned: …``: a price and its
-move, a count of people), a long story, or a short help text. Text streams word
+move, a count of people), a long story, or a short help text. An agent that
+lacks the tool but is offered ``transfer_to_agent`` transfers to the agent whose
+description (in that tool's declaration) names the tool; a live tool asked for
+outside a live run (no ``stop_streaming`` offered) is answered in words; a
+research question is searched with the agent's ``search_*`` tool, and an agent
+without one writes from the notes its instruction holds. Text streams word
 by word, ``Settings.demo_word_delay`` seconds apart (a human reading pace; tests
 set 0). It is always labelled a scripted model: no network, no key, no
 intelligence.
@@ -35,6 +40,8 @@ PROMPTS = (
 HELP = ("I am the demo model: scripted, offline, keyword-driven. Try one of these: "
         + "; ".join(f'"{p}"' for p in PROMPTS) + ".")
 
+_CONTEXT = "For context:"  # another agent's turn, as the ledger re-casts it
+_TARGET = re.compile(r"^- (\w[\w-]*)(?: \(your parent\))?: (.*)$", re.M)
 _RETURNED = re.compile(r"^Function (\w+) returned: (.*)$", re.S)
 _ENDED = re.compile(r"^Function (\w+) (?:finished streaming|stopped streaming|failed)\b")
 _LIVE_TOOLS = ("count_people", "watch_price")  # the demo's live tools, for "stop"
@@ -79,21 +86,34 @@ class DemoModel(ScriptedModel):
         if last is not None and last.function_responses:
             response = last.function_responses[-1]
             return self._say(answer_from_result(response.name, response.response))
-        text = last.text if last is not None else ""
+        text = _asked(request)
         if match := _RETURNED.match(text.strip()):
             earlier = [c.text for c in request.contents[:-1]]
             return self._say(answer_from_emission(match.group(1), match.group(2), earlier))
         if match := _ENDED.match(text.strip()):  # a live tool's stream is over
             name = match.group(1)
             return self._say(_ENDED_WORDS.get(name, f"The {name} stream has ended."))
-        wanted = choose_call(text, tools)
+        if "research" in text.lower():  # a searcher searches; a writer writes from notes
+            wanted = _research(text, tools)
+            if wanted is None:
+                return self._say(write_from_notes(request.system_instruction or ""))
+        else:
+            wanted = choose_call(text, tools)
         if wanted is None:
             story = "story" in text.lower()
             return self._say("".join(_STORY_PARTS) * 4 if story else HELP)
         name, args = wanted
         if name not in tools:
+            target = transfer_target(request, name)
+            if target is not None:
+                return self._call(TRANSFER, {"agent_name": target}, text)
             return self._say(f"That is a job for the {name} tool, which this agent does not "
                              "have. Ask the agent that has it.")
+        if name in _LIVE_TOOLS and "stop_streaming" not in tools:  # not a live run
+            return self._say(_NOT_LIVE[name])
+        return self._call(name, args, text)
+
+    def _call(self, name: str, args: dict[str, Any], text: str) -> ScriptedTurn:
         return ScriptedTurn(calls=[ScriptedCall(name, args, fragments=3)],
                             usage=Usage(24 + len(text) // 4, 12, 36 + len(text) // 4),
                             finish_reason="tool_calls", delay=self.word_delay)
@@ -102,6 +122,51 @@ class DemoModel(ScriptedModel):
         words = re.findall(r"\S+\s*", text)
         return ScriptedTurn(text=words, usage=Usage(40, len(words), 40 + len(words)),
                             delay=self.word_delay)
+
+
+TRANSFER = "transfer_to_agent"
+_NOT_LIVE = {"watch_price": "Watching a price is a live stream: it runs in a live session.",
+             "count_people": "Counting people reads the camera live: it runs in a live "
+                             "session."}
+
+
+def _asked(request: LlmRequest) -> str:
+    """The text the turn answers: the last message, or, when the last messages are
+    another agent's turn (``For context: …``, after a transfer), the user's before them."""
+    for content in reversed(request.contents):
+        first = content.parts[0].text if content.parts else None
+        if content.role != "user" or first != _CONTEXT:
+            return content.text
+    return ""
+
+
+def transfer_target(request: LlmRequest, tool_name: str) -> str | None:
+    """The agent to transfer to for ``tool_name``: the first agent that the request's
+    ``transfer_to_agent`` declaration lists with a description naming that tool."""
+    for declaration in request.tools:
+        if declaration.name != TRANSFER:
+            continue
+        for match in _TARGET.finditer(declaration.description):
+            if re.search(rf"\b{re.escape(tool_name)}\b", match.group(2)):
+                return match.group(1)
+    return None
+
+
+def _research(text: str, tools: Collection[str]) -> tuple[str, dict[str, Any]] | None:
+    searches = sorted(name for name in tools if name.startswith("search_"))
+    if not searches:
+        return None
+    topic = re.search(r"\bresearch\s+(?:on\s+|about\s+)?(.+?)[.?!]*$", text.strip(), re.I)
+    return searches[0], {"query": topic.group(1) if topic else text.strip()}
+
+
+def write_from_notes(instruction: str) -> str:
+    """A short report from the notes an instruction holds (its lines ``- …``), or help."""
+    notes = [line[2:].strip() for line in instruction.splitlines()
+             if line.startswith("- ") and line[2:].strip()]
+    if not notes:
+        return HELP
+    return "Here is what the research found. " + " ".join(notes)
 
 
 def choose_call(text: str, tools: Collection[str] = ()) -> tuple[str, dict[str, Any]] | None:
@@ -154,6 +219,13 @@ def answer_from_result(name: str, result: dict[str, Any]) -> str:  # raw tool JS
             return f"I found nothing about {result.get('query', 'that')}."
         return (f"I found {len(titles)} pages about {result.get('query')}: "
                 + ", ".join(titles) + ".")
+    if name.startswith("search_") and isinstance(result.get("results"), list):
+        found = [str(hit) for hit in result["results"]]
+        where = name[len("search_"):]
+        if not found:
+            return f"No {where} results about {result.get('query', 'that')}."
+        return (f"{len(found)} {where} results about {result.get('query')}: "
+                + "; ".join(found) + ".")
     if name == "deploy":
         return (f"Version {result.get('version')} is live on {result.get('environment')} "
                 f"({result.get('status', 'done')}).")

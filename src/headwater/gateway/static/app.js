@@ -3,7 +3,8 @@
 // a reload picks a running run up again with Last-Event-ID. A new session is a draft
 // (sessionId null) until its first message (or Go live): only then is it stored.
 import {
-  emissionText, emittedValues, errorWords, fromHistory, initialState, readEmission, reduce,
+  draftOf, emissionText, emittedValues, errorWords, fromHistory, initialState, outerCallId,
+  readEmission, reduce,
 } from "./reducer.js";
 import { SSEDecoder } from "./sse.js";
 import {
@@ -28,6 +29,7 @@ let creating = null;  // the POST /sessions in flight for the draft, shared by i
 let known = new Map();  // session id -> session
 const sentFirst = new Map();  // session id -> its first message, until the server has a title
 let live = null;  // {socket, sessionId, ready}: a live run over WS /live/{sid}
+let handoff = null;  // {sessionId, agent}: a run handed the conversation to a live agent
 let feed = null;  // {kind: "sample" | "camera", timer, sent, stream?}: frames going to `live`
 const CAMERA_SIZE = [64, 48];  // camera frames are sent as PGM this small (the detector is pure Python)
 
@@ -91,7 +93,9 @@ function el(tag, attrs = {}, ...children) {
 }
 
 function messageView(item, draft = false) {
+  // Labelled with its agent (the author); a draft is one author's, on one branch.
   return el("article", { class: draft ? "message draft" : "message", "data-author": item.author,
+                         "data-branch": item.branch ?? null,
                          "data-draft": draft ? "true" : null, "data-id": item.id ?? null,
                          "aria-busy": draft ? "true" : null },
             el("span", { class: "who" }, item.author),
@@ -127,7 +131,9 @@ function emissionView(emission) {
 
 function toolView(card) {
   const box = el("section", { class: "tool", "data-call-id": card.call_id,
+                              "data-author": card.author ?? null,
                               "data-status": card.status, "aria-label": `Tool ${card.name}` },
+                 card.author ? el("span", { class: "who" }, card.author) : null,
                  el("strong", {}, card.name), " ",
                  el("span", { class: "state" }, toolWords(card)));
   // A bar for a call that reports progress, or is still running; none for a live tool's
@@ -153,10 +159,16 @@ const NOTICE_WORDS = {
     + "(the server may have stopped). Send it again to ask anew.",
 };
 
+function transferView(item) {
+  return el("p", { class: "transfer", role: "note", "data-author": item.author,
+                   "data-to": item.to }, `${item.author} handed the conversation to ${item.to}`);
+}
+
 function itemView(item) {
   switch (item.kind) {
     case "message": return messageView(item);
     case "tool": return toolView(item);
+    case "transfer": return transferView(item);
     case "error":
       return el("p", { class: "error", role: "alert", "data-code": item.code },
                 `${errorWords(item.code)} (${item.code})`);
@@ -170,12 +182,50 @@ function itemView(item) {
   }
 }
 
+function shownTransfers() {
+  // The transfer_to_agent calls that a transfer line tells: their cards are not drawn.
+  return new Set(state.items.filter((i) => i.kind === "transfer").map((i) => i.call_id));
+}
+
+function logViews() {
+  // The record and the drafts, in order; what runs inside a call (an agent used as a
+  // tool: its branch names the call) goes inside that call's card, nested as deep as it runs.
+  const top = [];
+  const cards = new Map();  // call id -> its card's node
+  const transfers = shownTransfers();
+  const place = (branch, node) => {
+    const card = cards.get(outerCallId(branch));
+    if (!card) { top.push(node); return; }
+    let inner = card.querySelector(":scope > .inner");
+    if (!inner) {
+      inner = el("div", { class: "inner", "aria-label": `Inside ${card.dataset.name}` });
+      card.append(inner);
+    }
+    inner.append(node);
+  };
+  for (const item of state.items) {
+    if (item.kind === "tool" && item.name === "transfer_to_agent" && transfers.has(item.call_id)) {
+      continue;
+    }
+    const node = itemView(item);
+    if (!node) continue;
+    if (item.kind === "tool") {
+      node.dataset.name = item.name;
+      cards.set(item.call_id, node);
+    }
+    place(item.branch, node);
+  }
+  for (const [key, text] of Object.entries(state.drafts)) {
+    const { author, branch } = draftOf(key);
+    place(branch, messageView({ author, branch, text }, true));
+  }
+  return top;
+}
+
 function render() {
   const log = $("log");
   const stick = log.scrollTop + log.clientHeight >= log.scrollHeight - 20;
-  log.replaceChildren(...state.items.map(itemView).filter(Boolean),
-                      ...Object.entries(state.drafts).map(([author, text]) =>
-                        messageView({ author, text }, true)));
+  log.replaceChildren(...logViews());
   if (!sessionId && !state.items.length) log.append(draftHint());
   if (stick) log.scrollTop = log.scrollHeight;
   $("stop").disabled = active === null && !live?.ready;
@@ -231,6 +281,7 @@ async function readFrames(response, run) {
       for (const frame of decoder.feed(text.decode(value, { stream: true }))) {
         if (run.sessionId !== sessionId) return true;
         dispatch(frame);
+        noteHandoff(run, frame);
         if (frame.id) {
           // record_id: the last frame the history holds (a delta or progress is not stored);
           // a reload shows the history, then replays after it, so its draft is whole.
@@ -268,6 +319,22 @@ async function follow(run) {
     await new Promise((resolve) => setTimeout(resolve, 300 * (attempt + 1)));
   }
   throw new ApiError("network", "network");
+}
+
+function liveAgent(name) {
+  return AGENTS.find((a) => a.name === name && a.live);
+}
+
+function noteHandoff(run, frame) {
+  // A transfer to an agent this page serves as a live one (its tools are live streams):
+  // once the run ends, the page asks it again, live (send). Its message in this run counts
+  // too: a gateway that sends no agent_transfer frame still names it as the author.
+  if (frame.type !== "agent_transfer" && frame.type !== "message") return;
+  const d = typeof frame.data === "string" ? JSON.parse(frame.data) : (frame.data ?? {});
+  const to = frame.type === "agent_transfer" ? d.to : d.author;
+  if (to && liveAgent(to) && to !== known.get(run.sessionId)?.agent) {
+    handoff = { sessionId: run.sessionId, agent: to };
+  }
 }
 
 async function drive(run, start) {
@@ -356,10 +423,17 @@ async function send(text) {
   if (!id || id !== sessionId) { render(); return false; }
   noteFirst(id, text);
   dispatch({ type: "user", data: { text } });
+  handoff = null;
   const run = startRun({ message: text });
   await loadSessions({ quiet: true });  // the new session in the list, titled
   await run;
   await loadSessions({ quiet: true });  // the run shows its own error, once
+  const handed = handoff;
+  handoff = null;
+  if (handed && handed.sessionId === id && sessionId === id) {
+    // The conversation went to a live agent: a live session with it takes the message.
+    await suggest({ text, agent: handed.agent, live: true });
+  }
   return true;
 }
 

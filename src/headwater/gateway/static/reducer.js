@@ -1,15 +1,20 @@
 // The chat reducer (seed 004): pure, no DOM, no I/O.
 //
 //   state = { items, drafts, status, error }
-//   items:  the record, in order: {kind: "message", author, id, text, final}
-//           | {kind: "tool", call_id, name, status, progress, approval, lines, emissions?}
+//   items:  the record, in order: {kind: "message", author, branch?, id, text, final}
+//           | {kind: "tool", call_id, name, author?, branch?, status, progress, approval,
+//              lines, emissions?}
+//           | {kind: "transfer", author, to, call_id, branch?}: the conversation went to `to`
 //           | {kind: "usage", usage} | {kind: "error", code, retryable}
 //           | {kind: "notice", code}: said about the record itself ("no_answer")
-//   drafts: {author: text}: what deltas built so far, one draft per author.
+//   drafts: {key: text}: what deltas built so far, one draft per author and branch
+//           (draftKey; draftOf reads a key back).
 //
-// The rule: a `delta` appends to its author's draft; a `message` (the aggregate,
-// the record) replaces that draft; `tool_call`, `error` and `done` clear every
-// draft. Text is never appended twice. History from the server has no drafts.
+// The rule: a `delta` appends to its author's draft (on its branch); a `message` (the
+// aggregate, the record) replaces that draft; a `tool_call` clears its author's draft,
+// `error` and `done` clear every draft. Text is never appended twice. History from the
+// server has no drafts. `outerCallId(branch)` names the call an item nests under (an
+// agent used as a tool), for the page to show it inside that call's card.
 
 export const initialState = Object.freeze({
   items: [], drafts: {}, status: "idle", error: null,
@@ -47,6 +52,30 @@ function dataOf(frame) {
   return typeof frame.data === "string" ? JSON.parse(frame.data) : (frame.data ?? {});
 }
 
+/** The draft of `author` on `branch`: the author on the main line, `author@branch` off it
+ *  (an agent's name has no `@`). */
+export function draftKey(author, branch) {
+  return branch ? `${author}@${branch}` : author;
+}
+
+/** A draft's key read back: `{author, branch}` (branch null on the main line). */
+export function draftOf(key) {
+  const at = key.indexOf("@");
+  return at === -1 ? { author: key, branch: null }
+    : { author: key.slice(0, at), branch: key.slice(at + 1) };
+}
+
+/** The call a frame on `branch` nests under (docs/frame-protocol.md, Provenance): the last
+ *  `/` of the branch starts the call's id, which runs to the next `.` or to the end; null
+ *  when no segment names a call (the main line, a parallel agent's branch). */
+export function outerCallId(branch) {
+  if (!branch) return null;
+  const slash = branch.lastIndexOf("/");
+  if (slash === -1) return null;
+  const end = branch.indexOf(".", slash);
+  return end === -1 ? branch.slice(slash + 1) : branch.slice(slash + 1, end);
+}
+
 function withoutKey(object, key) {
   const copy = { ...object };
   delete copy[key];
@@ -61,14 +90,18 @@ function upsert(items, match, make, change) {
   return copy;
 }
 
-function toolCard(callId, name) {
-  return { kind: "tool", call_id: callId, name, status: "running", progress: null,
-           approval: null, lines: [] };
+function toolCard(callId, name, who) {
+  const card = { kind: "tool", call_id: callId, name, status: "running", progress: null,
+                 approval: null, lines: [] };
+  if (who?.author) card.author = who.author;
+  if (who?.branch) card.branch = who.branch;
+  return card;
 }
 
-function updateTool(items, callId, name, change) {
+// `who`: the frame (or history item) the card is made from, for its author and branch.
+function updateTool(items, callId, name, change, who = null) {
   return upsert(items, (i) => i.kind === "tool" && i.call_id === callId,
-                () => toolCard(callId, name), change);
+                () => toolCard(callId, name, who), change);
 }
 
 /** Progress from a tool_progress delta: "40%" or "2/5" is determinate; else a count. */
@@ -126,19 +159,22 @@ function endStreams(items) {
 function addMessage(state, d) {
   const message = { kind: "message", author: d.author, id: d.id ?? null, text: d.text ?? "",
                     final: Boolean(d.final) };
+  if (d.branch) message.branch = d.branch;
   if (d.interrupted) message.interrupted = true;
   const items = message.id === null
     ? [...state.items, message]
     : upsert(state.items, (i) => i.kind === "message" && i.id === message.id,
              () => message, () => message);
-  return { ...state, items, drafts: withoutKey(state.drafts, d.author) };
+  return { ...state, items, drafts: withoutKey(state.drafts, draftKey(d.author, d.branch)) };
 }
 
 function onToolCall(state, d) {
   let items = state.items;
   const calls = d.calls ?? (d.names ?? []).map((name, n) => ({ id: `${name}#${n}`, name }));
-  for (const call of calls) items = updateTool(items, call.id, call.name, withArgs(call));
-  return { ...state, items, drafts: {}, status: "Calling " + (d.names ?? []).join(", ") };
+  for (const call of calls) items = updateTool(items, call.id, call.name, withArgs(call), d);
+  // The caller's draft is done (its message came first); another agent's goes on.
+  const drafts = d.author === undefined ? {} : withoutKey(state.drafts, draftKey(d.author, d.branch));
+  return { ...state, items, drafts, status: "Calling " + (d.names ?? []).join(", ") };
 }
 
 function onToolProgress(state, d) {
@@ -147,7 +183,7 @@ function onToolProgress(state, d) {
     status: card.status === "ok" || card.status === "error" ? card.status : "running",
     progress: d.type === "part_delta" || d.delta ? progressOf(card.progress, d.delta) : card.progress,
     lines: d.delta ? [...card.lines, d.delta] : card.lines,
-  }));
+  }), d);
   return { ...state, items };
 }
 
@@ -188,7 +224,7 @@ function onToolResult(state, d) {
       progress: card.progress && r.status !== "error"
         ? { value: card.progress.max ?? card.progress.value, max: card.progress.max }
         : card.progress,
-    }));
+    }), d);
   }
   return { ...state, items };
 }
@@ -207,8 +243,22 @@ function onApprovalRequired(state, d) {
   const items = updateTool(state.items, d.call_id, d.name, (card) => ({
     ...card, status: "awaiting_approval",
     approval: { args_sha256: d.args_sha256 ?? null, decided: null },
-  }));
+  }), d);
   return { ...state, items };
+}
+
+function transferItem(d) {
+  const item = { kind: "transfer", author: d.author, to: d.to, call_id: d.call_id ?? null };
+  if (d.branch) item.branch = d.branch;
+  return item;
+}
+
+function onTransfer(state, d) {
+  // Shown once, even when a resumed stream replays it.
+  if (d.call_id && state.items.some((i) => i.kind === "transfer" && i.call_id === d.call_id)) {
+    return state;
+  }
+  return { ...state, items: [...state.items, transferItem(d)] };
 }
 
 /** The state after one frame `{type, data}` (`data`: JSON text or an object). */
@@ -220,8 +270,9 @@ export function reduce(state, frame) {
                                                    text: d.text, final: true }],
                error: null, status: "running" };
     case "delta": {
-      const text = (state.drafts[d.author] ?? "") + d.text;
-      return { ...state, drafts: { ...state.drafts, [d.author]: text } };
+      const key = draftKey(d.author, d.branch);
+      const text = (state.drafts[key] ?? "") + d.text;
+      return { ...state, drafts: { ...state.drafts, [key]: text } };
     }
     case "message":  // the aggregate replaces the draft; it is the record
       return addMessage(state, d);
@@ -233,6 +284,8 @@ export function reduce(state, frame) {
       return onToolResult(state, d);
     case "approval_required":
       return onApprovalRequired(state, d);
+    case "agent_transfer":  // the conversation went to another agent
+      return onTransfer(state, d);
     case "tool_emission":  // live runs: what a streaming tool just said, as it arrives
       return { ...state, items: addEmission(state.items, d.call_id, d.id, d.text) };
     case "decision":  // the page answered an approval
@@ -256,17 +309,23 @@ export function reduce(state, frame) {
 
 function historyTool(items, item) {
   for (const call of item.calls ?? []) {
-    items = updateTool(items, call.id, call.name, withArgs(call));
+    items = updateTool(items, call.id, call.name, withArgs(call), item);
   }
   items = stopped(items, item.results ?? []);
   for (const r of item.results ?? []) {
-    items = updateTool(items, r.id, r.name, (card) => ({ ...card, status: resultStatus(card, r) }));
+    items = updateTool(items, r.id, r.name, (card) => ({ ...card, status: resultStatus(card, r) }),
+                       item);
+  }
+  if (item.transfer_to) {
+    const call = (item.results ?? []).find((r) => r.name === "transfer_to_agent");
+    items = [...items, transferItem({ author: item.author, to: item.transfer_to,
+                                      call_id: call?.id, branch: item.branch })];
   }
   for (const a of item.approvals_requested ?? []) {
     items = updateTool(items, a.call_id, a.name, (card) => ({
       ...card, status: "awaiting_approval",
       approval: { args_sha256: a.args_sha256 ?? null, decided: null },
-    }));
+    }), item);
   }
   for (const a of item.approval_decisions ?? []) {
     items = updateTool(items, a.call_id, "", (card) => ({
@@ -291,6 +350,7 @@ function historyItem(items, item) {
   if (item.text && !(item.approval_decisions && item.author === "user")) {
     const message = { kind: "message", author: item.author, id: item.id, text: item.text,
                       final: Boolean(item.final) };
+    if (item.branch) message.branch = item.branch;
     if (item.interrupted) message.interrupted = true;
     items = [...items, message];
   }
