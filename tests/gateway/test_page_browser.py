@@ -448,24 +448,28 @@ async def test_the_demo_suggestions_ask_their_agents(
     await run_ended(page)
     [answer] = await shown(page, "support")
     assert "1042" in answer
+    assert await page.locator("#agent-info").inner_text() == (
+        "agent coordinator · model demo · scripted model")
     await page.get_by_role("button", name="Deploy version 2 to staging").click()
     await page.get_by_role("button", name="Approve", exact=True).click()
     bar = page.get_by_role("progressbar", name="deploy progress")
     await page.wait_for_selector('[data-author="deploy"]:not([data-draft])')
     await run_ended(page)
     assert await bar.evaluate("bar => [bar.value, bar.max]") == [5, 5]
-    assert await page.locator("#agent-info").inner_text() == (
-        "agent deploy · model demo · scripted model")
-    await page.get_by_role("button", name="Watch GOOG").click()
+    await page.get_by_role("button", name="Watch GOOG").click()  # live: the market agent's
     await page.wait_for_function("() => document.querySelectorAll('.emissions li').length >= 1")
+    assert await page.locator("#agent-info").inner_text() == (
+        "agent market · model demo · scripted model")
     await page.get_by_role("button", name="Stop", exact=True).click()
     await page.get_by_role("button", name="Go live", exact=True).wait_for()
-    assert await page.locator("#sessions li").count() == 3
+    # The same session, with support after the transfer, then deploy's; market's live one.
+    assert await page.locator("#sessions li").count() == 2
     # Switching to a session selects its agent: New session then asks that agent again.
-    await page.locator("#sessions li button.open", has_text="support").click()
-    await page.wait_for_function("() => document.querySelector('#agent').value === 'support'")
+    await page.locator("#sessions li button.open", has_text="coordinator").click()
+    await page.wait_for_function(
+        "() => document.querySelector('#agent').value === 'coordinator'")
     assert await page.locator("#agent-info").inner_text() == (
-        "agent support · model demo · scripted model")
+        "agent coordinator · model demo · scripted model")
 
 
 async def test_a_narrow_window_keeps_the_composer_in_view_and_nothing_sideways(

@@ -1,0 +1,92 @@
+"""``headwater demo`` in a real browser: its default agent is a coordinator, so each of the
+demo model's prompts, typed into a fresh session, reaches the agent that can answer it.
+
+The same chromium and fixtures as ``test_page_browser.py``; the screenshot is left in
+``test-artifacts/``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from headwater.cli._agents import PROMPT_AGENTS
+from headwater.models.demo import PROMPTS
+
+from .test_page_browser import Serve, browser, demo_app, open_page, run_ended
+
+__all__ = ["browser", "demo_app", "open_page"]  # fixtures, used by name
+
+pytestmark = pytest.mark.slow  # drives a chromium process
+
+
+async def type_in_a_fresh_session(page: Any, text: str) -> None:
+    """A new session with the default agent (the coordinator), the text typed and sent."""
+    await page.get_by_label("Agent", exact=True).select_option("coordinator")
+    await page.get_by_role("button", name="New session", exact=True).click()
+    await page.get_by_label("Message", exact=True).fill(text)
+    await page.get_by_role("button", name="Send", exact=True).click()
+
+
+async def answered_by(page: Any, agent: str) -> str:
+    """The first message of ``agent`` once stored (not a draft), checking its label."""
+    message = page.locator(f'article[data-author="{agent}"]:not([data-draft])').first
+    await message.wait_for()
+    assert (await message.locator(".who").inner_text()).strip() == agent
+    return str(await message.locator(".text").inner_text())
+
+
+async def transferred(page: Any, agent: str) -> None:
+    line = page.locator(f'.transfer[data-to="{agent}"]')
+    if await page.locator(".transfer").count():  # a gateway that sends agent_transfer
+        assert await line.inner_text() == f"coordinator handed the conversation to {agent}"
+
+
+async def test_each_prompt_typed_into_a_fresh_session_reaches_its_agent(
+        serve: Serve, open_page: Any, demo_app: Any) -> None:
+    page = await open_page(await serve(demo_app, lifespan="on"))
+    await page.wait_for_function(
+        "() => document.querySelector('#agent-info').innerText.endsWith('scripted model')")
+    assert await page.locator("#agent-info").inner_text() == (
+        "agent coordinator · model demo · scripted model")
+    for prompt in PROMPTS:
+        agent = PROMPT_AGENTS[prompt]
+        await type_in_a_fresh_session(page, prompt)
+        if agent == "support":
+            assert "Order 1042 shipped" in await answered_by(page, "support")
+            await transferred(page, "support")
+        elif agent == "docs":
+            assert (await answered_by(page, "docs")).startswith("I found 3 pages")
+            assert await page.get_by_role("progressbar", name="search_docs progress").evaluate(
+                "bar => [bar.value, bar.max]") == [5, 5]
+        elif agent == "deploy":
+            card = page.get_by_role("region", name="Tool deploy")
+            await card.get_by_role("button", name="Approve", exact=True).click()
+            assert await answered_by(page, "deploy") == "Version 2 is live on staging (live)."
+            if await card.get_attribute("data-author") is not None:  # frames with provenance
+                assert await card.locator(".who").inner_text() == "deploy"
+            await transferred(page, "deploy")
+        elif agent == "market":  # the coordinator's transfer opens a live session with market
+            await page.wait_for_function(
+                "() => document.querySelectorAll('.emissions li').length >= 1")
+            assert await answered_by(page, "market") == (
+                "Watching. I'll mention significant moves.")
+            assert await page.locator("#agent-info").inner_text() == (
+                "agent market · model demo · scripted model")
+            await page.get_by_role("button", name="End live", exact=True).click()
+            await page.get_by_role("button", name="Go live", exact=True).wait_for()
+        elif agent == "people":  # live, and the live panel takes the camera's frames
+            assert await answered_by(page, "people") == (
+                "Counting. I'll tell you when the number changes.")
+            await page.get_by_role("button", name="Play sample frames").wait_for()
+            await page.get_by_role("button", name="End live", exact=True).click()
+            await page.get_by_role("button", name="Go live", exact=True).wait_for()
+        else:  # the story: the coordinator tells it itself
+            assert agent == "coordinator"
+            assert (await answered_by(page, "coordinator")).startswith("Once upon a time")
+        await run_ended(page)
+        assert await page.get_by_role("alert").count() == 0, prompt
+        assert "Ask the agent that has it" not in await page.locator("#log").inner_text()
+    # Each prompt has its session; a live prompt has the coordinator's and the live one.
+    assert await page.locator("#sessions li").count() == len(PROMPTS) + 2
