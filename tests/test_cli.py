@@ -266,7 +266,9 @@ def test_sessions_lists_every_demo_agent_and_any_app_named(tmp_path: Path,
     from headwater.cli._common import DEMO_APPS
     from headwater.models import DemoModel
 
-    assert tuple(agent.name for agent in demo_agents(DemoModel())) == DEMO_APPS
+    served = tuple(agent.name for agent in demo_agents(DemoModel()))
+    assert DEMO_APPS[:len(served)] == served  # the served agents, then the examples run alone
+    assert set(DEMO_APPS) == {*served, "support", "docs", "deploy"}
     examples = Path(__file__).resolve().parents[1] / "examples"
     for example, message in [("docs_search", "Search the docs for streaming"),
                              ("deploy", "Deploy version 2 to staging")]:
@@ -519,13 +521,15 @@ def test_demo_serves_the_example_agents_and_stops_on_sigterm(tmp_path: Path,
                 pass
             assert time.monotonic() < deadline, (tmp_path / "demo.log").read_text()
             time.sleep(0.05)
-        sid = httpx.post(f"{base}/sessions", json={"agent": "support"}).json()["id"]
+        sid = httpx.post(f"{base}/sessions", json={}).json()["id"]  # the coordinator's
         body = httpx.post(f"{base}/sessions/{sid}/runs",
                           json={"message": "Where is order 1042?"}, timeout=10).text
         kinds = [line[len("event: "):] for line in body.splitlines()
                  if line.startswith("event: ")]
+        # The coordinator's transfer, then support's call and its streamed answer.
         assert kinds[:2] == ["tool_call", "tool_result"] and kinds[-2:] == ["message", "done"]
-        assert set(kinds[2:-2]) == {"delta"}
+        assert kinds.count("tool_call") == 2 and "delta" in kinds
+        assert '"author":"support"' in body
         assert ('"text":"Order 1042 shipped on 30 September and is due Monday.","final":true'
                 in body)
         child.send_signal(signal.SIGTERM)
@@ -569,7 +573,7 @@ def test_ctrl_c_on_the_demo_ends_an_open_stream_with_server_shutdown(
                 pass
             assert time.monotonic() < deadline, (tmp_path / "demo.log").read_text()
             time.sleep(0.05)
-        sid = httpx.post(f"{base}/sessions", json={"agent": "support"}).json()["id"]
+        sid = httpx.post(f"{base}/sessions", json={"agent": "coordinator"}).json()["id"]
 
         def read() -> None:
             with httpx.stream("POST", f"{base}/sessions/{sid}/runs", timeout=30,

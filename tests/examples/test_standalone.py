@@ -130,6 +130,34 @@ def test_the_people_counter_counts_the_bundled_frames_live_then_stops(
     assert lines[-1] == "people: Stopped counting."
 
 
+def test_the_research_pipeline_searches_in_parallel_checks_with_an_agent_then_writes(
+        env: dict[str, str]) -> None:
+    lines = run(env, "research")
+    assert lines[0] == "you> Research rivers"
+    web = [line for line in lines if line.startswith("web [searchers.web]> ")]
+    papers = [line for line in lines if line.startswith("papers [searchers.papers]> ")]
+    # Each searcher on its own branch: its call, its result, its answer (the two may interleave).
+    assert [line.split("> ", 1)[1][:8] for line in web] == ["[call] s", "[result]", "From web"]
+    assert papers[-1] == ("papers [searchers.papers]> From papers on rivers: Meandering rivers "
+                          "migrate over decades (2019).")
+    assert [line for line in lines if line.startswith("[search_web]")] == [
+        "[search_web] 1/3 searched encyclopedia", "[search_web] 2/3 searched news",
+        "[search_web] 3/3 searched blogs"]
+    # The writer, after both: it calls the checker, whose own call runs on the call's branch.
+    call = next(n for n, line in enumerate(lines) if line.startswith("writer> [call] fact_checker"))
+    assert call > lines.index(web[-1]) and call > lines.index(papers[-1])
+    inner = [line for line in lines[call + 1:] if line.startswith("fact_checker [")]
+    assert [line.split("> ", 1)[1][:8] for line in inner] == ["[call] c", "[result]", "The clai"]
+    assert lines[-3] == 'writer> [result] fact_checker -> {"result": "The claim is supported ' \
+        '(2 sources)."}'
+    assert lines[-2] == (
+        "writer> Here is what the research found. From web on rivers: Rivers carry sediment to "
+        "the sea; The Nile is about 6,650 km long. From papers on rivers: Meandering rivers "
+        "migrate over decades (2019). fact_checker says: The claim is supported (2 sources).")
+    assert json.loads(lines[-1].removeprefix("[state] ")) == {
+        "web": web[-1].split("> ", 1)[1], "papers": papers[-1].split("> ", 1)[1]}
+
+
 @pytest.mark.parametrize("name", ["price_watcher", "people_counter"])
 def test_the_virtual_sessions_run_as_scripts(env: dict[str, str], name: str) -> None:
     lines = run(env, name, "--virtual")

@@ -1,4 +1,5 @@
-"""``headwater demo``'s app serves every example agent: over HTTP, and live over the WebSocket.
+"""``headwater demo``'s app serves every example agent: over HTTP through its coordinator, and
+live over the WebSocket.
 
 The app is the one ``headwater demo`` builds (``headwater.cli.demo_app``), on
 the demo model and a fresh SQLite file, under a real uvicorn server.
@@ -40,35 +41,40 @@ def config_of(html: str) -> Any:
     return json.loads(html[start:html.index("</script>", start)])
 
 
-async def ask(client: httpx.AsyncClient, agent: str, message: str) -> str:
+async def ask(client: httpx.AsyncClient, agent: str, message: str) -> tuple[str, str]:
+    """The author and text of the run's last final message."""
     sid = (await client.post("/sessions", json={"agent": agent})).json()["id"]
     body = (await client.post(f"/sessions/{sid}/runs", json={"message": message})).text
     finals = [json.loads(line[6:]) for line in body.splitlines()
               if line.startswith("data: ") and '"final":true' in line]
-    text: str = finals[-1]["text"]
-    return text
+    return finals[-1]["author"], finals[-1]["text"]
 
 
 async def test_the_demo_serves_the_five_examples_and_offers_their_prompts(
         serve: Serve, demo: Any) -> None:
     async with httpx.AsyncClient(base_url=await serve(demo, lifespan="on"), timeout=10) as client:
         config = config_of((await client.get("/")).text)
-        assert [a["name"] for a in config["agents"]] == [
-            "support", "docs", "deploy", "market", "people"]
+        # The coordinator (the default) over all five; the live ones are entries of their own.
+        assert [(a["name"], a["live"]) for a in config["agents"]] == [
+            ("coordinator", False), ("market", True), ("people", True)]
         assert {s["text"]: (s["agent"], s["live"]) for s in config["suggestions"]} == {
-            "Where is order 1042?": ("support", False),
-            "Search the docs for streaming": ("docs", False),
-            "Deploy version 2 to staging": ("deploy", False), "Watch GOOG": ("market", True),
-            "Count the people": ("people", True), "Tell me a long story": ("support", False)}
+            "Where is order 1042?": ("coordinator", False),
+            "Search the docs for streaming": ("coordinator", False),
+            "Deploy version 2 to staging": ("coordinator", False),
+            "Watch GOOG": ("market", True), "Count the people": ("people", True),
+            "Tell me a long story": ("coordinator", False)}
         assert config["sample_frames"] == len(scene_frames()) == 40
         frames = (await client.get("/page/frames")).json()
         assert frames["fps"] == FPS
         assert [(f["mime_type"], base64.b64decode(f["data"])) for f in frames["frames"]] == [
             (blob.mime_type, blob.data) for blob in scene_frames()]
-        assert await ask(client, "support", "Where is order 1042?") == (
-            "Order 1042 shipped on 30 September and is due Monday.")
-        assert (await ask(client, "docs", "Search the docs for streaming")).startswith(
-            "I found 3 pages about streaming")
+        assert await ask(client, "coordinator", "Where is order 1042?") == (
+            "support", "Order 1042 shipped on 30 September and is due Monday.")
+        author, text = await ask(client, "coordinator", "Search the docs for streaming")
+        assert author == "docs" and text.startswith("I found 3 pages about streaming")
+        # A live agent's tool is not started outside a live run: it says where it runs.
+        assert await ask(client, "coordinator", "Watch GOOG") == (
+            "market", "Watching a price is a live stream: it runs in a live session.")
 
 
 async def test_the_people_counter_counts_frames_sent_over_the_websocket(

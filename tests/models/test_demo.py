@@ -2,20 +2,46 @@
 
 from __future__ import annotations
 
-from headwater.cli._agents import demo_agents
+import pytest
+
+from headwater.agents.agent import Agent
+from headwater.cli._agents import PROMPT_AGENTS, build_coordinator, demo_agents
+from headwater.examples import deploy, docs_search, support
 from headwater.models import DemoModel
-from headwater.models.demo import HELP, answer_from_emission, choose_call
+from headwater.models.demo import HELP, PROMPTS, answer_from_emission, choose_call
 from headwater.runner import Runner
 
+EXAMPLES = {"support": support.build_agent, "docs": docs_search.build_agent,
+            "deploy": deploy.build_agent}
 
-async def answer(agent_index: int, message: str) -> tuple[list[str], str]:
+
+async def answer(agent: str | Agent, message: str) -> tuple[list[str], str]:
+    """The calls the model made and the run's final text (``agent``: an example's name)."""
     model = DemoModel(word_delay=0)
     model.record = True  # the demo keeps nothing by default: it serves for days
-    agent = demo_agents(model)[agent_index]
+    if isinstance(agent, str):
+        agent = EXAMPLES[agent](model)
+    else:
+        agent.model = model
+        for sub in agent.sub_agents:
+            assert isinstance(sub, Agent)
+            sub.model = model
     async with Runner(agent=agent, app_name=agent.name, auto_create_session=True) as runner:
         result = await runner.run_once(user_id="u", new_message=message)
-    calls = [c.name for r in model.requests for c in r.contents[-1].function_calls]
-    return calls, result.text
+    calls = {c.id: c.name for r in model.requests for content in r.contents
+             for c in content.function_calls}  # every request holds the calls made before it
+    return list(calls.values()), result.text
+
+
+async def routed(message: str) -> list[tuple[str, str | None]]:
+    """Who made each stored event of one coordinator turn, and where each transfer went."""
+    agent = build_coordinator(DemoModel(word_delay=0))
+    async with Runner(agent=agent, app_name=agent.name, auto_create_session=True) as runner:
+        session = await runner.create_session(user_id="u")
+        return [(event.author, event.actions.transfer_to_agent)
+                async for event in runner.run_async(user_id="u", session_id=session.id,
+                                                    new_message=message)
+                if not event.partial]
 
 
 def test_the_demo_model_keeps_no_request() -> None:
@@ -34,19 +60,74 @@ def test_prompts_choose_calls() -> None:
 
 
 async def test_support_and_docs_answer_from_their_tools() -> None:
-    _, text = await answer(0, "Where is order 1042?")
+    _, text = await answer("support", "Where is order 1042?")
     assert text == "Order 1042 shipped on 30 September and is due Monday."
-    _, text = await answer(1, "Search the docs for streaming")
+    _, text = await answer("docs", "Search the docs for streaming")
     assert text.startswith("I found 3 pages about streaming: Streaming events")
 
 
 async def test_story_help_and_a_missing_tool() -> None:
-    _, story = await answer(0, "Tell me a long story")
+    _, story = await answer("support", "Tell me a long story")
     assert len(story.split()) > 300
-    _, text = await answer(0, "hello")
+    _, text = await answer("support", "hello")
     assert text == HELP
-    _, text = await answer(0, "Deploy version 2 to staging")
+    _, text = await answer("support", "Deploy version 2 to staging")
     assert "deploy tool, which this agent does not have" in text
+
+
+@pytest.mark.parametrize("prompt", PROMPTS)
+async def test_the_coordinator_transfers_each_prompt_to_the_agent_that_answers_it(
+        prompt: str) -> None:
+    events = await routed(prompt)
+    agent = PROMPT_AGENTS[prompt]
+    if agent == "coordinator":  # the story: no agent has a tool for it
+        assert events == [("coordinator", None)]
+        return
+    assert events[:2] == [("coordinator", None), ("coordinator", agent)]
+    assert {author for author, _ in events[2:]} == {agent}
+
+
+async def test_the_target_is_read_from_the_transfer_declaration() -> None:
+    # The coordinator's sub-agents with other names and descriptions: the model follows the
+    # description that names the tool, not a table of names.
+    model = DemoModel(word_delay=0)
+    shop = support.build_agent(model)
+    shop.name, shop.description = "orders", "Knows where parcels are (lookup_order)."
+    front = Agent(name="front", model=model, sub_agents=[
+        Agent(name="other", model=model, description="Nothing useful."), shop])
+    async with Runner(agent=front, app_name="front", auto_create_session=True) as runner:
+        session = await runner.create_session(user_id="u")
+        events = [e async for e in runner.run_async(user_id="u", session_id=session.id,
+                                                    new_message="Where is order 2001?")
+                  if not e.partial]
+    assert [(e.author, [(c.name, c.args) for c in e.function_calls]) for e in events][:1] == [
+        ("front", [("transfer_to_agent", {"agent_name": "orders"})])]
+    assert events[-1].author == "orders"
+    assert events[-1].text == "Order 2001 is packing and is due Thursday."
+
+
+async def test_a_specialist_hands_a_question_for_a_peer_to_that_peer() -> None:
+    agent = build_coordinator(DemoModel(word_delay=0))
+    async with Runner(agent=agent, app_name=agent.name, auto_create_session=True) as runner:
+        session = await runner.create_session(user_id="u")
+        first = await runner.run_once(user_id="u", session_id=session.id,
+                                      new_message="Where is order 1042?")
+        assert first.text.startswith("Order 1042 shipped")
+        # The next turn goes to support, which has no search_docs: it goes to docs itself.
+        authors = [(e.author, e.actions.transfer_to_agent) async for e in runner.run_async(
+            user_id="u", session_id=session.id, new_message="Search the docs for approval")
+            if not e.partial]
+    assert authors[:2] == [("support", None), ("support", "docs")]
+    assert authors[-1] == ("docs", None)
+
+
+async def test_a_live_tool_outside_a_live_run_is_answered_in_words() -> None:
+    events = await routed("Watch GOOG")
+    assert events == [("coordinator", None), ("coordinator", "market"), ("market", None)]
+    [market] = [a for a in demo_agents(DemoModel(word_delay=0)) if a.name == "market"]
+    calls, text = await answer(market, "Watch GOOG")
+    assert calls == []
+    assert text == "Watching a price is a live stream: it runs in a live session."
 
 
 def test_live_prompts_choose_calls_and_stop_the_agents_own_stream() -> None:

@@ -12,4 +12,8 @@ use the offline :class:`~headwater.models.demo.DemoModel` unless
 - :mod:`~headwater.examples.price_watcher`: a live tool that watches a stock (seed 000).
 - :mod:`~headwater.examples.people_counter`: a live tool that counts people in the
   session's own camera frames (seed 002).
+- :mod:`~headwater.examples.research`: several agents on one stream — two searchers
+  in parallel (``output_key``), a writer that reads their notes and checks one
+  with an agent used as a tool (``AgentTool``). ``build_agent`` returns the
+  pipeline, a ``SequentialAgent``.
 """

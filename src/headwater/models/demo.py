@@ -85,7 +85,10 @@ class DemoModel(ScriptedModel):
         last = request.contents[-1] if request.contents else None
         if last is not None and last.function_responses:
             response = last.function_responses[-1]
-            return self._say(answer_from_result(response.name, response.response))
+            said = answer_from_result(response.name, response.response)
+            if _agent_tools(request) and response.name in _agent_tools(request):
+                said = f"{write_from_notes(request.system_instruction or '')} {said}"
+            return self._say(said)
         text = _asked(request)
         if match := _RETURNED.match(text.strip()):
             earlier = [c.text for c in request.contents[:-1]]
@@ -95,7 +98,11 @@ class DemoModel(ScriptedModel):
             return self._say(_ENDED_WORDS.get(name, f"The {name} stream has ended."))
         if "research" in text.lower():  # a searcher searches; a writer writes from notes
             wanted = _research(text, tools)
-            if wanted is None:
+            notes = _notes(request.system_instruction or "")
+            helpers = _agent_tools(request)
+            if wanted is None and helpers and notes:  # check the first note with an agent
+                wanted = helpers[0], {"request": f"Check: {notes[0]}"}
+            elif wanted is None:
                 return self._say(write_from_notes(request.system_instruction or ""))
         else:
             wanted = choose_call(text, tools)
@@ -160,10 +167,20 @@ def _research(text: str, tools: Collection[str]) -> tuple[str, dict[str, Any]] |
     return searches[0], {"query": topic.group(1) if topic else text.strip()}
 
 
+def _agent_tools(request: LlmRequest) -> list[str]:
+    """The request's tools that are agents (``AgentTool``: one ``request`` parameter)."""
+    return [d.name for d in request.tools
+            if set(d.parameters.get("properties", {})) == {"request"}]
+
+
+def _notes(instruction: str) -> list[str]:
+    return [line[2:].strip() for line in instruction.splitlines()
+            if line.startswith("- ") and line[2:].strip()]
+
+
 def write_from_notes(instruction: str) -> str:
     """A short report from the notes an instruction holds (its lines ``- …``), or help."""
-    notes = [line[2:].strip() for line in instruction.splitlines()
-             if line.startswith("- ") and line[2:].strip()]
+    notes = _notes(instruction)
     if not notes:
         return HELP
     return "Here is what the research found. " + " ".join(notes)
@@ -177,6 +194,8 @@ def choose_call(text: str, tools: Collection[str] = ()) -> tuple[str, dict[str, 
     lower = text.lower()
     if "story" in lower:
         return None
+    if lower.startswith("check"):
+        return "check_claim", {"claim": re.sub(r"^check\W*", "", text.strip(), flags=re.I)}
     if lower.startswith("stop"):
         mine = [name for name in _LIVE_TOOLS if name in tools]
         wanted = "count_people" if "count" in lower or "people" in lower else "watch_price"
@@ -223,9 +242,13 @@ def answer_from_result(name: str, result: dict[str, Any]) -> str:  # raw tool JS
         found = [str(hit) for hit in result["results"]]
         where = name[len("search_"):]
         if not found:
-            return f"No {where} results about {result.get('query', 'that')}."
-        return (f"{len(found)} {where} results about {result.get('query')}: "
-                + "; ".join(found) + ".")
+            return f"Nothing in {where} about {result.get('query', 'that')}."
+        return f"From {where} on {result.get('query')}: " + "; ".join(found) + "."
+    if name == "check_claim":
+        return (f"The claim is {result.get('verdict', 'unchecked')} "
+                f"({result.get('sources', 0)} sources).")
+    if set(result) == {"result"} and isinstance(result["result"], str):  # an agent's answer
+        return f"{name} says: {result['result']}"
     if name == "deploy":
         return (f"Version {result.get('version')} is live on {result.get('environment')} "
                 f"({result.get('status', 'done')}).")
