@@ -1,4 +1,5 @@
-"""headwater benchmarks: runner overhead, tool turns, concurrency, first-event latency, adapters.
+"""headwater benchmarks: runner overhead, tool turns, concurrency, first-event latency, adapters,
+a multi-agent transfer turn.
 
     python benchmarks/run.py [--only S1,S2] [--repeat 3] [--small] [--profile S1]
 
@@ -75,6 +76,10 @@ class Sizes:
     s5_turns: int = 200
     s5_window: int = 5
     h1_result_mib: int = 50
+    m1_chunks: int = 50
+    m1_turns_memory: int = 200
+    m1_turns_sqlite: int = 50
+    m1_warmup: int = 20
 
 
 FULL = Sizes()
@@ -82,7 +87,7 @@ SMALL = Sizes(s1_chunks=50, s1_samples=1, s2_chunks=5, s2_turns_memory=5, s2_tur
               s2_warmup=1, s3_sessions=5, s3_chunks=10, s4_chunks=3, s4_turns=5, s4_warmup=1,
               a1_chunks=50, a1_samples=1, a2_bytes=1 << 12, a2_samples=1, a3_samples=1,
               w1_sessions=3, w1_turns=2, w1_long_events=8, s5_turns=4, s5_window=1,
-              h1_result_mib=1)
+              h1_result_mib=1, m1_chunks=5, m1_turns_memory=5, m1_turns_sqlite=3, m1_warmup=1)
 
 TARGETS: dict[str, dict[str, str]] = {
     "S1": {"overhead_us_per_chunk": "< 2"},
@@ -98,6 +103,7 @@ TARGETS: dict[str, dict[str, str]] = {
     "A3": {"close_seen_ms": "< 100", "httpx_close_seen_ms": "< 100",
            "idle_timeout_overrun_ms": "< 500", "total_deadline_overrun_ms": "< 500",
            "retry_after_1_wait_s": ">= 1"},
+    "M1": {"memory_ms_per_turn": "< 1", "sqlite_ms_per_turn": "< 3"},
     "H1": {"loop_stall_ms": "< 50", "getaddrinfo_ms": "< 100",
            "connections_per_20_calls": "1"},
 }
@@ -130,6 +136,12 @@ METHODS: dict[str, str] = {
            "building the partial LlmResponses (framework work) is INCLUDED, as are the "
            "turn's fixed costs (session copy, user event, request, aggregate) spread over N; "
            "bare = an async generator yielding the same N str objects to `async for`"),
+    "M1": ("mean wall time of a 3-agent transfer turn (create_session + run_async consumed to "
+           "the end): the root `coordinator` calls transfer_to_agent('billing'), billing calls "
+           "transfer_to_agent('refunds'), refunds answers in N chunks (one ScriptedModel "
+           "serves the three agents: 3 model calls, 5 stored events and N partials); after "
+           "warm-up turns, a fresh session per turn; SQLite = SqlSessionService on a file in "
+           "a temp dir (WAL, synchronous=NORMAL)"),
     "S2": ("mean wall time of a turn (create_session + run_async consumed to the end): one "
            "call to a trivial async tool, then an N-chunk SSE answer; after warm-up turns; "
            "SQLite = SqlSessionService on a file in a temp dir (WAL, synchronous=NORMAL)"),
@@ -629,6 +641,55 @@ async def _s5(sizes: Sizes) -> Figures:
     return figures
 
 
+# -- M1: a 3-agent transfer turn -----------------------------------------------------------
+
+
+def transfer_tree(model: BaseLlm, service: BaseSessionService) -> Runner:
+    """``coordinator`` → ``billing`` → ``refunds``, one model for the three."""
+    refunds = Agent(name="refunds", model=model, description="Refunds.")
+    billing = Agent(name="billing", model=model, description="Invoices.", sub_agents=[refunds])
+    coordinator = Agent(name="coordinator", model=model, sub_agents=[billing])
+    return Runner(agent=coordinator, app_name=APP, session_service=service)
+
+
+def transfer_turn_model(turns: int, items: Sequence[str]) -> ScriptedModel:
+    model = ScriptedModel()
+    for _ in range(turns):
+        model.call("transfer_to_agent", {"agent_name": "billing"})
+        model.call("transfer_to_agent", {"agent_name": "refunds"}).reply(*items)
+    return model
+
+
+async def run_transfer_turns(runner: Runner, turns: int, items: Sequence[str]) -> None:
+    for _ in range(turns):
+        count = await drain(runner, await new_session(runner))
+        # two calls and their results, the partials, the answer
+        expect_events(count, len(items) + 5, "M1")
+
+
+async def ms_per_transfer_turn(service: BaseSessionService, turns: int, sizes: Sizes) -> float:
+    items = chunks_of(sizes.m1_chunks)
+    runner = transfer_tree(transfer_turn_model(turns + sizes.m1_warmup, items), service)
+    try:
+        await run_transfer_turns(runner, sizes.m1_warmup, items)
+        gc.collect()
+        start = time.perf_counter_ns()
+        await run_transfer_turns(runner, turns, items)
+        return elapsed_since(start) / turns / 1e6
+    finally:
+        await service.close()
+
+
+async def _m1(sizes: Sizes) -> Figures:
+    from headwater.sessions import SqlSessionService
+
+    memory = await ms_per_transfer_turn(InMemorySessionService(), sizes.m1_turns_memory, sizes)
+    with tempfile.TemporaryDirectory(prefix="hw-bench-") as tmp:
+        sql = SqlSessionService(f"sqlite+aiosqlite:///{tmp}/sessions.db")
+        sqlite = await ms_per_transfer_turn(sql, sizes.m1_turns_sqlite, sizes)
+    return {"memory_ms_per_turn": memory, "sqlite_ms_per_turn": sqlite}
+
+
 # -- harness ------------------------------------------------------------------------------
 
 SCENARIOS: dict[str, Callable[[Sizes], Figures]] = {
@@ -642,6 +703,7 @@ SCENARIOS: dict[str, Callable[[Sizes], Figures]] = {
     "W1": lambda sizes: asyncio.run(_w1(sizes)),
     "S5": lambda sizes: asyncio.run(_s5(sizes)),
     "H1": lambda sizes: hardening.h1(sizes.h1_result_mib),
+    "M1": lambda sizes: asyncio.run(_m1(sizes)),
 }
 
 

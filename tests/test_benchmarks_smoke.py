@@ -39,6 +39,7 @@ FIGURES = {
     "S5": {f"{store}_{key}" for store in ("memory", "sqlite")
            for key in ("turn1_ms", "turn200_ms", "ratio")},
     "H1": {"loop_stall_ms", "getaddrinfo_ms", "connections_per_20_calls"},
+    "M1": {"memory_ms_per_turn", "sqlite_ms_per_turn"},
 }
 
 
