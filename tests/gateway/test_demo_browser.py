@@ -7,12 +7,17 @@ The same chromium and fixtures as ``test_page_browser.py``; the screenshot is le
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
+from headwater import Agent
 from headwater.cli._agents import PROMPT_AGENTS
-from headwater.models.demo import PROMPTS
+from headwater.gateway import create_app
+from headwater.models.demo import PROMPTS, DemoModel
+from headwater.sessions import InMemorySessionService
+from headwater.settings import reload_settings
 
 from .test_page_browser import Serve, browser, demo_app, open_page, run_ended
 
@@ -77,9 +82,11 @@ async def test_each_prompt_typed_into_a_fresh_session_reaches_its_agent(
             await page.get_by_role("button", name="End live", exact=True).click()
             await page.get_by_role("button", name="Go live", exact=True).wait_for()
         elif agent == "people":  # live, and the live panel takes the camera's frames
+            await page.get_by_role("button", name="Play sample frames").wait_for()
+            assert await page.locator("#agent-info").inner_text() == (
+                "agent people · model demo · scripted model")
             assert await answered_by(page, "people") == (
                 "Counting. I'll tell you when the number changes.")
-            await page.get_by_role("button", name="Play sample frames").wait_for()
             await page.get_by_role("button", name="End live", exact=True).click()
             await page.get_by_role("button", name="Go live", exact=True).wait_for()
         else:  # the story: the coordinator tells it itself
@@ -90,3 +97,51 @@ async def test_each_prompt_typed_into_a_fresh_session_reaches_its_agent(
         assert "Ask the agent that has it" not in await page.locator("#log").inner_text()
     # Each prompt has its session; a live prompt has the coordinator's and the live one.
     assert await page.locator("#sessions li").count() == len(PROMPTS) + 2
+
+
+@pytest.fixture
+def paced(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The demo model at a fast reading pace (the page still sees drafts)."""
+    monkeypatch.setenv("HEADWATER_DEMO_WORD_DELAY", "0.003")
+    reload_settings()
+    yield
+    monkeypatch.undo()
+    reload_settings()
+
+
+async def test_an_agent_used_as_a_tool_is_shown_inside_its_calls_card(
+        serve: Serve, open_page: Any, paced: None) -> None:
+    """The research example's writer and its fact checker (an ``AgentTool``): what the checker
+    does is drawn inside the writer's call card, live and again from the history."""
+    from headwater.agents.agent_tool import AgentTool
+    from headwater.examples.research import check_claim
+
+    model = DemoModel()
+    checker = Agent(name="fact_checker", model=model, tools=[check_claim],
+                    description="Checks a claim against sources with check_claim.")
+    writer = Agent(name="writer", model=model, tools=[AgentTool(checker)],
+                   instruction="Write from these notes.\n- Rivers carry sediment to the sea.")
+    app = create_app(writer, session_service=InMemorySessionService())
+    page = await open_page(await serve(app))
+    await page.get_by_label("Message", exact=True).fill("Research rivers")
+    await page.get_by_role("button", name="Send", exact=True).click()
+    report = await answered_by(page, "writer")
+    await run_ended(page)
+    assert report == ("Here is what the research found. Rivers carry sediment to the sea. "
+                      "fact_checker says: The claim is supported (2 sources).")
+
+    async def nested() -> None:
+        card = page.get_by_role("region", name="Tool fact_checker")
+        inside = card.locator(":scope > .inner")
+        inner = inside.locator('article[data-author="fact_checker"]')
+        assert await inner.locator(".who").inner_text() == "fact_checker"
+        assert await inner.locator(".text").inner_text() == "The claim is supported (2 sources)."
+        if await page.locator("section.tool[data-author]").count():  # cards name their agent
+            assert await inside.get_by_role("region", name="Tool check_claim").count() == 1
+        # The writer's own message is not inside: it follows the card.
+        assert await card.locator('article[data-author="writer"]').count() == 0
+
+    await nested()
+    await page.reload()
+    await page.locator('article[data-author="writer"]').wait_for()
+    await nested()

@@ -121,7 +121,7 @@ test("several authors at once: each draft, keyed by author and branch, rebuilds 
 });
 
 // Two searchers of a parallel agent, one author name on two branches, and a writer whose
-// tool is an agent (its inner activity on "<tool>/<call id>", nested under the call).
+// tool is an agent (its inner activity on "<calling agent>:<call id>", nested under the call).
 const TREE = [
   frame("delta", { author: "searcher", branch: "research.web", text: "Web " }),
   frame("delta", { author: "searcher", branch: "research.papers", text: "Papers " }),
@@ -129,18 +129,18 @@ const TREE = [
   frame("delta", { author: "searcher", branch: "research.papers", text: "say no." }),
   frame("tool_call", { author: "writer", names: ["checker"],
                        calls: [{ id: "w1", name: "checker" }] }),
-  frame("tool_call", { author: "checker", branch: "checker/w1", names: ["lookup"],
+  frame("tool_call", { author: "checker", branch: "writer:w1", names: ["lookup"],
                        calls: [{ id: "k1", name: "lookup" }] }),
-  frame("tool_progress", { author: "checker", branch: "checker/w1", call_id: "k1",
+  frame("tool_progress", { author: "checker", branch: "writer:w1", call_id: "k1",
                            name: "lookup", type: "part_delta", index: 0, delta: "1/2" }),
-  frame("delta", { author: "checker", branch: "checker/w1", text: "Checked." }),
+  frame("delta", { author: "checker", branch: "writer:w1", text: "Checked." }),
 ];
 
 test("drafts are keyed by author and branch: one author on two branches keeps two drafts", () => {
   const state = play(TREE);
   assert.deepEqual(state.drafts, { "searcher@research.web": "Web says yes.",
                                    "searcher@research.papers": "Papers say no.",
-                                   "checker@checker/w1": "Checked." });
+                                   "checker@writer:w1": "Checked." });
   assert.deepEqual(draftOf(draftKey("searcher", "research.web")),
                    { author: "searcher", branch: "research.web" });
   assert.deepEqual(draftOf("billing"), { author: "billing", branch: null });
@@ -168,12 +168,14 @@ test("a tool call clears its own agent's draft only; cards know their agent and 
                    {});
 });
 
-test("the call an item nests under: the last '/' of its branch, to the next '.'", () => {
+test("the call an item nests under: the last ':' of its branch, to the next '.'", () => {
   assert.equal(outerCallId(undefined), null);
   assert.equal(outerCallId("research.web"), null);
-  assert.equal(outerCallId("checker/w1"), "w1");
-  assert.equal(outerCallId("checker/w1.inner/k9"), "k9");
-  assert.equal(outerCallId("checker/w1.p.web"), "w1");
+  assert.equal(outerCallId("market/c7"), null);  // a live stream's emissions: not a branch call
+  assert.equal(outerCallId("writer:w1"), "w1");
+  assert.equal(outerCallId("writer:w1.checker:k9"), "k9");
+  assert.equal(outerCallId("p.a.writer:w1"), "w1");
+  assert.equal(outerCallId("writer:w1.p.web"), "w1");
   const inner = play(TREE).items.filter((i) => outerCallId(i.branch) === "w1");
   assert.deepEqual(inner.map((i) => [i.kind, i.name, i.author]), [["tool", "lookup", "checker"]]);
 });

@@ -65,15 +65,16 @@ export function draftOf(key) {
     : { author: key.slice(0, at), branch: key.slice(at + 1) };
 }
 
-/** The call a frame on `branch` nests under (docs/frame-protocol.md, Provenance): the last
- *  `/` of the branch starts the call's id, which runs to the next `.` or to the end; null
- *  when no segment names a call (the main line, a parallel agent's branch). */
+/** The call a frame on `branch` nests under (docs/frame-protocol.md, Provenance): an agent
+ *  used as a tool runs on `<calling agent>:<call id>`, so the last `:` of the branch starts
+ *  the call's id, which runs to the next `.` or to the end; null when no segment names a
+ *  call (the main line, a parallel agent's branch). */
 export function outerCallId(branch) {
   if (!branch) return null;
-  const slash = branch.lastIndexOf("/");
-  if (slash === -1) return null;
-  const end = branch.indexOf(".", slash);
-  return end === -1 ? branch.slice(slash + 1) : branch.slice(slash + 1, end);
+  const mark = branch.lastIndexOf(":");
+  if (mark === -1) return null;
+  const end = branch.indexOf(".", mark);
+  return end === -1 ? branch.slice(mark + 1) : branch.slice(mark + 1, end);
 }
 
 function withoutKey(object, key) {
