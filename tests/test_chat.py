@@ -111,8 +111,9 @@ def test_an_answer_is_shown_once(tmp_path: Path, env: dict[str, str],
     term = chat(terminals, cwd=tmp_path, env=env)
     banner = term.expect(PROMPT)
     assert "embedded server http://127.0.0.1:" in banner
-    assert "agent support · model demo" in banner
-    shown = term.say("Where is order 1042?")
+    assert "agent coordinator · model demo" in banner
+    shown = term.say("Where is order 1042?")  # the coordinator hands it to support
+    assert "→ calls transfer_to_agent" in shown
     assert "→ calls lookup_order" in shown
     assert "✓ lookup_order answered" in shown
     assert f"support> {ANSWER_1042}\n" in shown
@@ -127,9 +128,9 @@ def test_an_answer_is_shown_once(tmp_path: Path, env: dict[str, str],
 
 def test_an_approval_is_asked_and_the_deploy_reports_progress(
         tmp_path: Path, env: dict[str, str], terminals: list[Terminal]) -> None:
-    term = chat(terminals, "--agent", "deploy", cwd=tmp_path, env=env)
+    term = chat(terminals, cwd=tmp_path, env=env)
     term.expect(PROMPT)
-    term.child.sendline("Deploy version 2 to staging")
+    term.child.sendline("Deploy version 2 to staging")  # to deploy, through the coordinator
     asked = term.expect(r"Approve deploy\? \[y/n\]")
     assert "→ calls deploy" in asked and "deploy needs your approval" in asked
     shown = term.say("y")
@@ -137,7 +138,7 @@ def test_an_approval_is_asked_and_the_deploy_reports_progress(
     assert "✓ deploy answered" in shown
     assert "deploy> Version 2 is live on staging (live)." in shown
     assert shown.count("is live on staging") == 1
-    # No: the tool does not run, and the model is told.
+    # No: the tool does not run, and the model is told (deploy, which answered, takes it).
     term.child.sendline("Deploy version 3 to production")
     term.expect(r"Approve deploy\? \[y/n\]")
     term.child.sendline("maybe")  # asked again until it is a yes or a no
@@ -172,8 +173,8 @@ def test_ctrl_c_stops_the_run_and_the_chat_goes_on(tmp_path: Path, env: dict[str
     assert history.returncode == 0, history.stderr
     lines = history.stdout.splitlines()
     assert lines[1].endswith("user: Tell me a long story")
-    assert "support: Once upon a time" in lines[2]
-    assert lines[3].endswith("support: error cancelled")
+    assert "coordinator: Once upon a time" in lines[2]  # a story is the coordinator's own
+    assert lines[3].endswith("coordinator: error cancelled")
     assert lines[4].endswith("user: Where is order 1042?")
     assert lines[-1].endswith(f"support: {ANSWER_1042}")
 
@@ -183,8 +184,9 @@ def test_slash_commands_and_going_on_with_a_session(tmp_path: Path, env: dict[st
     term = chat(terminals, cwd=tmp_path, env=env)
     term.expect(PROMPT)
     listed = term.say("/agents")
-    assert "* support · model demo" in listed and "  deploy · model demo" in listed
-    assert "agent docs" in term.say("/agent docs")
+    assert "* coordinator · model demo" in listed and "  market · model demo" in listed
+    assert "agent market" in term.say("/agent market")
+    assert "agent coordinator" in term.say("/agent coordinator")
     shown = term.say("Search the docs for streaming")
     assert "search_docs" in shown and "100%" in shown
     assert "I found 3 pages about streaming" in shown
@@ -197,10 +199,10 @@ def test_slash_commands_and_going_on_with_a_session(tmp_path: Path, env: dict[st
 
     again = chat(terminals, "--session", session, cwd=tmp_path, env=env)
     banner = again.expect(PROMPT)
-    assert "agent docs" in banner
-    assert f"session {session}: 4 events" in banner
+    assert "agent coordinator" in banner
+    assert f"session {session}: 6 events" in banner  # the transfer, then docs' turn
     assert "  you: Search the docs for streaming" in banner
-    shown = again.say("Search the docs for approval")
+    shown = again.say("Search the docs for approval")  # docs answered last: docs takes it
     assert "new session" not in shown  # the same session goes on
     assert "I found 1 pages about approval: Approval gates." in shown
     again.child.sendeof()
@@ -286,8 +288,7 @@ def test_chat_with_a_running_gateway(tmp_path: Path, env: dict[str, str], served
     assert f"gateway {demo_url}/" in banner and "embedded" not in banner
     shown = term.say("Where is order 1042?")
     assert shown.count("Order 1042") == 1 and ANSWER_1042 in shown
-    term.say("/agent deploy")
-    term.child.sendline("Deploy version 2 to staging")
+    term.child.sendline("Deploy version 2 to staging")  # support hands it to deploy, a peer
     term.expect(r"Approve deploy\?")
     shown = term.say("yes")
     assert "100%" in shown and "Version 2 is live on staging" in shown
@@ -354,8 +355,8 @@ def one_line_error(result: subprocess.CompletedProcess[str]) -> str:
     (["--model", "openai:gpt-4o-mini"], "set OPENAI_API_KEY"),
     (["--model", "anthropic:claude-3-5-haiku-latest"], "set ANTHROPIC_API_KEY"),
     (["--model", "gemini:gemini-2.0-flash"], "set GEMINI_API_KEY"),
-    (["--agent", "nobody"], "no agent named 'nobody'; this gateway serves support, docs, "
-                            "deploy, market"),
+    (["--agent", "nobody"], "no agent named 'nobody'; this gateway serves coordinator, "
+                            "market, people"),
     (["--session", "0123"], "(not_found)"),
     (["--url", "ftp://example.org"], "--url must be an http:// or https:// URL"),
     (["--url", "http://127.0.0.1:9", "--model", "demo"], "--model configures the embedded"),
