@@ -10,7 +10,8 @@ and sends it as ``Authorization: Bearer`` on every API call.
 What the page knows about the app comes in the HTML, as JSON (:class:`PageConfig`):
 the agents with their model names, whether each takes live input (frames:
 ``input_stream``) and whether it has a live streaming tool (``live``: the page
-takes a transfer to an agent of that name to a live session with it), and optional hooks an app may set on ``app.state`` —
+takes a transfer to an agent of that name to a live session with it), and
+optional hooks an app may set on ``app.state`` —
 ``page_suggestions`` (prompts shown as buttons: text, or ``{"text", "agent"?,
 "live"?}`` to ask a given agent, over the live WebSocket with ``live``),
 ``page_note`` (a short label in the header, such as "scripted model") and
