@@ -1,8 +1,8 @@
 """Refresh docs/page.png, the README's picture of the page: ``python scripts/screenshot.py``.
 
 Serves ``headwater demo``'s app (demo model, a throwaway SQLite file) on a free
-loopback port, asks the support agent about order 1042 and approves a deploy in
-Debian's chromium (``/usr/bin/chromium``, Playwright's async API), then saves
+loopback port, asks about order 1042 (the coordinator hands it to support) and
+for a deploy (support hands it to deploy) and approves it in Debian's chromium (``/usr/bin/chromium``, Playwright's async API), then saves
 the page. Needs ``pip install -e ".[dev]"`` and ``apt-get install chromium``.
 """
 
