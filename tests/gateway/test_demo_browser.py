@@ -145,3 +145,24 @@ async def test_an_agent_used_as_a_tool_is_shown_inside_its_calls_card(
     await page.reload()
     await page.locator('article[data-author="writer"]').wait_for()
     await nested()
+
+
+async def test_a_live_coordinator_hands_the_camera_to_the_people_counter(
+        serve: Serve, open_page: Any, demo_app: Any) -> None:
+    """Gone live with the coordinator, "Count the people" is transferred in the live run
+    itself: the people counter answers, the live panel shows, and its frames are counted."""
+    page = await open_page(await serve(demo_app, lifespan="on"))
+    await page.get_by_role("button", name="Go live", exact=True).click()
+    await page.wait_for_function("() => !document.getElementById('stop').disabled")  # ready
+    await page.get_by_label("Message", exact=True).fill("Count the people")
+    await page.get_by_role("button", name="Send", exact=True).click()
+    assert await answered_by(page, "people") == (
+        "Counting. I'll tell you when the number changes.")
+    await page.get_by_role("button", name="Play sample frames").click()
+    await page.wait_for_function("() => document.querySelectorAll('.emissions li').length >= 1")
+    assert await page.locator("#agent-info").inner_text() == (
+        "agent coordinator · model demo · scripted model")  # one session, the coordinator's
+    await page.get_by_role("button", name="End live", exact=True).click()
+    await page.get_by_role("button", name="Go live", exact=True).wait_for()
+    assert await page.locator("#sessions li").count() == 1
+    assert await page.get_by_role("alert").count() == 0

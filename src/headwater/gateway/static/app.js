@@ -250,10 +250,18 @@ function draftHint() {
             + "send its first message.");
 }
 
+function liveSpeaker() {
+  // The agent the live run is with: the session's, or the last one that spoke in it (a
+  // live run follows a transfer to another agent of the tree).
+  const spoke = state.items.findLast((i) => (i.kind === "message" || i.kind === "transfer")
+    && i.author !== "user" && !i.branch);
+  return spoke?.kind === "transfer" ? spoke.to : spoke?.author ?? known.get(live?.sessionId)?.agent;
+}
+
 function renderLivePanel() {
-  // Frames only for an agent with a tool that reads them (an input-stream tool).
-  const takesFrames = AGENTS.find((a) => a.name === known.get(live?.sessionId)?.agent)
-    ?.input_stream;
+  // Frames only for an agent with a tool that reads them (an input-stream tool), by name.
+  const names = new Set([known.get(live?.sessionId)?.agent, live ? liveSpeaker() : null]);
+  const takesFrames = AGENTS.some((a) => names.has(a.name) && a.input_stream);
   $("live-panel").hidden = !(live?.ready && takesFrames);
   $("play-frames").hidden = !(CONFIG.sample_frames > 0);
   $("stop-frames").disabled = feed === null;
