@@ -438,7 +438,7 @@ async function send(text) {
   await loadSessions({ quiet: true });  // the run shows its own error, once
   const handed = handoff;
   handoff = null;
-  if (handed && handed.sessionId === id && sessionId === id) {
+  if (handed && handed.sessionId === id && sessionId === id && state.status !== "error") {
     // The conversation went to a live agent: a live session with it takes the message.
     await suggest({ text, agent: handed.agent, live: true });
   }
