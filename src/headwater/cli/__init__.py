@@ -106,9 +106,10 @@ def _parser() -> argparse.ArgumentParser:
     demo = commands.add_parser(
         "demo", formatter_class=formatter, epilog=MODELS_EPILOG,
         help="serve the example agents and their web page on 127.0.0.1",
-        description="Start the gateway on 127.0.0.1 with the example agents (support, docs, "
-                    "deploy, market, people) on the offline demo model and SQLite under "
-                    ".headwater/, print the URL and open a browser. Ctrl-C stops it.")
+        description="Start the gateway on 127.0.0.1 with the example agents (a coordinator "
+                    "that hands each request to support, docs, deploy, market or people) on "
+                    "the offline demo model and SQLite under .headwater/, print the URL and "
+                    "open a browser. Ctrl-C stops it.")
     demo.add_argument("--port", type=_port, default=8000, help="port to listen on (default 8000)")
     demo.add_argument("--no-browser", action="store_true", help="do not open a browser")
     _add_db(demo)
@@ -125,14 +126,14 @@ def _parser() -> argparse.ArgumentParser:
         "chat", formatter_class=formatter, epilog=CHAT_EPILOG + "\n" + MODELS_EPILOG,
         help="chat with the agents in the terminal (the demo's, or a gateway's at --url)",
         description="An interactive chat in the terminal. Without --url it serves the demo's\n"
-                    "agents (support, docs, deploy, market, people; SQLite under .headwater/; the\n"
-                    "offline demo model or --model) on a free 127.0.0.1 port and talks to\n"
-                    "them over HTTP; with --url it talks to a running gateway. Answers\n"
-                    "stream as they come, tools show their progress, approvals are asked\n"
-                    "inline.")
+                    "agents (a coordinator over support, docs, deploy, market and people;\n"
+                    "SQLite under .headwater/; the offline demo model or --model) on a\n"
+                    "free 127.0.0.1 port and talks to them over HTTP; with --url it talks\n"
+                    "to a running gateway. Answers stream as they come, tools show their\n"
+                    "progress, approvals are asked inline.")
     chat.add_argument("--agent", default=None, metavar="NAME",
                       help="the agent to talk to (default: the gateway's first; the demo's "
-                           "are support, docs, deploy, market and people)")
+                           "are coordinator, market and people)")
     chat.add_argument("--url", default=None, metavar="URL",
                       help="a running gateway, e.g. http://127.0.0.1:8000 (default: serve "
                            "the demo's agents in this process)")
