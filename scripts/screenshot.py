@@ -50,6 +50,10 @@ async def shoot(base: str) -> None:
         browser = await playwright.chromium.launch(executable_path="/usr/bin/chromium")
         page = await browser.new_page(viewport={"width": 1100, "height": 720})
         await page.goto(base)
+        # The page has listed the sessions and opened one (a click before that races it).
+        await page.wait_for_function(
+            "() => document.querySelector('#agent-info').innerText.endsWith('scripted model')")
+        await page.wait_for_load_state("networkidle")
         await page.get_by_role("button", name="Where is order 1042?").click()
         await page.wait_for_selector('[data-author="support"]:not([data-draft])')
         await page.wait_for_function("() => document.getElementById('stop').disabled")
