@@ -840,6 +840,8 @@ async function start() {
     }
   };
   const sessions = await loadSessions();
+  // A message sent (or a suggestion taken) while the list loaded has its session: keep it.
+  if (sessionId || starting || active || live) return;
   const remembered = sessionStorage.getItem(SESSION_KEY);
   const chosen = sessions.find((s) => s.id === remembered) ?? sessions[0];
   await openSession(chosen?.id ?? null);
