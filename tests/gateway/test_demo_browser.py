@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from headwater import Agent
 from headwater.cli._agents import PROMPT_AGENTS
+from headwater.examples import research
 from headwater.gateway import create_app
 from headwater.models.demo import PROMPTS, DemoModel
 from headwater.sessions import InMemorySessionService
@@ -43,9 +43,11 @@ async def answered_by(page: Any, agent: str) -> str:
 
 
 async def transferred(page: Any, agent: str) -> None:
-    line = page.locator(f'.transfer[data-to="{agent}"]')
-    if await page.locator(".transfer").count():  # a gateway that sends agent_transfer
-        assert await line.inner_text() == f"coordinator handed the conversation to {agent}"
+    """The page says the coordinator handed the conversation to ``agent`` (and draws no
+    card for the transfer call)."""
+    assert await page.locator(".transfer").all_inner_texts() == [
+        f"coordinator handed the conversation to {agent}"]
+    assert await page.get_by_role("region", name="Tool transfer_to_agent").count() == 0
 
 
 async def test_each_prompt_typed_into_a_fresh_session_reaches_its_agent(
@@ -63,14 +65,14 @@ async def test_each_prompt_typed_into_a_fresh_session_reaches_its_agent(
             await transferred(page, "support")
         elif agent == "docs":
             assert (await answered_by(page, "docs")).startswith("I found 3 pages")
+            await transferred(page, "docs")
             assert await page.get_by_role("progressbar", name="search_docs progress").evaluate(
                 "bar => [bar.value, bar.max]") == [5, 5]
         elif agent == "deploy":
             card = page.get_by_role("region", name="Tool deploy")
             await card.get_by_role("button", name="Approve", exact=True).click()
             assert await answered_by(page, "deploy") == "Version 2 is live on staging (live)."
-            if await card.get_attribute("data-author") is not None:  # frames with provenance
-                assert await card.locator(".who").inner_text() == "deploy"
+            assert await card.locator(".who").inner_text() == "deploy"
             await transferred(page, "deploy")
         elif agent == "market":  # the coordinator's transfer opens a live session with market
             await page.wait_for_function(
@@ -79,6 +81,7 @@ async def test_each_prompt_typed_into_a_fresh_session_reaches_its_agent(
                 "Watching. I'll mention significant moves.")
             assert await page.locator("#agent-info").inner_text() == (
                 "agent market · model demo · scripted model")
+            assert await page.locator(".transfer").count() == 0  # the live session's own
             await page.get_by_role("button", name="End live", exact=True).click()
             await page.get_by_role("button", name="Go live", exact=True).wait_for()
         elif agent == "people":  # live, and the live panel takes the camera's frames
@@ -92,6 +95,7 @@ async def test_each_prompt_typed_into_a_fresh_session_reaches_its_agent(
         else:  # the story: the coordinator tells it itself
             assert agent == "coordinator"
             assert (await answered_by(page, "coordinator")).startswith("Once upon a time")
+            assert await page.locator(".transfer").count() == 0
         await run_ended(page)
         assert await page.get_by_role("alert").count() == 0, prompt
         assert "Ask the agent that has it" not in await page.locator("#log").inner_text()
@@ -109,42 +113,52 @@ def paced(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     reload_settings()
 
 
-async def test_an_agent_used_as_a_tool_is_shown_inside_its_calls_card(
+async def test_the_research_pipeline_labels_each_agent_and_nests_the_checker(
         serve: Serve, open_page: Any, paced: None) -> None:
-    """The research example's writer and its fact checker (an ``AgentTool``): what the checker
-    does is drawn inside the writer's call card, live and again from the history."""
-    from headwater.agents.agent_tool import AgentTool
-    from headwater.examples.research import check_claim
-
-    model = DemoModel()
-    checker = Agent(name="fact_checker", model=model, tools=[check_claim],
-                    description="Checks a claim against sources with check_claim.")
-    writer = Agent(name="writer", model=model, tools=[AgentTool(checker)],
-                   instruction="Write from these notes.\n- Rivers carry sediment to the sea.")
-    app = create_app(writer, session_service=InMemorySessionService())
+    """The research example on the page: two searchers on their branches, each message
+    labelled with its agent; the writer's fact checker (an ``AgentTool``) drawn inside the
+    writer's call card, live and again from the history."""
+    app = create_app(research.build_agent(DemoModel()), session_service=InMemorySessionService())
     page = await open_page(await serve(app))
+    await page.wait_for_function(
+        "() => document.querySelector('#agent-info').innerText.startsWith('agent research')")
     await page.get_by_label("Message", exact=True).fill("Research rivers")
     await page.get_by_role("button", name="Send", exact=True).click()
-    report = await answered_by(page, "writer")
+    await page.locator('article[data-author="writer"]:not([data-draft])').wait_for()
     await run_ended(page)
-    assert report == ("Here is what the research found. Rivers carry sediment to the sea. "
-                      "fact_checker says: The claim is supported (2 sources).")
 
-    async def nested() -> None:
+    async def shown(live: bool) -> None:
+        for agent, branch in (("web", "searchers.web"), ("papers", "searchers.papers")):
+            message = page.locator(f'article[data-author="{agent}"]')
+            assert await message.get_attribute("data-branch") == branch
+            assert await message.locator(".who").inner_text() == agent
+            assert (await message.locator(".text").inner_text()).startswith(
+                f"From {agent} on rivers: ")
+        if live:  # progress is shown, never stored
+            assert await page.get_by_role("progressbar", name="search_web progress").evaluate(
+                "bar => [bar.value, bar.max]") == [3, 3]
         card = page.get_by_role("region", name="Tool fact_checker")
+        assert await card.locator(":scope > .who").inner_text() == "writer"
         inside = card.locator(":scope > .inner")
+        checked = inside.get_by_role("region", name="Tool check_claim")
+        assert await checked.locator(".who").inner_text() == "fact_checker"
+        if not live:  # the writer's request, stored on the call's branch, is labelled so
+            request = inside.locator('article[data-author="user"]')
+            assert await request.locator(".who").inner_text() == "request"
+            assert (await request.locator(".text").inner_text()).startswith("Check: From web")
         inner = inside.locator('article[data-author="fact_checker"]')
-        assert await inner.locator(".who").inner_text() == "fact_checker"
         assert await inner.locator(".text").inner_text() == "The claim is supported (2 sources)."
-        if await page.locator("section.tool[data-author]").count():  # cards name their agent
-            assert await inside.get_by_role("region", name="Tool check_claim").count() == 1
-        # The writer's own message is not inside: it follows the card.
+        # The writer's report follows the card, outside it.
         assert await card.locator('article[data-author="writer"]').count() == 0
+        [report] = await page.locator(
+            '#log > article[data-author="writer"] .text').all_inner_texts()
+        assert report.startswith("Here is what the research found. From web on rivers")
+        assert report.endswith("fact_checker says: The claim is supported (2 sources).")
 
-    await nested()
+    await shown(live=True)
     await page.reload()
     await page.locator('article[data-author="writer"]').wait_for()
-    await nested()
+    await shown(live=False)
 
 
 async def test_a_live_coordinator_hands_the_camera_to_the_people_counter(

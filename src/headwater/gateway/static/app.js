@@ -98,7 +98,9 @@ function messageView(item, draft = false) {
                          "data-branch": item.branch ?? null,
                          "data-draft": draft ? "true" : null, "data-id": item.id ?? null,
                          "aria-busy": draft ? "true" : null },
-            el("span", { class: "who" }, item.author),
+            // The user's turn on a branch is a caller's request to an agent used as a tool.
+            el("span", { class: "who" }, item.author === "user" && item.branch ? "request"
+              : item.author),
             el("div", { class: "text" }, item.text),
             item.interrupted ? el("span", { class: "note" }, "(stopped here)") : null);
 }
@@ -335,11 +337,10 @@ function liveAgent(name) {
 
 function noteHandoff(run, frame) {
   // A transfer to an agent this page serves as a live one (its tools are live streams):
-  // once the run ends, the page asks it again, live (send). Its message in this run counts
-  // too: a gateway that sends no agent_transfer frame still names it as the author.
-  if (frame.type !== "agent_transfer" && frame.type !== "message") return;
+  // once the run ends, the page asks it again, live (send).
+  if (frame.type !== "agent_transfer") return;
   const d = typeof frame.data === "string" ? JSON.parse(frame.data) : (frame.data ?? {});
-  const to = frame.type === "agent_transfer" ? d.to : d.author;
+  const to = d.to;
   if (to && liveAgent(to) && to !== known.get(run.sessionId)?.agent) {
     handoff = { sessionId: run.sessionId, agent: to };
   }
