@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from headwater.errors import ERRORS
+
 pexpect = pytest.importorskip("pexpect")
 
 pytestmark = [pytest.mark.slow,
@@ -304,8 +306,8 @@ def test_chat_with_a_running_gateway(tmp_path: Path, env: dict[str, str], served
     assert term.exit_code() == 0
 
     refused = hw("chat", "--url", auth_url, "--token", "wrong", cwd=work, env=env)
-    assert one_line_error(refused).startswith("headwater chat: The server refused the token. "
-                                              "(unauthorized)")
+    words = ERRORS["unauthorized"].message  # the registry's words for the code
+    assert one_line_error(refused).startswith(f"headwater chat: {words} (unauthorized)")
 
 
 SHOP_FILE = '''

@@ -31,14 +31,19 @@
     └── BudgetExceeded             a run hit one of its budgets
         └── RunLogFull             a run wrote ``run_log_max_frames`` frames
 
-On the wire an error is one of the codes in :data:`ERROR_CODES`; raw provider
-text and tracebacks never leave the process.
+On the wire an error is one of the codes of :data:`ERRORS`, the one registry of
+each code's message, HTTP status, WebSocket close code and retryability (a run
+ends with one of :data:`ERROR_CODES`); :func:`code_of` maps an exception to its
+code. Raw provider text and tracebacks never leave the process.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
-from typing import Final, Literal
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Final, Literal, cast
 
 ErrorCode = Literal[
     "provider_unavailable",
@@ -59,28 +64,119 @@ ErrorCode = Literal[
     "internal",
 ]
 
+GatewayCode = Literal[
+    "unauthorized",
+    "forbidden",
+    "not_found",
+    "invalid_request",
+    "payload_too_large",
+    "request_timeout",
+    "method_not_allowed",
+]
+"""The codes only the gateway answers with (a request refused before any run)."""
+
+WireCode = ErrorCode | GatewayCode
+"""Every code that may leave the process: a run's codes and the gateway's own."""
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorInfo:
+    """Everything the wire says about one error code.
+
+    Attributes:
+        message: the fixed sentence an error event, an error frame's history
+            item or an HTTP error envelope carries (never the provider's text).
+        status: the HTTP status of an HTTP answer with this code.
+        close_code: the WebSocket close code of a live socket ended by this code
+            (before its run starts, or by the run's terminal ``error`` frame).
+        retryable: whether the same request may succeed later (the ``retryable``
+            of ``error`` frames and notices; HTTP answers carry ``Retry-After``).
+    """
+
+    message: str
+    status: int
+    close_code: int
+    retryable: bool
+
+
+ERRORS: Final[Mapping[str, ErrorInfo]] = MappingProxyType({
+    # code: ErrorInfo(message, HTTP status, WebSocket close code, retryable)
+    "provider_unavailable": ErrorInfo(
+        "The model provider could not be reached or kept failing.", 503, 1011, True),
+    "provider_rejected": ErrorInfo("The model provider refused the request.", 502, 1011, False),
+    "provider_truncated": ErrorInfo(
+        "The model's answer broke off mid-stream; none of it was kept.", 502, 1011, False),
+    "provider_timeout": ErrorInfo(
+        "The model provider did not answer in time.", 504, 1011, True),
+    "provider_error": ErrorInfo("The model provider reported an error.", 502, 1011, False),
+    "provider_bad_response": ErrorInfo(
+        "The model provider sent a response that is not its wire format.", 502, 1011, False),
+    "model_protocol_violation": ErrorInfo(
+        "The model broke the event contract; none of its answer was kept.", 502, 1011, False),
+    "tool_call_incomplete": ErrorInfo(
+        "The model sent a tool call that does not form a call.", 502, 1011, False),
+    "budget_exceeded": ErrorInfo("The run spent one of its budgets.", 422, 1011, False),
+    "too_many_streams": ErrorInfo("Too many concurrent streams.", 429, 1013, True),
+    "rate_limited": ErrorInfo("Too many requests.", 429, 1013, True),
+    "session_busy": ErrorInfo("Another run holds the session.", 409, 4409, True),
+    "cancelled": ErrorInfo("The run was cancelled.", 499, 1000, False),
+    "server_shutdown": ErrorInfo("The server is stopping.", 503, 1001, True),
+    "store_unavailable": ErrorInfo("The session store failed.", 503, 1011, True),
+    "internal": ErrorInfo("An internal error occurred.", 500, 1011, False),
+    # the gateway's own
+    "unauthorized": ErrorInfo("Missing or refused credentials.", 401, 1008, False),
+    "forbidden": ErrorInfo("Forbidden.", 403, 1008, False),
+    "not_found": ErrorInfo("Not found.", 404, 4404, False),
+    "invalid_request": ErrorInfo("Invalid request.", 422, 1008, False),
+    "payload_too_large": ErrorInfo("Request body too large.", 413, 1009, False),
+    "request_timeout": ErrorInfo("The request body did not arrive in time.", 408, 1008, False),
+    "method_not_allowed": ErrorInfo("Method not allowed.", 405, 1008, False),
+})
+"""The one registry of error codes: each code's message, HTTP status, WebSocket close
+code and whether it is retryable. Every other table (the gateway's statuses, the
+frames' ``retryable``, the live socket's close codes, the command line's words) is
+read from it."""
+
 ERROR_CODES: Final[frozenset[str]] = frozenset(ErrorCode.__args__)  # type: ignore[attr-defined]
+"""The codes a run can end with (an error event's ``error_code``)."""
+
+ERROR_MESSAGES: Final[Mapping[WireCode, str]] = cast(
+    "Mapping[WireCode, str]",
+    MappingProxyType({code: info.message for code, info in ERRORS.items()}))
+"""The fixed message of each code (from :data:`ERRORS`): what an error event says."""
 
 
-ERROR_MESSAGES: Final[Mapping[ErrorCode, str]] = {
-    "provider_unavailable": "The model provider could not be reached or kept failing.",
-    "provider_rejected": "The model provider refused the request.",
-    "provider_truncated": "The model's answer broke off mid-stream; none of it was kept.",
-    "provider_timeout": "The model provider did not answer in time.",
-    "provider_error": "The model provider reported an error.",
-    "provider_bad_response": "The model provider sent a response that is not its wire format.",
-    "model_protocol_violation": "The model broke the event contract; none of its answer was kept.",
-    "tool_call_incomplete": "The model sent a tool call that does not form a call.",
-    "budget_exceeded": "The run spent one of its budgets.",
-    "too_many_streams": "Too many concurrent streams.",
-    "rate_limited": "Too many requests.",
-    "session_busy": "Another run holds the session.",
-    "cancelled": "The run was cancelled.",
-    "server_shutdown": "The server is stopping.",
-    "store_unavailable": "The session store failed.",
-    "internal": "An internal error occurred.",
-}
-"""The fixed message of each code: what an error event says (never the provider's text)."""
+def error_info(code: str) -> ErrorInfo:
+    """What :data:`ERRORS` says about ``code``; an unknown code is ``internal``'s."""
+    return ERRORS.get(code, ERRORS["internal"])
+
+
+def code_of(error: BaseException, *, phase: Literal["run", "request"] = "run") -> WireCode:
+    """The one mapping of an exception to its wire code.
+
+    Args:
+        error: what was raised.
+        phase: ``"run"`` for an exception that ends a run (the code of its
+            terminal ``error`` frame: always one of :data:`ERROR_CODES`);
+            ``"request"`` for one that refuses a request before any run frame,
+            where a programming mistake of the caller (:class:`UserError`) is
+            ``invalid_request`` and a missing session or run ``not_found``.
+
+    Returns:
+        The error's own ``code`` for a :class:`HeadwaterError`, ``cancelled`` for
+        a cancellation, ``internal`` for anything else (a bug of ours: log it
+        with its traceback).
+    """
+    if isinstance(error, asyncio.CancelledError):
+        return "cancelled"
+    if not isinstance(error, HeadwaterError):
+        return "internal"
+    if phase == "request":
+        if isinstance(error, (SessionNotFoundError, RunNotFound)):
+            return "not_found"
+        if isinstance(error, UserError):
+            return "invalid_request"
+    return error.code
 
 
 def public_message(error: HeadwaterError) -> str:

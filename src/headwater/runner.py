@@ -49,7 +49,7 @@ from .run_config import RunConfig, StreamingMode
 from .sessions.base import BaseSessionService, Lease, Session
 from .sessions.ledger import CallLedger
 from .sessions.memory import InMemorySessionService
-from .settings import Settings, get_settings
+from .settings import Settings, settings_or_default
 from .telemetry import NO_TRACE, RunTrace, error_type, start_run
 from .types import Content, Usage, as_content
 
@@ -704,8 +704,8 @@ class Runner:
         self.artifact_service = artifact_service
         self.clock = clock
         self.app_name = app_name
-        self.session_service = session_service or InMemorySessionService()
-        self.settings = settings or get_settings()
+        self.settings = settings_or_default(settings)
+        self.session_service = session_service or InMemorySessionService(settings=self.settings)
         self.auto_create_session = auto_create_session
         self._owner = f"{socket.gethostname()}:{os.getpid()}:{new_id('runner')}"
         self._ledgers: collections.OrderedDict[tuple[str, str], CallLedger] = (

@@ -301,11 +301,28 @@ _settings: Settings | None = None
 
 
 def get_settings() -> Settings:
-    """The process-wide settings, read from the environment once."""
+    """The process-wide settings, read from the environment once.
+
+    Only the entry points call it (the command line, ``headwater.gateway.serve``,
+    the examples' console): everything below is given its settings, and a
+    constructor given none takes these through :func:`settings_or_default`
+    (docs/architecture.md, "Settings"; ``tests/test_layering.py`` checks it).
+    """
     global _settings
     if _settings is None:
         _settings = Settings()
     return _settings
+
+
+def settings_or_default(settings: Settings | None) -> Settings:
+    """``settings``, or the process-wide ones (:func:`get_settings`) when the caller gave none.
+
+    The one default path of library code: a constructor (``Runner``,
+    ``create_app``, a store, a model adapter, a run log) calls it once with the
+    ``settings`` it was passed and keeps the answer; nothing below fetches
+    settings on its own.
+    """
+    return settings if settings is not None else get_settings()
 
 
 def reload_settings() -> Settings:

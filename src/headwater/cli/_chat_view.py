@@ -19,26 +19,29 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
-from typing import Any
+from types import MappingProxyType
+from typing import Any, Final
 
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, Progress, TaskID, TaskProgressColumn, TextColumn
 
-from ..errors import ERROR_MESSAGES
+from ..errors import ERRORS
 from ..sessions.ledger import CALL_MARK
 from ._gateway_client import WireFrame
 
-CLIENT_ERRORS = {
-    "unauthorized": "The server refused the token.",
-    "not_found": "That session or run no longer exists.",
-    "invalid_request": "The server could not accept that request.",
-    "network": "The connection to the server was lost.",
-    "session_busy": "Another answer is still running in this session.",
-}
-"""Words for the codes a client meets besides the run's own (docs/frame-protocol.md)."""
+NETWORK = "network"
+"""The code ``headwater chat`` shows when the connection to the server is lost (the
+client's own: no server sends it)."""
+
+CLIENT_ERRORS: Final[Mapping[str, str]] = MappingProxyType({
+    **{code: info.message for code, info in ERRORS.items()},
+    NETWORK: "The connection to the server was lost.",
+})
+"""Words for every code a client meets: the registry's messages
+(:data:`headwater.errors.ERRORS`), plus the client's own ``network``."""
 
 _PERCENT = re.compile(r"(\d+(?:\.\d+)?)\s*%")
 _RATIO = re.compile(r"(\d+)\s*/\s*(\d+)")
@@ -46,7 +49,7 @@ _RATIO = re.compile(r"(\d+)\s*/\s*(\d+)")
 
 def error_words(code: str) -> str:
     """A sentence about an error code (the code is shown next to it)."""
-    return CLIENT_ERRORS.get(code) or ERROR_MESSAGES.get(code, "Something went wrong.")  # type: ignore[call-overload]
+    return CLIENT_ERRORS.get(code, "Something went wrong.")
 
 
 def progress_of(delta: str) -> tuple[float, float] | None:

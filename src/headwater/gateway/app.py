@@ -25,7 +25,7 @@ from ..errors import RunNotFound, SessionError, SessionNotFoundError
 from ..events import Event
 from ..sessions.base import BaseSessionService, Session
 from ..sessions.sql import SqlSessionService
-from ..settings import Settings, get_settings
+from ..settings import Settings, settings_or_default
 from ..tools.approval import approval_response
 from ..types import Content, FunctionResponse, Part
 from .agui import add_agui_routes
@@ -152,15 +152,18 @@ def create_app(
     Args:
         agent_or_agents: an agent, or several (addressed by name; the first is the default).
         session_service: where sessions live (default: ``SqlSessionService`` on
-            ``Settings.database_url``, the embedded SQLite file).
+            ``settings.database_url``, the embedded SQLite file, with ``settings``).
         auth: ``StaticTokenAuth``, ``JWTAuth`` or any async callable
             ``token -> user_id | None``; ``None`` is dev mode (one local user).
-        settings: bounds (default: from ``HEADWATER_*`` environment variables). With
+        settings: bounds, for everything the app builds (its runners, the
+            default store, run log and run registry); default: the process-wide
+            settings, from ``HEADWATER_*`` environment variables. With
             ``settings.redis_url`` the app is one replica of several: run frames
             go to Redis Streams and runs are known, counted and cancelled
             across replicas through Redis (needs ``headwater[redis]``).
         run_log: where run frames go (default: Redis Streams with
-            ``settings.redis_url``, else in process).
+            ``settings.redis_url``, else in process, bounded by
+            ``settings.run_log_max_frames``).
         cors_origins: the origins (``http(s)://host[:port]``) whose pages may call
             the gateway from a browser (default: ``Settings.cors_origins``, none);
             see :mod:`.origins`.
@@ -172,13 +175,13 @@ def create_app(
         UserError: no agent, duplicate agent names, or a listed origin that is
             not ``scheme://host[:port]``.
     """
-    settings = settings or get_settings()
+    settings = settings_or_default(settings)
     origins = allowed_origins(settings.cors_origins if cors_origins is None else cors_origins)
     redact_uvicorn_logs()  # the server's own lines may carry a client's token
     agents = ([agent_or_agents] if isinstance(agent_or_agents, BaseAgent)
               else list(agent_or_agents))
     owns_service = session_service is None
-    service = session_service or SqlSessionService(settings.database_url)
+    service = session_service or SqlSessionService(settings.database_url, settings=settings)
     registry: RunRegistry | None = None
     if settings.redis_url:  # an empty HEADWATER_REDIS_URL is none
         from .redis_backend import RedisRunLog, RedisRunRegistry  # needs headwater[redis]
@@ -187,7 +190,7 @@ def create_app(
         if run_log is None:
             run_log = RedisRunLog(settings.redis_url, settings=settings)
     if run_log is None:
-        run_log = InMemoryRunLog(settings.run_log_max_frames)
+        run_log = InMemoryRunLog(settings=settings)
     gateway = Gateway(agents, service, auth, settings, run_log, owns_service, registry)
 
     @contextlib.asynccontextmanager
@@ -359,8 +362,7 @@ def _routes(app: FastAPI, gw: Gateway) -> None:
         if run.ended and after == last:
             return Response(status_code=204)
         if not await gw.runs.has_room(user):
-            raise GatewayHTTPError("too_many_streams", "too many concurrent streams",
-                                   headers={"Retry-After": "1"})
+            raise GatewayHTTPError("too_many_streams")
         return gw.stream(run, after)
 
     @app.post("/runs/{run_id}/cancel", response_model=RunCancelled, tags=["runs"],

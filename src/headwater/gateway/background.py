@@ -19,7 +19,7 @@ from typing import Any
 import uvicorn
 
 from ..errors import UserError
-from ..settings import get_settings
+from ..settings import Settings, settings_or_default
 from .connections import http_protocol
 from .logs import log_config
 
@@ -40,11 +40,13 @@ class BackgroundServer:
         host: the address to bind (default loopback).
         port: the port; 0 picks a free one (see :attr:`url`).
         log_level: uvicorn's log level (default ``"warning"``: quiet in a terminal).
+        settings: ``shutdown_grace`` (the process-wide settings when omitted).
     """
 
     def __init__(self, app: Any, *, host: str = "127.0.0.1", port: int = 0,
-                 log_level: str = "warning") -> None:
-        grace = max(1, math.ceil(get_settings().shutdown_grace))
+                 log_level: str = "warning", settings: Settings | None = None) -> None:
+        self._grace = settings_or_default(settings).shutdown_grace
+        grace = max(1, math.ceil(self._grace))
         config = uvicorn.Config(app, host=host, port=port, log_level=log_level,
                                 log_config=log_config(log_level), access_log=False,
                                 timeout_graceful_shutdown=grace, http=http_protocol())
@@ -99,7 +101,7 @@ class BackgroundServer:
         """Stop serving (open streams get ``shutdown_grace``) and join the thread."""
         self._server.should_exit = True
         if self._thread is not None:
-            grace = get_settings().shutdown_grace + 5 if timeout is None else timeout
+            grace = self._grace + 5 if timeout is None else timeout
             self._thread.join(grace)
             if self._thread.is_alive():
                 self._server.force_exit = True

@@ -20,13 +20,7 @@ from ..agents.agent import Agent
 from ..agents.base import BaseAgent
 from ..agents.live_flow import STOP_STREAMING
 from ..agents.transfer import TRANSFER_TO_AGENT
-from ..errors import (
-    ApprovalError,
-    SessionBusyError,
-    SessionError,
-    SessionNotFoundError,
-    UserError,
-)
+from ..errors import HeadwaterError, SessionError, UserError, code_of
 from ..run_config import RunConfig, StreamingMode
 from ..runner import Runner
 from ..sessions.base import BaseSessionService, Session
@@ -195,27 +189,18 @@ class Gateway:
         """
         self.check_message(message)
         if self.runs.closing:
-            raise GatewayHTTPError("server_shutdown", "the server is stopping",
-                                   headers={"Retry-After": "1"})
+            raise GatewayHTTPError("server_shutdown")
         self.require_rate(await self.runs.over_rate(user_id))
         if not await self.runs.has_room(user_id):
-            raise GatewayHTTPError("too_many_streams", "too many concurrent streams",
-                                   headers={"Retry-After": "1"})
+            raise GatewayHTTPError("too_many_streams")
         mode = StreamingMode.SSE if streaming else StreamingMode.NONE
         try:
             stream = self.runners[agent].run_async(
                 user_id=user_id, session_id=session_id, new_message=message,
                 run_config=RunConfig(streaming_mode=mode))
             await stream.start()
-        except SessionNotFoundError:
-            raise GatewayHTTPError("not_found", NOT_FOUND_SESSION) from None
-        except SessionBusyError:
-            raise GatewayHTTPError("session_busy", "another run holds this session",
-                                   headers={"Retry-After": "1"}) from None
-        except SessionError as exc:
-            raise store_error(exc) from None
-        except (ApprovalError, UserError) as exc:
-            raise GatewayHTTPError("invalid_request", str(exc), status=400) from None
+        except (SessionError, UserError) as exc:
+            raise request_error(exc) from None
         return await self.runs.start(stream, user_id=user_id, session_id=session_id,
                                      agent=agent, resumable=resumable, request_id=request_id,
                                      mapper=self.mappers[agent])
@@ -257,10 +242,30 @@ class Gateway:
                 self.runs.stop(run, "server_shutdown")
 
 
+def request_error(exc: HeadwaterError) -> GatewayHTTPError:
+    """The HTTP answer to an error that refuses a request before any frame.
+
+    The code is :func:`~headwater.errors.code_of`'s (``phase="request"``): a
+    missing session is ``not_found``, a busy one ``session_busy``, a store
+    failure ``store_unavailable`` (logged, by type only), a caller's mistake
+    (:class:`~headwater.errors.UserError`) ``invalid_request`` (400) with its
+    message, which says what to do.
+    """
+    code = code_of(exc, phase="request")
+    if code == "not_found":
+        return GatewayHTTPError("not_found", NOT_FOUND_SESSION)
+    if code == "invalid_request":
+        return GatewayHTTPError("invalid_request", str(exc), status=400)
+    if code == "store_unavailable":
+        logger.warning("the session store failed: %s", type(exc).__name__)
+    elif code == "internal":
+        logger.error("refused a request: %s", type(exc).__name__, exc_info=exc)
+    return GatewayHTTPError(code)
+
+
 def store_error(exc: SessionError) -> GatewayHTTPError:
-    logger.warning("the session store failed: %s", type(exc).__name__)
-    return GatewayHTTPError("store_unavailable", "the session store failed",
-                            headers={"Retry-After": "1"})
+    """:func:`request_error` for a session store's error (``store_unavailable``, …)."""
+    return request_error(exc)
 
 
 def exposes_of(agent: BaseAgent, *, live: bool = False) -> Callable[[str], bool]:

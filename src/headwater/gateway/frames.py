@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Final
 
 from ..agents.transfer import TRANSFER_TO_AGENT
-from ..errors import ERROR_MESSAGES, ErrorCode
+from ..errors import ERRORS, ErrorCode, error_info
 from ..events import Event
 from ..sessions.ledger import CALL_MARK
 from ..types import FunctionResponse, Usage
@@ -32,11 +32,10 @@ from ..types import FunctionResponse, Usage
 FramePayload = tuple[str, dict[str, Any]]
 """A frame before it is numbered and encoded: its type and its data."""
 
-RETRYABLE: Final[frozenset[str]] = frozenset({
-    "provider_unavailable", "provider_timeout", "rate_limited", "too_many_streams",
-    "session_busy", "server_shutdown", "store_unavailable",
-})
-"""Error codes after which the same request may succeed later."""
+RETRYABLE: Final[frozenset[str]] = frozenset(
+    code for code, info in ERRORS.items() if info.retryable)
+"""Error codes after which the same request may succeed later (from the registry,
+:data:`headwater.errors.ERRORS`)."""
 
 _compact = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 
@@ -227,7 +226,7 @@ class FrameMapper:
                 for d in actions.approval_decisions]
         if event.error_code is not None:
             item["error"] = {"code": event.error_code,
-                             "message": ERROR_MESSAGES.get(event.error_code, "")}
+                             "message": error_info(event.error_code).message}
         if actions.transfer_to_agent:
             item["transfer_to"] = actions.transfer_to_agent
         if event.usage is not None:

@@ -21,7 +21,7 @@ from typing import Any, Final
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ..errors import UserError
+from ..errors import ERRORS, UserError
 from ..settings import Settings
 from .problems import ERROR_LOGGED, error_response, new_request_id
 
@@ -147,7 +147,7 @@ class _Exchange:
             declared = _header(self.scope, b"content-length")
             if declared is not None and declared.isdigit() and \
                     int(declared) > self.limits.max_body_bytes:
-                await self._refuse("payload_too_large", "Request body too large.")
+                await self._refuse("payload_too_large")
                 return
             try:
                 async with asyncio.timeout(self.limits.body_read_timeout):
@@ -155,10 +155,10 @@ class _Exchange:
             except _ClientGone:
                 return
             except _TooLarge:
-                await self._refuse("payload_too_large", "Request body too large.")
+                await self._refuse("payload_too_large")
                 return
             except TimeoutError:
-                await self._refuse("request_timeout", "The request body did not arrive in time.")
+                await self._refuse("request_timeout")
                 return
             if lone_surrogate(body):
                 await self._refuse("invalid_request", "The body holds a lone surrogate "
@@ -188,8 +188,10 @@ class _Exchange:
             if not message.get("more_body", False):
                 return b"".join(chunks)
 
-    async def _refuse(self, code: str, message: str, status: int | None = None) -> None:
-        response = error_response(code, message, self.request_id, status=status,
+    async def _refuse(self, code: str, message: str | None = None,
+                      status: int | None = None) -> None:
+        response = error_response(code, ERRORS[code].message if message is None else message,
+                                  self.request_id, status=status,
                                   headers={"Connection": "close"})
         await response(self.scope, self.receive, self.send)
 
@@ -204,7 +206,7 @@ class _Exchange:
                     self.scope["path"], self.request_id, extra={"request_id": self.request_id})
                 state[ERROR_LOGGED] = True
             if self.status is None:
-                response = error_response("internal", "An internal error occurred.",
+                response = error_response("internal", ERRORS["internal"].message,
                                           self.request_id)
                 await response(self.scope, self.receive, self.send)
             elif not self.complete:

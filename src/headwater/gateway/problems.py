@@ -4,13 +4,14 @@ Every error the gateway answers has the same JSON body::
 
     {"error": {"code": "not_found", "message": "session not found", "request_id": "…"}}
 
-``code`` is one of :data:`ERROR_STATUS`'s keys (the run codes of
-:data:`headwater.errors.ErrorCode` that make sense for a plain HTTP answer, plus
-a few HTTP-only ones); ``message`` is short and fixed by the gateway, never an
-exception's text or a request's values; ``request_id`` is the one
-:class:`~headwater.gateway.limits.RequestLimits` put in the ``X-Request-Id``
-response header. :func:`install_error_handlers` makes every failure of a
-FastAPI app (validation, routing, an unexpected exception) answer this way.
+``code`` is one of :data:`ERROR_STATUS`'s keys (every code of the registry,
+:data:`headwater.errors.ERRORS`, whose status is the code's default);
+``message`` is short and fixed by the gateway (the code's registry message
+unless a route says more), never an exception's text or a request's values;
+``request_id`` is the one :class:`~headwater.gateway.limits.RequestLimits` put
+in the ``X-Request-Id`` response header. :func:`install_error_handlers` makes
+every failure of a FastAPI app (validation, routing, an unexpected exception)
+answer this way.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Mapping, MutableMapping
+from types import MappingProxyType
 from typing import Any, Final
 
 from fastapi import FastAPI
@@ -27,51 +29,22 @@ from starlette.exceptions import HTTPException
 from starlette.requests import HTTPConnection, Request
 from starlette.responses import JSONResponse, Response
 
-from ..errors import UserError
+from ..errors import ERRORS, UserError
 
 logger = logging.getLogger("headwater.gateway")
 
-ERROR_STATUS: Final[Mapping[str, int]] = {
-    # run codes (headwater.errors.ErrorCode) a plain HTTP request can end with
-    "session_busy": 409,
-    "too_many_streams": 429,
-    "rate_limited": 429,
-    "server_shutdown": 503,
-    "store_unavailable": 503,
-    "internal": 500,
-    # HTTP-only codes
-    "unauthorized": 401,
-    "forbidden": 403,
-    "not_found": 404,
-    "invalid_request": 422,  # also answered with 400 (pass status=400)
-    "payload_too_large": 413,
-    "request_timeout": 408,
-    "method_not_allowed": 405,
-}
-"""Gateway error code -> its default HTTP status."""
+ERROR_STATUS: Final[Mapping[str, int]] = MappingProxyType(
+    {code: info.status for code, info in ERRORS.items()})
+"""Gateway error code -> its default HTTP status (from :data:`headwater.errors.ERRORS`;
+``invalid_request`` is also answered with 400: pass ``status=400``)."""
 
-_MESSAGES: Final[Mapping[str, str]] = {
-    "unauthorized": "Missing or refused credentials.",
-    "forbidden": "Forbidden.",
-    "not_found": "Not found.",
-    "invalid_request": "Invalid request.",
-    "payload_too_large": "Request body too large.",
-    "request_timeout": "The request body did not arrive in time.",
-    "method_not_allowed": "Method not allowed.",
-    "internal": "An internal error occurred.",
-}
-
-_STATUS_CODES: Final[Mapping[int, str]] = {
+_STATUS_CODES: Final[Mapping[int, str]] = MappingProxyType({
     400: "invalid_request",
-    401: "unauthorized",
-    403: "forbidden",
-    404: "not_found",
-    405: "method_not_allowed",
-    408: "request_timeout",
-    413: "payload_too_large",
-    422: "invalid_request",
-    429: "rate_limited",
-}
+    **{ERRORS[code].status: code for code in (
+        "unauthorized", "forbidden", "not_found", "method_not_allowed", "request_timeout",
+        "payload_too_large", "invalid_request", "rate_limited")},
+})
+"""The code a bare HTTP status (Starlette's routing 404, 405…) is answered with."""
 
 ERROR_LOGGED: Final = "error_logged"
 """Key of ``scope["state"]`` set once an unexpected exception has been logged and answered."""
@@ -108,22 +81,34 @@ class GatewayHTTPError(Exception):
 
     Attributes:
         code: a key of :data:`ERROR_STATUS`.
-        message: what the envelope says; keep user input and secrets out of it.
+        message: what the envelope says (the code's registry message when not
+            given); keep user input and secrets out of it.
         status: the HTTP status (the code's default unless given).
-        headers: extra response headers (``WWW-Authenticate``, ``Retry-After``…).
+        headers: extra response headers (``WWW-Authenticate``, ``Retry-After``…);
+            a retryable code (:data:`headwater.errors.ERRORS`) carries
+            ``Retry-After: 1`` unless they give one.
 
     Raises:
         UserError: at construction, for a code that is not in
             :data:`ERROR_STATUS` and no explicit ``status``.
     """
 
-    def __init__(self, code: str, message: str, *, status: int | None = None,
+    def __init__(self, code: str, message: str | None = None, *, status: int | None = None,
                  headers: Mapping[str, str] | None = None) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
         self.status = _status_of(code, status)
+        self.code = code
+        self.message = message if message is not None else _message_of(code)
+        super().__init__(self.message)
         self.headers: dict[str, str] = dict(headers or {})
+        info = ERRORS.get(code)
+        if info is not None and info.retryable and not any(
+                k.lower() == "retry-after" for k in self.headers):
+            self.headers["Retry-After"] = "1"
+
+
+def _message_of(code: str) -> str:
+    info = ERRORS.get(code)
+    return info.message if info is not None else "Request failed."
 
 
 def _status_of(code: str, status: int | None) -> int:
@@ -239,8 +224,7 @@ async def _on_http_exception(request: Request, exc: Exception) -> Response:
     if status in (204, 304):  # no body allowed
         return Response(status_code=status, headers=exc.headers)
     code = _STATUS_CODES.get(status, "internal" if status >= 500 else "invalid_request")
-    message = _MESSAGES.get(code, "Request failed.")
-    return error_response(code, message, request_id_of(request), status=status,
+    return error_response(code, _message_of(code), request_id_of(request), status=status,
                           headers=exc.headers)
 
 
@@ -249,4 +233,4 @@ async def _on_unexpected(request: Request, exc: Exception) -> Response:
     logger.error("unhandled error in %s %s (request %s)", request.method, request.url.path,
                  request_id, exc_info=exc, extra={"request_id": request_id})
     request.scope.setdefault("state", {})[ERROR_LOGGED] = True
-    return error_response("internal", _MESSAGES["internal"], request_id)
+    return error_response("internal", _message_of("internal"), request_id)

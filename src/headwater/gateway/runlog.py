@@ -23,7 +23,7 @@ from collections.abc import AsyncGenerator, Mapping
 from typing import Any, Protocol
 
 from ..errors import RunLogClosed, RunLogFull, RunNotFound, UserError
-from ..settings import get_settings
+from ..settings import Settings, settings_or_default
 from .sse import TERMINAL_TYPES, Frame, encode_frame
 
 
@@ -158,15 +158,18 @@ class InMemoryRunLog(RunLog):
 
     Args:
         max_frames: the non-terminal frames one run may write (``RunLogFull``
-            past it); ``Settings.run_log_max_frames`` by default.
+            past it); ``settings.run_log_max_frames`` by default.
+        settings: where that default comes from (the process-wide settings
+            when omitted; ``create_app`` passes its own).
 
     Raises:
         ValueError: ``max_frames`` is below 1.
     """
 
-    def __init__(self, max_frames: int | None = None) -> None:
+    def __init__(self, max_frames: int | None = None, *,
+                 settings: Settings | None = None) -> None:
         if max_frames is None:
-            max_frames = get_settings().run_log_max_frames
+            max_frames = settings_or_default(settings).run_log_max_frames
         if max_frames < 1:
             raise ValueError(f"max_frames must be at least 1, got {max_frames}")
         self.max_frames = max_frames

@@ -24,7 +24,7 @@ from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
-from ..errors import HeadwaterError, LeaseLostError, RunLogFull, RunNotFound
+from ..errors import RunNotFound, code_of
 from ..events import Event
 from ..runner import RunStream
 from ..settings import Settings
@@ -296,14 +296,10 @@ class RunManager:
             code = "server_shutdown" if reason == "server_shutdown" else "cancelled"
             terminal = error_frame(code, run.request_id)
             run.status = "interrupted" if code == "server_shutdown" else "cancelled"
-        except RunLogFull:
-            terminal = error_frame("budget_exceeded", run.request_id)
-        except LeaseLostError:
-            terminal = error_frame("session_busy", run.request_id)
         except Exception as exc:
-            code = exc.code if isinstance(exc, HeadwaterError) else "internal"
+            code = code_of(exc)  # RunLogFull: budget_exceeded; LeaseLostError: session_busy
             # The client gets the code only; the log says what happened (for `internal`, a
-            # bug: with its traceback, at ERROR).
+            # bug of ours: with its traceback, at ERROR).
             logger.log(logging.ERROR if code == "internal" else logging.WARNING,
                        "run %s failed (%s): %s: %s", run.id, code, type(exc).__name__, exc,
                        exc_info=exc if code == "internal" else None,

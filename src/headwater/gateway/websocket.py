@@ -10,9 +10,10 @@ Opening: the token comes from the ``Sec-WebSocket-Protocol`` header
 (subprotocols ``["bearer", "<token>"]``, accepted as ``bearer``), an
 ``Authorization: Bearer`` header, or the first message ``{"type": "auth",
 "token": …}``. Before the run starts the socket answers only with a close
-code: 1008 for a missing or refused token, 4404 for a session that is missing
-or another user's (the same), 4409 ``session_busy``, 1013 for
-``rate_limited``, ``too_many_streams`` or ``server_shutdown``, 1011 for
+code, the code's in the registry (:data:`headwater.errors.ERRORS`): 1008 for
+a missing or refused token (``unauthorized``), 4404 for a session that is
+missing or another user's (the same), 4409 ``session_busy``, 1013
+``rate_limited`` or ``too_many_streams``, 1001 ``server_shutdown``, 1011
 ``store_unavailable``.
 
 Messages in (JSON text): ``content`` (``text`` or a Content JSON
@@ -26,13 +27,14 @@ which the socket stays open. Only an ``error`` with an id ends the run. The
 opening counts as one request of the user's rate limit (1013 ``rate_limited``
 past it).
 
-Lifetime: the run's terminal frame closes the socket (1000; 1001 for
-``server_shutdown``; 1011 for another error). On shutdown ``headwater serve``
-waits (up to ``shutdown_grace``) for every socket to send its terminal frame
-and close before it closes connections itself (:meth:`Gateway.drain_sockets`).
-The client leaving closes the queue and stops the run, which seals its open
-calls; the handler returns only once the run's task has ended (bounded by
-``Settings.live_stop_timeout``).
+Lifetime: the run's terminal frame closes the socket (1000 after ``done``;
+after ``error``, its code's close code: 1000 ``cancelled``, 1001
+``server_shutdown``, 4409 ``session_busy``, 1011 for the others). On shutdown
+``headwater serve`` waits (up to ``shutdown_grace``) for every socket to send
+its terminal frame and close before it closes connections itself
+(:meth:`Gateway.drain_sockets`). The client leaving closes the queue and stops
+the run, which seals its open calls; the handler returns only once the run's
+task has ended (bounded by ``Settings.live_stop_timeout``).
 """
 
 from __future__ import annotations
@@ -44,20 +46,21 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Mapping
 from contextlib import aclosing
+from types import MappingProxyType
 from typing import Annotated, Any, Final, Literal
 
 from fastapi import FastAPI, WebSocket, WebSocketDisconnect
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
-from ..errors import QueueFull, SessionBusyError, SessionError, SessionNotFoundError, UserError
+from ..errors import ERRORS, QueueFull, SessionError, UserError, code_of
 from ..live_request_queue import LiveRequestQueue
 from ..sse import encode_json
 from ..types import Blob, Content
 from .auth import DEV_USER, bearer_token
 from .core import Gateway, exposes_of
-from .frames import RETRYABLE, FrameMapper
+from .frames import FrameMapper
 from .problems import GatewayHTTPError, request_id_of, validation_message
 from .runs import Run
 from .sse import Frame
@@ -69,16 +72,9 @@ SUBPROTOCOL: Final = "bearer"
 
 CLOSE_NORMAL: Final = 1000
 CLOSE_GOING_AWAY: Final = 1001
-CLOSE_POLICY: Final = 1008
-CLOSE_TOO_BIG: Final = 1009
-CLOSE_INTERNAL: Final = 1011
-CLOSE_TRY_LATER: Final = 1013
-CLOSE_NOT_FOUND: Final = 4404
-CLOSE_BUSY: Final = 4409
-
-_CLOSE_CODES: Final = {"not_found": CLOSE_NOT_FOUND, "session_busy": CLOSE_BUSY,
-                       "too_many_streams": CLOSE_TRY_LATER, "server_shutdown": CLOSE_TRY_LATER,
-                       "store_unavailable": CLOSE_INTERNAL, "unauthorized": CLOSE_POLICY}
+CLOSE_CODES: Final[Mapping[str, int]] = MappingProxyType(
+    {code: info.close_code for code, info in ERRORS.items()})
+"""Error code -> the close code of a socket it ends (from :data:`headwater.errors.ERRORS`)."""
 
 
 # -- messages in ---------------------------------------------------------------------------------
@@ -308,7 +304,7 @@ class LiveSocket:
                 token = await self._auth_message()
             user = await _user_for(auth, token) if token is not None else None
         if user is None:
-            await self._close(CLOSE_POLICY, "unauthorized")
+            await self._close_with("unauthorized")
             return None
         self.ws.scope.setdefault("state", {})["user"] = user
         if self.gw.rate_limit.take(user) is not None:  # an opening is one request
@@ -339,31 +335,27 @@ class LiveSocket:
         try:
             agent, _ = await gw.find_session(user, self.session_id)
         except GatewayHTTPError as exc:
-            await self._close(_CLOSE_CODES.get(exc.code, CLOSE_INTERNAL), exc.code)
+            await self._close_with(exc.code)
             return None
         if gw.runs.closing:
-            await self._close(CLOSE_TRY_LATER, "server_shutdown")
+            await self._close_with("server_shutdown")
             return None
         if await gw.runs.over_rate(user) is not None:
-            await self._close(CLOSE_TRY_LATER, "rate_limited")
+            await self._close_with("rate_limited")
             return None
         if not await gw.runs.has_room(user):
-            await self._close(CLOSE_TRY_LATER, "too_many_streams")
+            await self._close_with("too_many_streams")
             return None
         stream = gw.runners[agent].run_live(user_id=user, session_id=self.session_id,
                                            live_request_queue=self.queue)
         try:
             await stream.start()
-        except SessionNotFoundError:
-            await self._close(CLOSE_NOT_FOUND, "not_found")
-            return None
-        except SessionBusyError:
-            await self._close(CLOSE_BUSY, "session_busy")
-            return None
         except SessionError as exc:
-            logger.warning("live run on %s: the session store failed: %s", self.session_id,
-                           type(exc).__name__)
-            await self._close(CLOSE_INTERNAL, "store_unavailable")
+            code = code_of(exc, phase="request")
+            if code == "store_unavailable":
+                logger.warning("live run on %s: the session store failed: %s", self.session_id,
+                               type(exc).__name__)
+            await self._close_with(code)
             return None
         run = await gw.runs.start(stream, user_id=user, session_id=self.session_id, agent=agent,
                                   resumable=False, request_id=self.request_id,
@@ -437,7 +429,7 @@ class LiveSocket:
             text, data = message.get("text"), message.get("bytes")
             size = len(data) if data is not None else _utf8_size(text or "", max_bytes)
             if size > max_bytes:
-                raise _Closed(CLOSE_TOO_BIG, "message too big")
+                raise _Closed(CLOSE_CODES["payload_too_large"], "message too big")
             try:
                 if not self.bucket.take():
                     raise _Refused("rate_limited", "too many messages; this one was dropped")
@@ -447,7 +439,8 @@ class LiveSocket:
             except _Refused as refused:
                 await self._send(notice_text("error", {
                     "code": refused.code, "message": refused.message,
-                    "retryable": refused.code in RETRYABLE, "request_id": self.request_id}))
+                    "retryable": ERRORS[refused.code].retryable,
+                    "request_id": self.request_id}))
 
     def _enqueue(self, message: LiveMessage) -> None:
         queue = self.queue
@@ -481,6 +474,10 @@ class LiveSocket:
     async def _send(self, text: str) -> None:
         async with self.lock, asyncio.timeout(self.settings.send_timeout):
             await self.ws.send_text(text)
+
+    async def _close_with(self, code: str) -> None:
+        """Close with an error code's close code (:data:`CLOSE_CODES`), the code as reason."""
+        await self._close(CLOSE_CODES.get(code, CLOSE_CODES["internal"]), code)
 
     async def _close(self, code: int, reason: str) -> None:
         if self.closed:
@@ -517,6 +514,4 @@ def _utf8_size(text: str, bound: int) -> int:
 def _close_code(terminal: Frame) -> int:
     if terminal.type == "done":
         return CLOSE_NORMAL
-    if terminal.data.get("code") == "server_shutdown":
-        return CLOSE_GOING_AWAY
-    return CLOSE_INTERNAL if terminal.data.get("code") != "cancelled" else CLOSE_NORMAL
+    return CLOSE_CODES.get(str(terminal.data.get("code")), CLOSE_CODES["internal"])

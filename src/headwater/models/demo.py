@@ -22,7 +22,7 @@ import re
 from collections.abc import Collection, Sequence
 from typing import Any
 
-from ..settings import get_settings
+from ..settings import Settings, settings_or_default
 from ..types import Usage
 from .llm_request import LlmRequest
 from .scripted import ScriptedCall, ScriptedModel, ScriptedTurn
@@ -73,11 +73,16 @@ class DemoModel(ScriptedModel):
         model: the name reported in requests.
         word_delay: seconds before each streamed word (default:
             ``Settings.demo_word_delay``).
+        settings: where that default comes from (the process-wide settings
+            when omitted).
     """
 
-    def __init__(self, model: str = "demo", *, word_delay: float | None = None) -> None:
+    def __init__(self, model: str = "demo", *, word_delay: float | None = None,
+                 settings: Settings | None = None) -> None:
         super().__init__(model=model, responder=self.respond, record=False)  # serves for days
-        self.word_delay = get_settings().demo_word_delay if word_delay is None else word_delay
+        if word_delay is None:
+            word_delay = settings_or_default(settings).demo_word_delay
+        self.word_delay = word_delay
 
     def respond(self, request: LlmRequest) -> ScriptedTurn:
         """The turn for ``request``: a tool call, an answer from a result, a story or help."""

@@ -33,7 +33,7 @@ from urllib.parse import quote
 from websockets.asyncio.client import ClientConnection
 
 from ..errors import MalformedChunk, UserError
-from ..settings import Settings, get_settings
+from ..settings import Settings, settings_or_default
 from ..types import Blob, Content, FunctionCall, Usage
 from ._env import env_base_url, env_key
 from ._live_socket import SocketConnection, SocketModel, logger
@@ -75,7 +75,7 @@ class GeminiLiveModel(SocketModel):
         self._api_key = api_key
         self.response_modality = response_modality
         self.realtime_input_config = realtime_input_config
-        self.settings = settings or get_settings()
+        self.settings = settings_or_default(settings)
 
     @property
     def url(self) -> str:

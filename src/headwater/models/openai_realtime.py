@@ -34,7 +34,7 @@ from urllib.parse import quote
 from websockets.asyncio.client import ClientConnection
 
 from ..errors import ErrorCode, MalformedChunk, ProviderUnavailable, UserError
-from ..settings import Settings, get_settings
+from ..settings import Settings, settings_or_default
 from ..types import Blob, Content, FunctionCall, Usage
 from ._live_socket import SocketConnection, SocketModel, logger
 from ._wire import obj, opt_int, opt_list, opt_obj, opt_str
@@ -68,7 +68,7 @@ class OpenAIRealtimeModel(SocketModel):
         self.base_url = base_url.rstrip("/")
         self._api_key = api_key
         self.output_modality = output_modality
-        self.settings = settings or get_settings()
+        self.settings = settings_or_default(settings)
 
     @property
     def url(self) -> str:

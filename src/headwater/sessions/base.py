@@ -28,7 +28,7 @@ from typing import Any
 
 from ..errors import PartialEventError, SessionBusyError
 from ..events import Event
-from ..settings import get_settings
+from ..settings import Settings
 from ..state import TEMP_PREFIX
 
 
@@ -88,7 +88,14 @@ class BaseSessionService(ABC):
     Every method is safe to call concurrently from one event loop. Methods that
     take ``app_name``/``user_id``/``session_id`` treat a session of another
     user exactly like a missing one.
+
+    Attributes:
+        lease_poll_interval: the first pause between attempts of
+            ``acquire_lease(wait=…)``; a store sets it from the settings it is
+            given (``Settings.lease_poll_interval``), else the setting's default.
     """
+
+    lease_poll_interval: float = Settings.model_fields["lease_poll_interval"].default
 
     @abstractmethod
     async def create_session(
@@ -331,7 +338,7 @@ class BaseSessionService(ABC):
         if ttl <= 0:
             raise ValueError(f"ttl must be positive, not {ttl}")
         deadline = time.monotonic() + max(wait, 0.0)
-        interval = get_settings().lease_poll_interval
+        interval = self.lease_poll_interval
         while True:
             if first is None:
                 taken: Lease | float = await self._try_acquire_lease(

@@ -10,6 +10,7 @@ from typing import Any, Final
 
 from ..errors import CallAlreadyAnsweredError, LeaseLostError, SessionError, SessionNotFoundError
 from ..events import Event
+from ..settings import Settings, settings_or_default
 from .base import BaseSessionService, EventPage, Lease, Session, final_call_ids
 
 _Key = tuple[str, str, str]
@@ -23,9 +24,13 @@ class InMemorySessionService(BaseSessionService):
     and write of one call runs without yielding to the event loop, so leases
     and the one-result-per-call rule are atomic within the process (the only
     place this store is shared).
+
+    Args:
+        settings: ``lease_poll_interval`` (the process-wide settings when omitted).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, settings: Settings | None = None) -> None:
+        self.lease_poll_interval = settings_or_default(settings).lease_poll_interval
         self._sessions: dict[_Key, Session] = {}
         self._answered: dict[_Key, set[str]] = {}
         self._leases: dict[_Key, Lease] = {}

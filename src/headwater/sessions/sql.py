@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 from sqlalchemy.engine import URL, make_url
 
 from ..events import Event, event_from_json, event_to_json
-from ..settings import Settings, get_settings
+from ..settings import Settings, settings_or_default
 from . import _sqlcore as core
 from ._holder import this_process
 from .base import BaseSessionService, EventPage, Lease, Session, final_call_ids
@@ -75,7 +75,7 @@ class SqlSessionService(BaseSessionService):
     """Sessions and events in a SQL database, shared by every process that opens it.
 
     Args:
-        url: a SQLAlchemy-style URL; defaults to ``get_settings().database_url``
+        url: a SQLAlchemy-style URL; defaults to the ``database_url`` setting
             (``sqlite:///.headwater/sessions.db``). Any ``sqlite``
             URL (whatever its driver part) opens the file with the writer-thread
             store; ``postgresql://`` gets the ``asyncpg`` driver. The parent
@@ -86,8 +86,9 @@ class SqlSessionService(BaseSessionService):
             another process); defaults to the ``sqlite_busy_timeout_ms`` setting.
         trace: called with every SQL statement the service's connections run
             (from the thread that runs it), for debugging.
-        settings: the bounds to use (queue, batch, readers, cache, timeouts);
-            defaults to :func:`~headwater.settings.get_settings`.
+        settings: the bounds to use (queue, batch, readers, cache, timeouts,
+            ``lease_poll_interval``); defaults to the process-wide settings
+            (:func:`~headwater.settings.settings_or_default`).
 
     Threads and connections open on first use and stay open until
     :meth:`close`; a call after ``close`` opens new ones. SQLite's threads
@@ -115,7 +116,8 @@ class SqlSessionService(BaseSessionService):
         trace: Callable[[str], None] | None = None,
         settings: Settings | None = None,
     ) -> None:
-        settings = settings or get_settings()
+        settings = settings_or_default(settings)
+        self.lease_poll_interval = settings.lease_poll_interval
         self._url = _resolve_url(url or settings.database_url)
         mode = (synchronous or settings.sqlite_synchronous).upper()
         if mode not in _SYNCHRONOUS_MODES:

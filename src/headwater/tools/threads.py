@@ -4,7 +4,8 @@ A sync function cannot be interrupted. When its call times out or is
 cancelled, the caller moves on, but the thread runs until the function
 returns. On the event loop's default executor such threads would starve
 everything else that uses it — ``getaddrinfo`` for the HTTP client first. So
-sync tools get their own pool (``Settings.sync_tool_workers`` threads): an
+sync tools get their own pool (``Settings.sync_tool_workers`` threads, from the
+runner's settings; outside a run, the setting's default): an
 abandoned call keeps its thread, the pool does not count it as free until the
 function really returns, the abandonment is logged at WARNING (and the late
 return at INFO), and name resolution never waits behind a tool.
@@ -24,7 +25,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any
 
-from ..settings import get_settings
+from ..settings import Settings
 
 logger = logging.getLogger("headwater.tools")
 
@@ -32,6 +33,7 @@ _workers: contextvars.ContextVar[int | None] = contextvars.ContextVar(
     "headwater_sync_tool_workers", default=None)
 _pools: dict[int, _Pool] = {}
 _pools_lock = threading.Lock()
+_DEFAULT_WORKERS: int = Settings.model_fields["sync_tool_workers"].default
 _in_flight = 0  # sync-tool calls submitted and not yet finished, in every pool
 
 
@@ -94,7 +96,7 @@ async def run_sync(name: str, func: Callable[..., Any], /, **kwargs: Any) -> Any
     Cancelling the caller (a timeout) abandons the call: a call still queued
     never runs; a running one keeps its thread until it returns.
     """
-    pool = _pool(_workers.get() or get_settings().sync_tool_workers)
+    pool = _pool(_workers.get() or _DEFAULT_WORKERS)
     context = contextvars.copy_context()
     global _in_flight
     with _pools_lock:
