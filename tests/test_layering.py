@@ -1,4 +1,4 @@
-"""Layers point down (CONVENTIONS §2, DESIGN §9), checked by walking imports with `ast`.
+"""Layers point down (docs/architecture.md, "Layers"), checked by walking imports with `ast`.
 
     0  types, events, errors, settings, ... (explicit list below)
     1  models, tools, sessions, artifacts
@@ -26,6 +26,12 @@ provider emulators of `headwater.testing` builds a ``data:`` line.
 
 Every import counts, including those under `if TYPE_CHECKING:` and inside
 functions.
+
+Settings are passed in, never fetched (docs/architecture.md, "Settings"): only
+the entry points (the command line, `headwater.gateway.serve`, the examples'
+console) call `get_settings()` or build `Settings` from the environment; below
+them a constructor given no settings calls `settings_or_default`, and nothing
+else does.
 """
 
 from __future__ import annotations
@@ -422,6 +428,123 @@ def test_check_private_import_reports(importer: str, imported: str, name: str | 
 def test_check_private_import_allows(importer: str, imported: str, name: str | None,
                                      package: bool) -> None:
     assert check_private_import(importer, imported, name, package=package) is None
+
+
+# -- settings are passed in --------------------------------------------------------------------
+
+SETTINGS_ENTRY_POINTS = ("headwater.settings", "headwater.cli", "headwater.gateway.serve",
+                         "headwater.examples._console")
+"""Where the process-wide settings may be read (a module, or a package and its modules)."""
+FETCHERS = frozenset({"get_settings", "reload_settings"})
+DEFAULT_PATH = "settings_or_default"
+CONSTRUCTORS = frozenset({"__init__", "create_app"})
+"""The functions that may take the default path: an object's construction, and the
+gateway's factory."""
+
+
+def _called_name(node: ast.Call) -> str | None:
+    func = node.func
+    if isinstance(func, ast.Name):
+        return func.id
+    if isinstance(func, ast.Attribute):
+        return func.attr
+    return None
+
+
+class _SettingsUse(ast.NodeVisitor):
+    """Every place a module reads settings on its own, with why it may not."""
+
+    def __init__(self) -> None:
+        self.functions: list[str] = []
+        self.found: list[tuple[int, str]] = []
+
+    def _function(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
+        self.functions.append(node.name)
+        self.generic_visit(node)
+        self.functions.pop()
+
+    visit_FunctionDef = _function
+    visit_AsyncFunctionDef = _function
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+        for alias in node.names:
+            if alias.name in FETCHERS:
+                self.found.append((node.lineno, f"imports {alias.name}"))
+
+    def visit_Name(self, node: ast.Name) -> None:
+        if node.id in FETCHERS:
+            self.found.append((node.lineno, f"uses {node.id}"))
+
+    def visit_Attribute(self, node: ast.Attribute) -> None:
+        if node.attr in FETCHERS:
+            self.found.append((node.lineno, f"uses {node.attr}"))
+        self.generic_visit(node)
+
+    def visit_Call(self, node: ast.Call) -> None:
+        name = _called_name(node)
+        if name == "Settings":
+            self.found.append((node.lineno, "builds Settings from the environment"))
+        elif name == DEFAULT_PATH and (not self.functions
+                                       or self.functions[-1] not in CONSTRUCTORS):
+            where = self.functions[-1] if self.functions else "module level"
+            self.found.append((node.lineno, f"calls {DEFAULT_PATH} in {where}, not in a "
+                                            f"constructor ({', '.join(sorted(CONSTRUCTORS))})"))
+        self.generic_visit(node)
+
+
+def settings_violations(src: Path = SRC) -> list[str]:
+    """One line per place below the entry points that fetches settings instead of taking them."""
+    found = []
+    for path in sorted(src.rglob("*.py")):
+        module = _module_name(path, src)
+        if any(_inside(module, entry) for entry in SETTINGS_ENTRY_POINTS):
+            continue
+        use = _SettingsUse()
+        use.visit(ast.parse(path.read_text(encoding="utf-8"), str(path)))
+        where = path.relative_to(src.parent).as_posix()
+        found += [f"{where}:{line}: {module} {what}: take a Settings argument (only the entry "
+                  f"points read the process-wide settings)" for line, what in use.found]
+    return found
+
+
+def test_settings_are_passed_in_below_the_entry_points() -> None:
+    found = settings_violations()
+    assert not found, "settings fetched instead of passed in:\n" + "\n".join(found)
+
+
+def test_the_settings_walk_reports_every_way_of_fetching(tmp_path: Path) -> None:
+    pkg = _write_package(tmp_path, {
+        "settings.py": "def get_settings(): ...\ndef settings_or_default(s): ...\n"
+                       "class Settings: ...\nget_settings()\n",
+        "cli/run.py": "from ..settings import get_settings\nget_settings()\n",
+        "gateway/serve.py": "from ..settings import get_settings\n",
+        "gateway/app.py": "from ..settings import settings_or_default\n"
+                          "def create_app(settings=None):\n"
+                          "    return settings_or_default(settings)\n",
+        "runner.py": "from . import settings as s\n"
+                     "from .settings import settings_or_default\n"
+                     "class Runner:\n"
+                     "    def __init__(self, settings=None):\n"
+                     "        self.settings = settings_or_default(settings)\n"
+                     "    def run(self):\n"
+                     "        return s.get_settings().tool_timeout\n"
+                     "    def later(self):\n"
+                     "        return settings_or_default(None)\n",
+        "tools/threads.py": "from ..settings import Settings, get_settings as g\n"
+                            "WORKERS = Settings().sync_tool_workers\n",
+    })
+    assert settings_violations(pkg) == [
+        "headwater/runner.py:7: headwater.runner uses get_settings: take a Settings argument "
+        "(only the entry points read the process-wide settings)",
+        "headwater/runner.py:9: headwater.runner calls settings_or_default in later, not in a "
+        "constructor (__init__, create_app): take a Settings argument (only the entry points "
+        "read the process-wide settings)",
+        "headwater/tools/threads.py:1: headwater.tools.threads imports get_settings: take a "
+        "Settings argument (only the entry points read the process-wide settings)",
+        "headwater/tools/threads.py:2: headwater.tools.threads builds Settings from the "
+        "environment: take a Settings argument (only the entry points read the process-wide "
+        "settings)",
+    ]
 
 
 def _write_package(root: Path, files: dict[str, str]) -> Path:
