@@ -1,4 +1,4 @@
-"""H1: the hardening figures the tests must not time (CONVENTIONS §8).
+"""H1: the hardening figures the tests must not time (docs/architecture.md).
 
 - ``loop_stall_ms``: the longest gap a 1 ms ticker on the event loop sees while
   a tool returns a result of ``h1_result_mib`` MiB (serialised and cut to

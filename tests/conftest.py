@@ -1,6 +1,6 @@
 """Shared test setup: a no-network guard, the PostgreSQL and Redis URLs, child-process fixtures.
 
-Tests never reach the network (CONVENTIONS §7): from `pytest_configure` on,
+Tests never reach the network (docs/architecture.md): from `pytest_configure` on,
 connecting a socket, or resolving a name, outside loopback raises
 `RuntimeError` before any packet is sent. Loopback and unix sockets stay open,
 so `FakeProvider`, local PostgreSQL and Redis work.

@@ -1,6 +1,6 @@
 """The benchmark harness still runs: tiny sizes, every scenario, the JSON keys README documents.
 
-No timing is asserted (CONVENTIONS §8): figures live in benchmarks/, not in tests.
+No timing is asserted (docs/architecture.md): figures live in benchmarks/, not in tests.
 """
 
 from __future__ import annotations

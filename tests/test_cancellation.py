@@ -53,7 +53,8 @@ async def test_break_mid_stream_closes_the_model_stream() -> None:
                 break
     assert model.streams[0].closed_early
     events = await history(runner)
-    # What was shown is kept, marked interrupted, then the stop's record (DESIGN §7.5)
+    # What was shown is kept, marked interrupted, then the stop's record
+    # (docs/frame-protocol.md, decision 5)
     assert [e.text for e in events] == ["go", "w0 w1 w2 ", ""]
     assert events[1].interrupted and events[2].error_code == "cancelled"
     again = [e async for e in run(runner, "again")]

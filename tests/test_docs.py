@@ -73,6 +73,22 @@ def test_readme_points_at_docs_and_nothing_missing() -> None:
         assert (ROOT / target).exists(), f"README links to missing {target}"
 
 
+def test_references_point_at_documents_the_repository_carries() -> None:
+    # The design's conventions live in docs/ (architecture.md and its siblings), not in
+    # a CONVENTIONS or DESIGN document the repository does not carry.
+    missing = re.compile(r"\b(?:CONVENTIONS|DESIGN)\b")
+    found = []
+    for folder in ("src", "tests", "benchmarks", "examples", "docs", "scripts"):
+        for path in sorted((ROOT / folder).rglob("*")):
+            if (path.suffix not in (".py", ".md", ".js", ".mjs", ".html", ".toml")
+                    or "node_modules" in path.parts or path == Path(__file__).resolve()):
+                continue
+            for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+                if missing.search(line):
+                    found.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
+    assert not found, "references to documents not in the repository:\n" + "\n".join(found)
+
+
 def test_the_license_is_the_one_pyproject_names() -> None:
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
     assert pyproject["project"]["license"] == {"text": "Apache-2.0"}

@@ -45,7 +45,7 @@ def test_the_registry_holds_every_code_once_and_nothing_else() -> None:
     gateway_codes = set(typing.get_args(GatewayCode))
     assert not run_codes & gateway_codes
     assert set(ERRORS) == run_codes | gateway_codes
-    assert ERROR_CODES == run_codes
+    assert run_codes == ERROR_CODES
 
 
 @pytest.mark.parametrize("code", sorted(ERRORS))

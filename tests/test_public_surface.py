@@ -1,4 +1,4 @@
-"""The public names of docs/public-api.md exist (CONVENTIONS §3).
+"""The public names of docs/public-api.md exist.
 
 The names are read from the python code blocks of docs/public-api.md (the
 repository's copy of the design's public names), so the docs and the code
@@ -123,7 +123,8 @@ def test_all_is_a_sorted_tuple_of_real_names(module: str) -> None:
     exported = getattr(mod, "__all__", None)
     if exported is None:
         if module == "headwater":
-            pytest.fail("headwater/__init__.py must define __all__ (CONVENTIONS §3)")
+            pytest.fail("headwater/__init__.py must define __all__ (docs/architecture.md, "
+                        "\"Layers\")")
         pytest.skip(f"{module} does not define __all__")
     assert isinstance(exported, tuple), f"{module}.__all__ must be a tuple"
     expected = sorted(exported, key=isort_key)

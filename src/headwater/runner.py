@@ -42,6 +42,7 @@ from .errors import (
     SessionError,
     SessionNotFoundError,
     UserError,
+    public_message,
 )
 from .events import Event, EventActions, new_id, random_id
 from .live_request_queue import LiveRequestQueue
@@ -393,8 +394,7 @@ class _Hold:
             logger.warning("run %s: reading the session failed: %s", spec.invocation_id,
                            type(exc).__name__)
             self.failure = Event(invocation_id=spec.invocation_id, author=runner.agent.name,
-                                 error_code=exc.code,
-                                 error_message="the session store failed; the run stopped")
+                                 error_code=exc.code, error_message=public_message(exc))
             await self._release()
             return self
         except BaseException:
@@ -615,7 +615,7 @@ class _Run:
         except SessionError as exc:  # the store failed: one error event, not a raise
             logger.warning("run %s: the session store failed: %s", spec.invocation_id,
                            type(exc).__name__)
-            hold.failure = tree.error_event(exc.code, "the session store failed; the run stopped")
+            hold.failure = tree.error_event(exc.code, public_message(exc))
 
     async def events(self) -> AsyncGenerator[Event, None]:
         """The run's events; every non-partial one was committed before it is yielded."""
@@ -637,8 +637,7 @@ class _Run:
                 logger.warning("run %s: the session store failed: %s", self.spec.invocation_id,
                                type(exc).__name__)
                 hold.trace.fail(exc.code)
-                yield hold.tree.error_event(exc.code,
-                                            "the session store failed; the run stopped")
+                yield hold.tree.error_event(exc.code, public_message(exc))
         except (GeneratorExit, asyncio.CancelledError):
             hold.stopped = self.spec.message is not None  # a live run ends by being closed
             raise

@@ -1,4 +1,7 @@
-"""Every bound in one place (CONVENTIONS §12); each is an env var ``HEADWATER_<NAME>``."""
+"""Every bound in one place; each is an env var ``HEADWATER_<NAME>``.
+
+Settings are passed in, never fetched: docs/architecture.md, "Settings".
+"""
 
 from __future__ import annotations
 

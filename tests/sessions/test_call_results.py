@@ -1,4 +1,4 @@
-"""Each call has exactly one stored final result: the first write wins (DESIGN.md §5)."""
+"""Each call has exactly one stored final result: the first write wins (docs/architecture.md)."""
 
 from __future__ import annotations
 

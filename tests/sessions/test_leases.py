@@ -1,4 +1,4 @@
-"""A session is held by one run at a time, across services and processes (DESIGN.md §5)."""
+"""A session is held by one run at a time, across services and processes (docs/architecture.md)."""
 
 from __future__ import annotations
 

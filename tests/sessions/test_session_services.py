@@ -1,4 +1,4 @@
-"""Session stores behave alike: in memory, SQLite and PostgreSQL (DESIGN.md §5, §7.8).
+"""Session stores behave alike: in memory, SQLite and PostgreSQL (docs/architecture.md).
 
 Most tests take ``store``/``service`` and run on every store; the SQL-only and
 SQLite-only ones narrow ``store`` by indirect parametrization.

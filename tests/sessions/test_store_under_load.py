@@ -1,4 +1,4 @@
-"""The record holds under load: cancels, many writers, many sessions (DESIGN.md §5, §7.8)."""
+"""The record holds under load: cancels, many writers, many sessions (docs/architecture.md)."""
 
 from __future__ import annotations
 

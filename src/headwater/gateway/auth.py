@@ -7,7 +7,7 @@ and tests) and :class:`JWTAuth` (signed JSON Web Tokens, through PyJWT).
 
 The user comes only from the token, never from a body, a path or a query:
 a session, run or call of another user answers 404 exactly like a missing one
-(DESIGN §7.6), which the routes decide with the id returned here.
+(docs/frame-protocol.md, decision 6), which the routes decide with the id returned here.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The frame log of resumable runs (DESIGN §6, §7.1): append once, replay and follow many times.
+"""The frame log of runs (docs/frame-protocol.md): append once, replay and follow many times.
 
 A resumable run writes every frame it sends to a :class:`RunLog`; a client that
 reconnects with ``Last-Event-ID: n`` gets exactly the frames after ``n`` from

@@ -1,4 +1,4 @@
-"""A run's frames on the wire (DESIGN §6), encoded with :mod:`headwater.sse`.
+"""A run's frames on the wire (docs/frame-protocol.md), encoded with :mod:`headwater.sse`.
 
 Every frame a run sends is built here, once: :func:`encode_frame` checks the
 type and renders the bytes with :func:`headwater.sse.encode_event`, and the
@@ -43,7 +43,7 @@ FRAME_TYPES: Final[frozenset[str]] = frozenset({
     "error",
     "done",
 })
-"""The event types a run's stream may carry (DESIGN §6; ``tool_emission`` and
+"""The event types a run's stream may carry (docs/frame-protocol.md; ``tool_emission`` and
 ``turn_complete`` come from live runs only)."""
 
 TERMINAL_TYPES: Final[frozenset[str]] = frozenset({"error", "done"})
