@@ -17,10 +17,10 @@ import pytest
 from headwater import Agent, RunConfig, Runner, StreamingMode
 from headwater.gateway import create_app
 from headwater.models._http import StreamParser
-from headwater.models._sse import ServerSentEvent
 from headwater.models.openai import OpenAIChatModel
 from headwater.sessions import InMemorySessionService
 from headwater.settings import Settings
+from headwater.sse import ServerSentEvent
 from headwater.testing import FakeProvider, Scenario, render_openai
 from headwater.testing.sse import aiter_sse
 
