@@ -308,7 +308,7 @@ class LiveSocket:
             return None
         self.ws.scope.setdefault("state", {})["user"] = user
         if self.gw.rate_limit.take(user) is not None:  # an opening is one request
-            await self._close(CLOSE_TRY_LATER, "rate_limited")
+            await self._close_with("rate_limited")
             return None
         return user
 
