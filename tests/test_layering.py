@@ -433,10 +433,8 @@ def test_check_private_import_allows(importer: str, imported: str, name: str | N
 # -- settings are passed in --------------------------------------------------------------------
 
 SETTINGS_ENTRY_POINTS = ("headwater.settings", "headwater.cli", "headwater.gateway.serve",
-                         "headwater.gateway.connections", "headwater.examples._console")
-"""Where the process-wide settings may be read (a module, or a package and its modules).
-``gateway.connections`` holds the server's connection protocols, which uvicorn builds per
-connection with no arguments, so they read the bounds when a connection opens."""
+                         "headwater.examples._console")
+"""Where the process-wide settings may be read (a module, or a package and its modules)."""
 FETCHERS = frozenset({"get_settings", "reload_settings"})
 DEFAULT_PATH = "settings_or_default"
 CONSTRUCTORS = frozenset({"__init__", "create_app"})

@@ -3,30 +3,20 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from urllib.parse import urlsplit
 
 import pytest
 from fastapi import FastAPI
 
-from headwater.gateway.connections import BoundedH11Protocol, http_protocol
-from headwater.settings import reload_settings
+from headwater.gateway.connections import http_protocol
+from headwater.settings import Settings
 
 from .conftest import Serve
 
 HEADER_TIMEOUT = 0.5
 CAP = 2
-PROTOCOLS = {"h11": BoundedH11Protocol, "auto": http_protocol()}
-
-
-@pytest.fixture(autouse=True)
-def bounds(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.setenv("HEADWATER_HEADER_TIMEOUT", str(HEADER_TIMEOUT))
-    monkeypatch.setenv("HEADWATER_MAX_CONNECTIONS", str(CAP))
-    reload_settings()
-    yield
-    monkeypatch.undo()
-    reload_settings()
+BOUNDS = Settings(header_timeout=HEADER_TIMEOUT, max_connections=CAP)
+PROTOCOLS = ("h11", "auto")
 
 
 def app() -> FastAPI:
@@ -44,9 +34,10 @@ def app() -> FastAPI:
     return served
 
 
-async def start(serve: Serve, protocol: str) -> int:
+async def start(serve: Serve, protocol: str, bounds: Settings = BOUNDS) -> int:
     # uvicorn's own keep-alive timeout is far longer: a close within the waits below is ours
-    base = await serve(app(), http=PROTOCOLS[protocol], timeout_keep_alive=120)
+    base = await serve(app(), http=http_protocol(bounds, protocol),  # type: ignore[arg-type]
+                       timeout_keep_alive=120)
     port = urlsplit(base).port
     assert port is not None
     return port
@@ -91,10 +82,9 @@ async def test_an_answer_slower_than_header_timeout_is_not_cut(serve: Serve,
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 async def test_past_the_cap_a_connection_gets_503_and_the_server_recovers(
-        serve: Serve, protocol: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("HEADWATER_HEADER_TIMEOUT", "60")  # the held ones stay until closed
-    reload_settings()
-    port = await start(serve, protocol)
+        serve: Serve, protocol: str) -> None:
+    held_open = Settings(header_timeout=60, max_connections=CAP)  # held ones stay until closed
+    port = await start(serve, protocol, held_open)
     held = [await asyncio.open_connection("127.0.0.1", port) for _ in range(CAP)]
     await asyncio.sleep(0.1)
     reader, writer = await asyncio.open_connection("127.0.0.1", port)

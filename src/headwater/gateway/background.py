@@ -45,11 +45,12 @@ class BackgroundServer:
 
     def __init__(self, app: Any, *, host: str = "127.0.0.1", port: int = 0,
                  log_level: str = "warning", settings: Settings | None = None) -> None:
-        self._grace = settings_or_default(settings).shutdown_grace
+        settings = settings_or_default(settings)
+        self._grace = settings.shutdown_grace
         grace = max(1, math.ceil(self._grace))
         config = uvicorn.Config(app, host=host, port=port, log_level=log_level,
                                 log_config=log_config(log_level), access_log=False,
-                                timeout_graceful_shutdown=grace, http=http_protocol())
+                                timeout_graceful_shutdown=grace, http=http_protocol(settings))
         self._server = uvicorn.Server(config)
         self._host = host
         self._port = port

@@ -4,8 +4,9 @@ uvicorn times out only an idle keep-alive connection: a client that opens a
 socket and sends half a request line keeps its file descriptor forever, and a
 few hundred of them starve the process (even ``GET /healthz`` is refused). The
 HTTP protocols here are uvicorn's own (httptools when installed, else h11, as
-uvicorn picks) with two bounds added, both read from
-:func:`~headwater.settings.get_settings` when a connection opens:
+uvicorn picks) with two bounds added, from the settings :func:`http_protocol`
+binds into the class it returns (uvicorn builds a protocol per connection with
+no arguments):
 
 - ``header_timeout``: a connection must complete its request head (request
   line and headers) within this many seconds of opening, and each later request
@@ -26,11 +27,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from ..settings import get_settings
+from ..settings import Settings
 
 logger = logging.getLogger("headwater.gateway")
 
@@ -58,6 +59,7 @@ class _Bounds:
     ``connections`` (uvicorn's set of open connections, this one included).
     """
 
+    bounds: Settings  # header_timeout, max_connections: bound by http_protocol()
     loop: asyncio.AbstractEventLoop
     transport: asyncio.Transport
     connections: set[Any]  # uvicorn's protocols, HTTP and WebSocket
@@ -74,7 +76,7 @@ class _Bounds:
 
     def _start_bounds(self) -> bool:
         """Read the bounds; close the connection if over the cap. Whether it stays open."""
-        settings = get_settings()
+        settings = self.bounds
         self._header_timeout = settings.header_timeout
         self._head_timer: asyncio.TimerHandle | None = None
         if len(self.connections) > settings.max_connections:
@@ -144,8 +146,16 @@ if HttpToolsProtocol is not None:
                 self._arm_head_timer()
 
 
-def http_protocol() -> type[asyncio.Protocol]:
-    """The bounded protocol uvicorn's ``http="auto"`` would pick: httptools, else h11."""
-    if HttpToolsProtocol is not None:
-        return BoundedHttpToolsProtocol
-    return BoundedH11Protocol
+def http_protocol(settings: Settings, kind: Literal["auto", "h11"] = "auto"
+                  ) -> type[asyncio.Protocol]:
+    """The bounded protocol for uvicorn's ``http=``, with ``settings``' bounds.
+
+    Args:
+        settings: ``header_timeout`` and ``max_connections``.
+        kind: ``"auto"`` picks as uvicorn would (httptools when installed, else h11).
+    """
+    base: type[_Bounds] = BoundedH11Protocol
+    if kind == "auto" and HttpToolsProtocol is not None:
+        base = BoundedHttpToolsProtocol
+    bound: type[asyncio.Protocol] = type(base.__name__, (base,), {"bounds": settings})
+    return bound

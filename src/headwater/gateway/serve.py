@@ -129,11 +129,12 @@ def serve(spec: str, *, host: str = "127.0.0.1", port: int = 8000, reload: bool 
     """
     app = load_target(spec, model)
     check_bind(app, host, insecure_dev)
-    grace = max(1, math.ceil(get_settings().shutdown_grace))
+    settings = get_settings()
+    grace = max(1, math.ceil(settings.shutdown_grace))
     options: dict[str, Any] = {"host": host, "port": port, "log_level": log_level,
                                "timeout_graceful_shutdown": grace,
                                "log_config": log_config(log_level), "access_log": False,
-                               "http": http_protocol()}
+                               "http": http_protocol(settings)}
     if reload:
         os.environ[TARGET_ENV] = spec
         if model is not None:
