@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -213,6 +213,19 @@ class Settings(BaseSettings):
             results in the OpenTelemetry spans (``gen_ai.input.messages``,
             ``gen_ai.output.messages``, ``gen_ai.tool.call.arguments``/``result``);
             off, no span holds payload text (docs/observability.md).
+        auth_tokens: the bearer tokens ``headwater serve`` gives an agent target
+            (``StaticTokenAuth``): ``token=user`` pairs separated by commas or
+            whitespace, or the path of a file of them (one a line, ``#``
+            comments). ``None``: no static tokens.
+        jwt_key, jwt_key_file: the key ``headwater serve`` checks JSON Web
+            Tokens with (``JWTAuth``): an HMAC secret or a PEM public key, or
+            the file holding it; needs ``jwt_algorithms``.
+        jwt_algorithms: the JWT algorithms accepted, separated by commas
+            (``HS256``, ``RS256,ES256``; never ``none``).
+        jwt_audience, jwt_issuer: the ``aud`` and ``iss`` a JWT must carry
+            (``None``: a token with an ``aud`` is refused; ``iss`` is not checked).
+        jwt_user_claim: the JWT claim holding the user id.
+        jwt_leeway: seconds of clock skew allowed on ``exp``, ``nbf`` and ``iat``.
     """
 
     model_config = SettingsConfigDict(env_prefix="HEADWATER_", extra="ignore",
@@ -298,6 +311,14 @@ class Settings(BaseSettings):
     live_close_timeout: float = Field(default=2.0, gt=0)
     live_go_away_margin: float = Field(default=1.0, ge=0)
     otel_capture_content: bool = False
+    auth_tokens: SecretStr | None = None
+    jwt_key: SecretStr | None = None
+    jwt_key_file: str | None = None
+    jwt_algorithms: str | None = None
+    jwt_audience: str | None = None
+    jwt_issuer: str | None = None
+    jwt_user_claim: str = "sub"
+    jwt_leeway: float = Field(default=0.0, ge=0)
 
 
 _settings: Settings | None = None

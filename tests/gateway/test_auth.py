@@ -17,6 +17,7 @@ from headwater.gateway.auth import (
     Authenticator,
     JWTAuth,
     StaticTokenAuth,
+    auth_from_settings,
     bearer_token,
     is_loopback,
     user_dependency,
@@ -24,6 +25,7 @@ from headwater.gateway.auth import (
 )
 from headwater.gateway.limits import RequestLimits
 from headwater.gateway.problems import GatewayHTTPError, install_error_handlers
+from headwater.settings import Settings
 
 from .conftest import Serve
 
@@ -259,3 +261,74 @@ async def test_dev_mode_over_http_needs_no_header(serve: Serve) -> None:
 )
 def test_is_loopback(host: str, expected: bool) -> None:
     assert is_loopback(host) is expected
+
+
+# -- auth_from_settings: headwater serve's auth from HEADWATER_AUTH_TOKENS / HEADWATER_JWT_* -------
+
+def _settings(**values: Any) -> Settings:
+    return Settings(**values)
+
+
+def test_no_auth_settings_is_dev_mode() -> None:
+    assert auth_from_settings(_settings()) is None
+    assert auth_from_settings(_settings(auth_tokens="  ")) is None
+
+
+async def test_token_pairs_split_at_their_last_equals_sign() -> None:
+    auth = auth_from_settings(_settings(auth_tokens="t1=alice, dG9r==bob\n t3=carol"))
+    assert isinstance(auth, StaticTokenAuth)
+    assert [await auth(t) for t in ("t1", "dG9r=", "t3", "t4", "dG9r")] == [
+        "alice", "bob", "carol", None, None]
+
+
+async def test_a_token_file_with_comments(tmp_path: Any) -> None:
+    path = tmp_path / "tokens"
+    path.write_text("# the gateway's callers\nt1=alice\n\n  # ops\nt2=bob, t3=bob\n")
+    auth = auth_from_settings(_settings(auth_tokens=str(path)))
+    assert auth is not None
+    assert [await auth(t) for t in ("t1", "t2", "t3", "# ops")] == ["alice", "bob", "bob", None]
+    path.write_text("# nothing yet\n")
+    with pytest.raises(UserError, match=r"^HEADWATER_AUTH_TOKENS file .*: no token=user entry$"):
+        auth_from_settings(_settings(auth_tokens=str(path)))
+
+
+async def test_jwt_settings_make_a_jwt_auth(tmp_path: Any) -> None:
+    auth = auth_from_settings(_settings(jwt_key=KEY, jwt_algorithms="HS384, HS256",
+                                        jwt_audience="api", jwt_issuer="iss",
+                                        jwt_user_claim="email", jwt_leeway=5))
+    assert isinstance(auth, JWTAuth)
+    claims = {"email": "a@example.com", "aud": "api", "iss": "iss",
+              "exp": int(time.time()) - 2}  # expired, within the leeway
+    assert await auth(jwt.encode(claims, KEY, algorithm="HS256")) == "a@example.com"
+    assert await auth(jwt.encode({**claims, "iss": "other"}, KEY, algorithm="HS256")) is None
+    key = tmp_path / "key"
+    key.write_text(KEY)
+    from_file = auth_from_settings(_settings(jwt_key_file=str(key), jwt_algorithms="HS256",
+                                             jwt_audience="api", jwt_issuer="iss",
+                                             jwt_user_claim="email", jwt_leeway=5))
+    assert from_file is not None
+    assert await from_file(jwt.encode(claims, KEY, algorithm="HS256")) == "a@example.com"
+
+
+@pytest.mark.parametrize(("values", "message"), [
+    ({"auth_tokens": "secret-token"}, "neither token=user pairs nor the path"),
+    ({"auth_tokens": "a=b a=c"}, "entry 2 repeats a token"),
+    ({"auth_tokens": "a=b", "jwt_key": KEY}, "not both"),
+    ({"jwt_key": KEY, "jwt_key_file": "/k"}, "not both"),
+    ({"jwt_key": KEY}, "needs HEADWATER_JWT_ALGORITHMS"),
+    ({"jwt_key": KEY, "jwt_algorithms": " , "}, "needs HEADWATER_JWT_ALGORITHMS"),
+    ({"jwt_algorithms": "HS256"}, "no HEADWATER_JWT_KEY"),
+    ({"jwt_key": "short", "jwt_algorithms": "HS256"}, r"^HEADWATER_JWT_\*: JWTAuth: "),
+    ({"jwt_key_file": "/nonexistent", "jwt_algorithms": "HS256"},
+     r"HEADWATER_JWT_KEY_FILE: cannot read /nonexistent \(No such file"),
+])
+def test_bad_auth_settings_name_the_setting_not_the_secret(values: dict[str, Any],
+                                                           message: str) -> None:
+    with pytest.raises(UserError, match=message) as raised:
+        auth_from_settings(_settings(**values))
+    assert "secret-token" not in str(raised.value) and KEY not in str(raised.value)
+
+
+def test_settings_do_not_show_the_secrets() -> None:
+    settings = _settings(auth_tokens="secret-token=alice", jwt_key=KEY)
+    assert "secret-token" not in repr(settings) and KEY not in repr(settings)

@@ -48,7 +48,18 @@ SERVE_EPILOG = """\
 models:
   Served agents run on their own models; --model puts every agent of an Agent or
   a list of agents on one model string instead (HEADWATER_MODEL is not read here).
-""" + MODEL_STRINGS
+""" + MODEL_STRINGS + """
+environment (docs/deployment.md):
+  HEADWATER_DATABASE_URL   the session store (--db)
+  HEADWATER_REDIS_URL      the Redis replicas share (--redis-url)
+  HEADWATER_AUTH_TOKENS    token=user pairs, or a file of them: the served agents'
+                           bearer tokens
+  HEADWATER_JWT_KEY (or _KEY_FILE), HEADWATER_JWT_ALGORITHMS, HEADWATER_JWT_AUDIENCE,
+  HEADWATER_JWT_ISSUER     JSON Web Tokens instead (user id: HEADWATER_JWT_USER_CLAIM,
+                           default sub)
+  An Agent target with either is served with that auth (not dev mode, so it may
+  bind any address); an app keeps its own auth.
+"""
 
 RUN_EPILOG = """\
 models:
@@ -76,6 +87,17 @@ def _port(text: str) -> int:
     if not 0 <= port <= 65535:
         raise argparse.ArgumentTypeError(f"a port is 0 to 65535, not {port}")
     return port
+
+
+def _workers(text: str) -> int:
+    """An argparse type: a number of worker processes, at least 1."""
+    try:
+        workers = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of workers: {text!r}") from None
+    if workers < 1:
+        raise argparse.ArgumentTypeError(f"at least 1 worker, not {workers}")
+    return workers
 
 
 def _add_db(parser: argparse.ArgumentParser) -> None:
@@ -191,6 +213,16 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", default="127.0.0.1", help="address (default: %(default)s)")
     serve.add_argument("--port", type=_port, default=8000, help="port (default: %(default)s)")
     serve.add_argument("--reload", action="store_true", help="restart on code changes")
+    serve.add_argument("--workers", type=_workers, default=1, metavar="N",
+                       help="worker processes sharing the port (default: %(default)s)")
+    serve.add_argument("--db", default=None, metavar="URL",
+                       help="session store URL, e.g. postgresql+asyncpg://user@host/db or "
+                            "sqlite:///path.db (default: HEADWATER_DATABASE_URL or "
+                            "sqlite:///.headwater/sessions.db); checked before serving")
+    serve.add_argument("--redis-url", default=None, metavar="URL",
+                       help="a Redis shared by the gateway's replicas, e.g. "
+                            "redis://127.0.0.1:6379/0: run frames, runs and cancels across "
+                            "them (default: HEADWATER_REDIS_URL, else all in the process)")
     serve.add_argument("--insecure-dev", action="store_true",
                        help="allow a gateway without auth on a non-loopback address")
     serve.add_argument("--model", default=None, metavar="M",

@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
+import os
+import socket
 from typing import Any
+from urllib.parse import urlsplit
 
-from ._common import check_port, use_cors_origins
+from ._common import CommandError, check_port, use_cors_origins
+
+REDIS_SCHEMES = ("redis", "rediss", "unix")
+"""The schemes of a Redis URL (redis-py's ``from_url``)."""
 
 
 def serve_command(args: Any) -> int:  # argparse.Namespace
@@ -14,6 +21,8 @@ def serve_command(args: Any) -> int:  # argparse.Namespace
 
     get_settings()  # a bad HEADWATER_* setting fails here, in words
     use_cors_origins(args.cors_origin)
+    use_database(args.db)
+    use_redis(args.redis_url)
     model = args.model
     if model is not None:
         from ._models import resolve_model
@@ -22,5 +31,82 @@ def serve_command(args: Any) -> int:  # argparse.Namespace
         model = "demo:demo" if model == "demo" else model
     check_port(args.host, args.port)  # a busy port fails here, in words
     serve(args.target, host=args.host, port=args.port, reload=args.reload,
-          insecure_dev=args.insecure_dev, log_level=args.log_level, model=model)
+          insecure_dev=args.insecure_dev, log_level=args.log_level, model=model,
+          workers=args.workers)
     return 0
+
+
+def use_database(db: str | None) -> None:
+    """``--db`` (else ``HEADWATER_DATABASE_URL``, when set): check the store answers, and
+    make it the served app's (``HEADWATER_DATABASE_URL``, which workers inherit).
+
+    Raises:
+        CommandError: a malformed or unsupported URL, or a store that does not answer.
+        ImportError: a PostgreSQL URL without asyncpg.
+    """
+    from ..settings import reload_settings
+    from ._store import answered, open_store
+
+    if db is None and not os.environ.get("HEADWATER_DATABASE_URL"):
+        return  # the default embedded file: created on first use, as before
+    if db is not None:
+        from ._store import check_url
+
+        check_url(db)  # a malformed URL fails before it is put in the environment
+        os.environ["HEADWATER_DATABASE_URL"] = db
+        reload_settings()
+    service, shown = open_store(None)
+
+    async def probe() -> None:
+        try:
+            await answered(service.schema_revision(), shown)
+        finally:
+            await service.close()
+
+    asyncio.run(probe())
+
+
+def use_redis(url: str | None) -> None:
+    """``--redis-url`` (else ``HEADWATER_REDIS_URL``, when set): check it is a Redis URL
+    whose server accepts a connection, and make it the served app's
+    (``HEADWATER_REDIS_URL``, the ``redis_url`` setting, which workers inherit).
+
+    Raises:
+        CommandError: not a ``redis://``, ``rediss://`` or ``unix://`` URL, or nothing
+            listens there. The URL is shown without its password.
+    """
+    from ..settings import reload_settings
+
+    if url is None:
+        url = os.environ.get("HEADWATER_REDIS_URL") or None
+        if url is None:
+            return
+    parts = urlsplit(url)
+    shown = _without_password(url)
+    if parts.scheme not in REDIS_SCHEMES:
+        raise CommandError(f"{shown} is not a Redis URL; expected redis://host:6379/0 "
+                           "(or rediss://, unix://)")
+    try:
+        if parts.scheme == "unix":
+            with socket.socket(socket.AF_UNIX) as probe:
+                probe.settimeout(5)
+                probe.connect(parts.path)
+        else:
+            port = parts.port or 6379
+            with socket.create_connection((parts.hostname or "localhost", port), timeout=5):
+                pass
+    except ValueError as exc:  # a port that is not a number
+        raise CommandError(f"{shown} is not a Redis URL ({exc})") from None
+    except OSError as exc:
+        why = exc.strerror or type(exc).__name__
+        raise CommandError(f"cannot reach Redis at {shown} ({why})") from None
+    os.environ["HEADWATER_REDIS_URL"] = url
+    reload_settings()
+
+
+def _without_password(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return parts._replace(netloc=netloc).geturl()

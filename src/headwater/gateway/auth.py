@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import logging
+import os
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Final
 
@@ -26,6 +27,8 @@ from .problems import GatewayHTTPError
 
 if TYPE_CHECKING:
     from jwt.algorithms import AllowedPublicKeys
+
+    from ..settings import Settings
 
 logger = logging.getLogger("headwater.gateway")
 
@@ -143,6 +146,82 @@ def _check_key(key: AllowedPublicKeys | str | bytes, alg: str) -> None:
         raise UserError(f"JWTAuth: the key does not suit {alg}: {exc}") from None
     if too_short:
         raise UserError(f"JWTAuth: {too_short}")
+
+
+def auth_from_settings(settings: Settings) -> Authenticator | None:
+    """The authenticator the ``HEADWATER_AUTH_TOKENS`` / ``HEADWATER_JWT_*`` settings
+    describe (what ``headwater serve`` gives an agent target), or ``None`` when none is set.
+
+    Errors name the setting, never a token or a key.
+
+    Raises:
+        UserError: both static tokens and a JWT key; a malformed token list; a
+            token file that cannot be read; a JWT key without algorithms (or
+            algorithms without a key); a key the algorithms refuse.
+    """
+    tokens = settings.auth_tokens.get_secret_value() if settings.auth_tokens else ""
+    key: str | bytes | None = settings.jwt_key.get_secret_value() if settings.jwt_key else None
+    if key is not None and settings.jwt_key_file:
+        raise UserError("set HEADWATER_JWT_KEY or HEADWATER_JWT_KEY_FILE, not both")
+    if settings.jwt_key_file:
+        key = _read_secret_file(settings.jwt_key_file, "HEADWATER_JWT_KEY_FILE")
+    if tokens.strip() and key is not None:
+        raise UserError("set HEADWATER_AUTH_TOKENS or HEADWATER_JWT_KEY(_FILE), not both: "
+                        "a gateway takes one kind of token")
+    if tokens.strip():
+        return StaticTokenAuth(_token_table(tokens))
+    if key is None:
+        if settings.jwt_algorithms:
+            raise UserError("HEADWATER_JWT_ALGORITHMS is set but no HEADWATER_JWT_KEY "
+                            "(or HEADWATER_JWT_KEY_FILE)")
+        return None
+    algorithms = [a.strip() for a in (settings.jwt_algorithms or "").split(",") if a.strip()]
+    if not algorithms:
+        raise UserError("HEADWATER_JWT_KEY needs HEADWATER_JWT_ALGORITHMS, e.g. HS256 or "
+                        "RS256,ES256")
+    try:
+        return JWTAuth(key, algorithms, audience=settings.jwt_audience,
+                       issuer=settings.jwt_issuer, user_claim=settings.jwt_user_claim,
+                       leeway=settings.jwt_leeway)
+    except UserError as exc:
+        raise UserError(f"HEADWATER_JWT_*: {exc}") from None
+
+
+def _read_secret_file(path: str, name: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as file:
+            return file.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
+        raise UserError(f"{name}: cannot read {path} ({why})") from None
+
+
+def _token_table(text: str) -> dict[str, str]:
+    """``token=user`` pairs (by commas or whitespace), or a file of them when ``text`` names
+    one. A token may end in ``=`` (base64 padding): a pair splits at its last ``=``."""
+    source = "HEADWATER_AUTH_TOKENS"
+    stripped = text.strip()
+    if os.path.isfile(stripped):
+        source = f"HEADWATER_AUTH_TOKENS file {stripped}"
+        lines = _read_secret_file(stripped, "HEADWATER_AUTH_TOKENS").splitlines()
+        entries = [e for line in lines if not line.lstrip().startswith("#")
+                   for e in line.replace(",", " ").split()]
+    elif "=" not in stripped:  # never echoed: it may be a token
+        raise UserError("HEADWATER_AUTH_TOKENS is neither token=user pairs nor the path of "
+                        "a file of them")
+    else:
+        entries = stripped.replace(",", " ").split()
+    table: dict[str, str] = {}
+    for number, entry in enumerate(entries, 1):
+        token, equals, user = entry.rpartition("=")
+        if not equals or not token or not user:
+            raise UserError(f"{source}: entry {number} is not token=user")
+        if token in table:
+            raise UserError(f"{source}: entry {number} repeats a token")
+        table[token] = user
+    if not table:
+        raise UserError(f"{source}: no token=user entry")
+    return table
 
 
 def bearer_token(authorization: str | None) -> str | None:

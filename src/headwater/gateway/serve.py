@@ -33,16 +33,16 @@ from ..errors import UserError
 from ..models.registry import get_model
 from ..settings import get_settings
 from .app import create_app
-from .auth import is_loopback
+from .auth import auth_from_settings, is_loopback
 from .connections import http_protocol
 from .core import Gateway
 from .logs import log_config
 
 TARGET_ENV = "HEADWATER_SERVE_TARGET"
-"""Where ``--reload`` passes the target to the worker it restarts."""
+"""Where ``--reload`` and ``--workers`` pass the target to the workers they start."""
 
 MODEL_ENV = "HEADWATER_SERVE_MODEL"
-"""Where ``--reload`` passes ``--model`` to the worker it restarts."""
+"""Where ``--reload`` and ``--workers`` pass ``--model`` to the workers they start."""
 
 INTERRUPTED = 128 + signal.SIGINT
 """The exit code of a process stopped at once by a second Ctrl-C (130, as a shell's)."""
@@ -51,6 +51,10 @@ INTERRUPTED = 128 + signal.SIGINT
 def load_target(spec: str, model: str | None = None) -> Any:
     """The ASGI app named by ``module:attr`` (an agent or a list of agents becomes a gateway).
 
+    An agent target's gateway authenticates as the ``HEADWATER_AUTH_TOKENS`` /
+    ``HEADWATER_JWT_*`` settings say (:func:`~.auth.auth_from_settings`); without
+    them it is in dev mode. An app keeps its own auth.
+
     Args:
         spec: ``module:attr``.
         model: a model string (``"openai:gpt-4o-mini"``) every served agent runs on
@@ -58,8 +62,9 @@ def load_target(spec: str, model: str | None = None) -> Any:
 
     Raises:
         UserError: the spec is malformed, the module or attribute is missing, the
-            attribute is neither an ASGI app nor agents, ``model`` is given for an
-            app, or ``model`` cannot be resolved.
+            attribute is neither an ASGI app nor agents, ``model`` or auth settings
+            are given for an app, ``model`` cannot be resolved, or the auth settings
+            are bad.
     """
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
@@ -77,15 +82,24 @@ def load_target(spec: str, model: str | None = None) -> Any:
         if not hasattr(target, name):
             raise UserError(f"module {module_name!r} has no attribute {attr!r}")
         target = getattr(target, name)
+    agents: list[Agent] | None = None
     if isinstance(target, Agent):
-        return create_app(_on_model([target], model)[0])
-    if isinstance(target, Sequence) and not isinstance(target, str) and target and all(
+        agents = [target]
+    elif isinstance(target, Sequence) and not isinstance(target, str) and target and all(
             isinstance(a, Agent) for a in target):
-        return create_app(_on_model(list(target), model))
+        agents = list(target)
+    auth = auth_from_settings(get_settings())
+    if agents is not None:
+        served = _on_model(agents, model)
+        return create_app(served[0] if isinstance(target, Agent) else served, auth=auth)
     if callable(target):
         if model is not None:
             raise UserError(f"--model applies to an Agent or a list of agents; {spec} is an "
                             "app, whose agents choose their own models")
+        if auth is not None:
+            raise UserError(f"HEADWATER_AUTH_TOKENS and HEADWATER_JWT_* apply to an Agent or "
+                            f"a list of agents; {spec} is an app, which has its own auth "
+                            "(unset them, or serve the agents)")
         return target
     raise UserError(f"{spec} is {type(target).__name__}: expected an ASGI app, an Agent "
                     "or a list of agents")
@@ -101,7 +115,8 @@ def _on_model(agents: list[Agent], model: str | None) -> list[Agent]:
 
 
 def app_from_env() -> Any:
-    """The app of ``$HEADWATER_SERVE_TARGET`` (the factory ``--reload`` workers call)."""
+    """The app of ``$HEADWATER_SERVE_TARGET`` (the factory ``--reload`` and ``--workers``
+    workers call)."""
     return load_target(os.environ[TARGET_ENV], os.environ.get(MODEL_ENV))
 
 
@@ -121,12 +136,24 @@ def check_bind(app: Any, host: str, insecure_dev: bool) -> None:
 
 
 def serve(spec: str, *, host: str = "127.0.0.1", port: int = 8000, reload: bool = False,
-          insecure_dev: bool = False, log_level: str = "info", model: str | None = None) -> None:
+          insecure_dev: bool = False, log_level: str = "info", model: str | None = None,
+          workers: int = 1) -> None:
     """Run ``spec`` under uvicorn until it is stopped (SIGINT, SIGTERM).
 
+    Args:
+        workers: worker processes; past 1, uvicorn's supervisor starts that many
+            (sharing the listening socket, each loading ``spec`` through
+            :func:`app_from_env`, a dead one replaced) and the settings each
+            reads are the environment's.
+
     Raises:
-        UserError: as :func:`load_target` and :func:`check_bind`.
+        UserError: as :func:`load_target` and :func:`check_bind`; ``workers``
+            below 1, or with ``reload``.
     """
+    if workers < 1:
+        raise UserError(f"--workers is at least 1, not {workers}")
+    if workers > 1 and reload:
+        raise UserError("--reload runs one worker: drop --workers or --reload")
     app = load_target(spec, model)
     check_bind(app, host, insecure_dev)
     settings = get_settings()
@@ -135,12 +162,15 @@ def serve(spec: str, *, host: str = "127.0.0.1", port: int = 8000, reload: bool 
                                "timeout_graceful_shutdown": grace,
                                "log_config": log_config(log_level), "access_log": False,
                                "http": http_protocol(settings)}
-    if reload:
+    if reload or workers > 1:
         os.environ[TARGET_ENV] = spec
         if model is not None:
             os.environ[MODEL_ENV] = model
-        uvicorn.run("headwater.gateway.serve:app_from_env", factory=True, reload=True,
-                    **options)
+        if reload:
+            options["reload"] = True
+        else:
+            options["workers"] = workers
+        uvicorn.run("headwater.gateway.serve:app_from_env", factory=True, **options)
         return
     state = getattr(app, "state", None)
     gateway = getattr(state, "gateway", None)
