@@ -11,6 +11,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -21,7 +22,7 @@ import pytest
 from headwater.sessions import SqlSessionService
 from headwater.testing import FakeProvider, Scenario, render_openai, wait_until
 
-from .deployment import HERE, Served, sent_tool_results, serve
+from .deployment import HERE, Served, need_redis, sent_tool_results, serve
 
 pytestmark = pytest.mark.slow
 
@@ -81,9 +82,11 @@ async def run_where(client: httpx.AsyncClient, provider: FakeProvider, sid: str,
 async def test_an_agent_on_postgresql_in_two_workers_with_tokens_from_the_environment(
         env: dict[str, str], served: list[Served], provider: FakeProvider, postgres_url: str,
         tmp_path: Path) -> None:
-    env = {**env, "HEADWATER_AUTH_TOKENS": f"token-a=alice, {TOKEN_B}=bob"}
+    env = {**env, "HEADWATER_AUTH_TOKENS": f"token-a=alice, {TOKEN_B}=bob",
+           "HEADWATER_REDIS_KEY_PREFIX": f"hwtest:{uuid.uuid4().hex}:"}
     # Auth from the environment: not dev mode, so any address without --insecure-dev.
-    server = await serve("--db", postgres_url, "--workers", "2", "--log-level", "info",
+    server = await serve("--db", postgres_url, "--redis-url", need_redis(), "--workers", "2",
+                         "--log-level", "info",
                          env=env, log=tmp_path / "serve.log", host="0.0.0.0")
     served.append(server)
     await wait_until(lambda: len(workers_of(server.process.pid)) == 2, timeout=30,
@@ -180,6 +183,7 @@ def one_line(result: subprocess.CompletedProcess[str]) -> str:
     (["--redis-url", "redis://:hunter2@127.0.0.1:1/0"], {},
      "cannot reach Redis at redis://:***@127.0.0.1:1/0"),
     (["--workers", "2", "--reload"], {}, "--reload runs one worker"),
+    (["--workers", "2"], {}, "--workers 2 needs --redis-url"),
     ([], {"HEADWATER_AUTH_TOKENS": "hunter2"}, "HEADWATER_AUTH_TOKENS is neither"),
     ([], {"HEADWATER_AUTH_TOKENS": "=alice"}, "entry 1 is not token=user"),
     ([], {"HEADWATER_AUTH_TOKENS": "hunter2=a hunter2=b"}, "entry 2 repeats a token"),

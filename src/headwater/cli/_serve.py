@@ -23,6 +23,11 @@ def serve_command(args: Any) -> int:  # argparse.Namespace
     use_cors_origins(args.cors_origin)
     use_database(args.db)
     use_redis(args.redis_url)
+    if args.workers > 1 and not args.reload and not os.environ.get("HEADWATER_REDIS_URL"):
+        raise CommandError(
+            f"--workers {args.workers} needs --redis-url (or HEADWATER_REDIS_URL): workers "
+            "share runs through Redis; without it a run could be followed or cancelled only "
+            "through the worker that runs it")
     model = args.model
     if model is not None:
         from ._models import resolve_model

@@ -1,0 +1,242 @@
+"""The documented deployment, started by the test: two ``headwater serve`` replicas on one
+PostgreSQL database and one Redis, behind Debian's nginx on deploy/nginx.conf.
+
+Each replica is ``headwater serve deployed_agent:agent --db <postgres> --redis-url
+<redis>`` with its tokens in ``HEADWATER_AUTH_TOKENS``, as docs/deployment.md
+says; nginx runs the repository's configuration with only its port and
+upstream addresses changed. "Through A" and "through B" are requests to one
+replica's own port; the rest go through nginx, which spreads them round-robin.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from headwater.testing import (
+    FakeProvider,
+    Scenario,
+    Sleep,
+    SSEMessage,
+    SSEParser,
+    render_openai,
+    wait_until,
+)
+
+from .deployment import Nginx, Served, need_nginx, need_redis, serve, start_nginx
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
+
+A_TOKEN = {"Authorization": "Bearer token-a"}
+LEASE_TTL = 5.0
+
+
+@dataclass
+class Deployment:
+    a: Served
+    b: Served
+    nginx: Nginx
+    clients: dict[str, httpx.AsyncClient]
+
+    @property
+    def via_a(self) -> httpx.AsyncClient:
+        return self.clients["a"]
+
+    @property
+    def via_b(self) -> httpx.AsyncClient:
+        return self.clients["b"]
+
+    @property
+    def via_nginx(self) -> httpx.AsyncClient:
+        return self.clients["nginx"]
+
+
+@pytest.fixture
+async def deployment(child_env: dict[str, str], tmp_path: Path, provider: FakeProvider,
+                     postgres_url: str) -> AsyncIterator[Deployment]:
+    nginx_binary = need_nginx()
+    redis_url = need_redis()
+    env = {k: v for k, v in child_env.items() if not k.startswith("HEADWATER_")}
+    env |= {"HW_TEST_PROVIDER_URL": provider.base_url,
+            "HEADWATER_AUTH_TOKENS": "token-a=alice",
+            "HEADWATER_REDIS_KEY_PREFIX": f"hwtest:{uuid.uuid4().hex}:",
+            "HEADWATER_SESSION_LEASE_TTL": str(LEASE_TTL),
+            "HEADWATER_REDIS_LIVENESS_TTL": "3",
+            "HEADWATER_HEARTBEAT_INTERVAL": "1", "HEADWATER_SHUTDOWN_GRACE": "2",
+            "HEADWATER_MODEL_MAX_ATTEMPTS": "1"}
+    replicas: list[Served] = []
+    nginx: Nginx | None = None
+    clients: dict[str, httpx.AsyncClient] = {}
+    try:
+        for name in ("a", "b"):
+            replicas.append(await serve("--db", postgres_url, "--redis-url", redis_url,
+                                        "--log-level", "warning", env=env,
+                                        log=tmp_path / f"replica-{name}.log"))
+        nginx = await start_nginx(nginx_binary, tmp_path / "nginx",
+                                  [r.port for r in replicas])
+        for name, url in (("a", replicas[0].base_url), ("b", replicas[1].base_url),
+                          ("nginx", nginx.base_url)):
+            clients[name] = httpx.AsyncClient(base_url=url, timeout=30, headers=A_TOKEN)
+        yield Deployment(replicas[0], replicas[1], nginx, clients)
+    finally:
+        for client in clients.values():
+            await client.aclose()
+        if nginx is not None:
+            nginx.stop()
+        for replica in replicas:
+            replica.stop()
+
+
+# -- reading a run's stream ----------------------------------------------------------------------
+
+
+@dataclass
+class Stream:
+    """An open SSE response, read frame by frame."""
+
+    response: httpx.Response
+    chunks: AsyncIterator[bytes]
+    parser: SSEParser
+    frames: list[SSEMessage]
+    ended: bool = False
+
+    @property
+    def types(self) -> list[str]:
+        return [f.event for f in self.frames]
+
+    async def read_until(self, done: Callable[[Stream], bool], within: float = 30.0) -> None:
+        async with asyncio.timeout(within):
+            while not done(self) and not self.ended:
+                try:
+                    chunk = await anext(self.chunks)
+                except StopAsyncIteration:
+                    self.ended = True
+                    self.frames += self.parser.flush()
+                    break
+                self.frames += self.parser.feed(chunk)
+
+    async def read_to_end(self, within: float = 30.0) -> None:
+        await self.read_until(lambda _: False, within)
+
+
+async def open_stream(client: httpx.AsyncClient, method: str, path: str,
+                      **kwargs: Any) -> Stream:
+    response = await client.send(client.build_request(method, path, **kwargs), stream=True)
+    return Stream(response, response.aiter_raw(), SSEParser(), [])
+
+
+async def new_session(client: httpx.AsyncClient) -> str:
+    response = await client.post("/sessions", json={})
+    assert response.status_code == 201, response.text
+    sid: str = response.json()["id"]
+    return sid
+
+
+def stalled(words: list[str], after: int, seconds: float) -> Scenario:
+    """An OpenAI stream of ``words`` that stops for ``seconds`` after the first ``after``."""
+    events = render_openai(text=words)
+    body: list[bytes | Sleep] = [*events[:1 + after], Sleep(seconds), *events[1 + after:]]
+    return Scenario(body=body)
+
+
+# -- one run per session across the replicas -----------------------------------------------------
+
+
+async def test_five_concurrent_runs_on_one_session_one_proceeds_four_get_409(
+        deployment: Deployment, provider: FakeProvider) -> None:
+    provider.enqueue(stalled(["first ", "second"], after=1, seconds=60))
+    sid = await new_session(deployment.via_nginx)
+    path = f"/sessions/{sid}/runs"
+    streams = await asyncio.gather(*(
+        open_stream(deployment.via_nginx, "POST", path, json={"message": f"go {i}"})
+        for i in range(5)))
+    try:
+        statuses = sorted(s.response.status_code for s in streams)
+        assert statuses == [200, 409, 409, 409, 409], statuses
+        for refused in (s for s in streams if s.response.status_code == 409):
+            body = await refused.response.aread()
+            assert b'"session_busy"' in body, body
+        (running,) = (s for s in streams if s.response.status_code == 200)
+        # Unbuffered through nginx: the first delta arrives while the model is still stalled.
+        await running.read_until(lambda s: "delta" in s.types)
+        assert running.types == ["delta"]
+        assert len(provider.requests) == 1  # only one run reached the model
+    finally:
+        for stream in streams:
+            await stream.response.aclose()
+    # nginx spread the five over both replicas (round-robin), so the 409s came from both.
+    runs = [line for line in deployment.nginx.access() if line[:2] == ["POST", path]]
+    assert len(runs) == 5, deployment.nginx.access()
+    upstreams = {line[3] for line in runs}
+    assert upstreams == {f"127.0.0.1:{deployment.a.port}", f"127.0.0.1:{deployment.b.port}"}
+
+
+# -- a replica dies mid-run ----------------------------------------------------------------------
+
+
+async def test_kill_9_of_a_mid_run_the_session_goes_on_on_b(
+        deployment: Deployment, provider: FakeProvider) -> None:
+    provider.enqueue(Scenario(body=render_openai(
+        tool_calls=[{"name": "hold", "id": "call_hold", "arguments": {"seconds": 120}}],
+        finish_reason="tool_calls")))
+    sid = await new_session(deployment.via_nginx)
+    on_a = await open_stream(deployment.via_a, "POST", f"/sessions/{sid}/runs",
+                             json={"message": "hold on", "resumable": True})
+    assert on_a.response.status_code == 200
+    run_id = on_a.response.headers["x-run-id"]
+    await on_a.read_until(lambda s: "tool_call" in s.types)
+
+    os.kill(deployment.a.process.pid, signal.SIGKILL)
+    killed = time.monotonic()
+    deployment.a.process.wait(10)
+    await on_a.response.aclose()
+
+    # The next turn, through nginx: A refuses connections, so nginx takes it to B, which
+    # takes the dead holder's lease, gives the dangling call its `interrupted` result and
+    # answers.
+    provider.enqueue(Scenario(body=render_openai(text=["back ", "again"])))
+    again = await open_stream(deployment.via_nginx, "POST", f"/sessions/{sid}/runs",
+                              json={"message": "still there?"})
+    assert again.response.status_code == 200, await again.response.aread()
+    await again.read_to_end()
+    assert again.types == ["delta", "delta", "message", "done"]
+    assert time.monotonic() - killed < LEASE_TTL + 5
+
+    items = (await deployment.via_b.get(f"/sessions/{sid}/events")).json()["items"]
+    assert [(i["invocation_id"] == run_id, i["author"]) for i in items] == [
+        (True, "user"), (True, "bot"), (False, "bot"), (False, "user"), (False, "bot")]
+    assert items[1]["calls"] == [{"id": "call_hold", "name": "hold"}]
+    # The repair, once, before the new turn: the call's result, marked interrupted.
+    assert items[2]["interrupted"] is True
+    assert [(r["id"], r["status"]) for r in items[2]["results"]] == [("call_hold", "error")]
+    assert items[-1]["text"] == "back again"
+    # What the model was sent: the call and its interrupted result, then the new message.
+    sent = provider.requests[-1].json()["messages"]
+    assert [m["role"] for m in sent] == ["user", "assistant", "tool", "user"]
+    assert json.loads(sent[2]["content"])["code"] == "interrupted"
+
+    # B does not show the dead run as active (nor the one that ended), nor does its stream
+    # claim to go on.
+    async def active_run() -> Any:
+        return (await deployment.via_b.get(f"/sessions/{sid}")).json()["active_run"]
+
+    deadline = killed + LEASE_TTL + 5
+    while (found := await active_run()) is not None and time.monotonic() < deadline:
+        await asyncio.sleep(0.2)
+    assert found is None
+
+    # And the session takes a further turn on B.
+    provider.enqueue(Scenario(body=render_openai(text=["fine"])))
+    last = await deployment.via_b.post(f"/sessions/{sid}/runs", json={"message": "ok"})
+    assert last.status_code == 200 and "event: done" in last.text, last.text
