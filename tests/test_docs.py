@@ -13,11 +13,12 @@ from pathlib import Path
 import pytest
 
 from headwater.errors import ERROR_CODES
+from headwater.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
-PAGES = ("architecture.md", "event-contract.md", "frame-protocol.md", "observability.md",
-         "public-api.md")
+PAGES = ("architecture.md", "deployment.md", "event-contract.md", "frame-protocol.md",
+         "observability.md", "public-api.md")
 
 # Codes the docs list before the code has them -> the work that adds them.
 PENDING_CODES: dict[str, str] = {}  # codes documented before errors.py has them
@@ -104,3 +105,19 @@ def test_the_readme_says_what_the_tests_need_and_scripts_test_sees_to_it() -> No
     script = (ROOT / "scripts" / "test").read_text(encoding="utf-8")
     assert "apt-get install -y -qq chromium" in script and "browser tests skip:" in script
     assert "PostgreSQL tests skip: set HEADWATER_TEST_POSTGRES_URL" in script
+
+
+def test_the_deployment_page_shows_the_nginx_configuration_the_test_runs() -> None:
+    """One source: deploy/nginx.conf is what tests/gateway/test_deployment.py loads, and
+    docs/deployment.md shows it whole."""
+    conf = (ROOT / "deploy" / "nginx.conf").read_text(encoding="utf-8")
+    page = (DOCS / "deployment.md").read_text(encoding="utf-8")
+    assert f"```nginx\n{conf}```\n" in page
+    for needed in ("proxy_buffering off;", "proxy_http_version 1.1;",
+                   "proxy_set_header Upgrade $http_upgrade;", "proxy_read_timeout",
+                   "client_header_timeout", "limit_conn "):
+        assert needed in conf
+    read_timeout = re.search(r"proxy_read_timeout (\d+)s;", conf)
+    assert read_timeout, "proxy_read_timeout in seconds"
+    heartbeat = Settings.model_fields["heartbeat_interval"].default
+    assert int(read_timeout.group(1)) >= 2 * heartbeat  # a quiet stream is never cut

@@ -23,6 +23,8 @@ from typing import Any
 
 import httpx
 import pytest
+from websockets.asyncio.client import connect
+from websockets.typing import Subprotocol
 
 from headwater.testing import (
     FakeProvider,
@@ -240,3 +242,22 @@ async def test_kill_9_of_a_mid_run_the_session_goes_on_on_b(
     provider.enqueue(Scenario(body=render_openai(text=["fine"])))
     last = await deployment.via_b.post(f"/sessions/{sid}/runs", json={"message": "ok"})
     assert last.status_code == 200 and "event: done" in last.text, last.text
+
+
+# -- WS /live through nginx ----------------------------------------------------------------------
+
+
+async def test_a_live_websocket_upgrades_through_nginx(deployment: Deployment) -> None:
+    sid = await new_session(deployment.via_nginx)
+    url = deployment.nginx.base_url.replace("http://", "ws://") + f"/live/{sid}"
+    async with connect(url, subprotocols=[Subprotocol("bearer"), Subprotocol("token-a")],
+                       open_timeout=30) as socket:
+        assert socket.subprotocol == "bearer"
+        await socket.send(json.dumps({"type": "close"}))  # no more input: the run ends
+        received = []
+        async with asyncio.timeout(30):
+            async for message in socket:
+                received.append(json.loads(message))
+                if received[-1]["type"] in ("done", "error"):
+                    break
+    assert received[-1]["type"] == "done", received
