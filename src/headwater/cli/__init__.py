@@ -207,14 +207,16 @@ def _parser() -> argparse.ArgumentParser:
     serve = commands.add_parser(
         "serve", formatter_class=formatter, epilog=SERVE_EPILOG,
         help="serve an app, an agent or a list of agents over HTTP (uvicorn)",
-        description="Serve module:attr (a FastAPI/ASGI app, an Agent or a list of agents).")
+        description="Serve module:attr (a FastAPI/ASGI app, an Agent or a list of agents). "
+                    "Replicas behind a proxy: docs/deployment.md.")
     serve.add_argument("target", help="module:attr naming a FastAPI/ASGI app, an Agent "
                                       "or a list of agents")
     serve.add_argument("--host", default="127.0.0.1", help="address (default: %(default)s)")
     serve.add_argument("--port", type=_port, default=8000, help="port (default: %(default)s)")
     serve.add_argument("--reload", action="store_true", help="restart on code changes")
     serve.add_argument("--workers", type=_workers, default=1, metavar="N",
-                       help="worker processes sharing the port (default: %(default)s)")
+                       help="worker processes sharing the port; more than 1 needs "
+                            "--redis-url (default: %(default)s)")
     serve.add_argument("--db", default=None, metavar="URL",
                        help="session store URL, e.g. postgresql+asyncpg://user@host/db or "
                             "sqlite:///path.db (default: HEADWATER_DATABASE_URL or "
