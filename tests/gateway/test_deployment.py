@@ -33,6 +33,7 @@ from headwater.testing import (
     SSEMessage,
     SSEParser,
     render_openai,
+    wait_until,
 )
 
 from .deployment import Nginx, Served, need_nginx, need_redis, serve, start_nginx
@@ -177,9 +178,13 @@ async def test_five_concurrent_runs_on_one_session_one_proceeds_four_get_409(
         for stream in streams:
             await stream.response.aclose()
     # nginx spread the five over both replicas (round-robin), so the 409s came from both.
-    runs = [line for line in deployment.nginx.access() if line[:2] == ["POST", path]]
-    assert len(runs) == 5, deployment.nginx.access()
-    upstreams = {line[3] for line in runs}
+    def runs() -> list[list[str]]:
+        return [line for line in deployment.nginx.access() if line[:2] == ["POST", path]]
+
+    # nginx writes a request's line once it ends (the proceeding one's when its client left).
+    await wait_until(lambda: len(runs()) == 5, timeout=30, interval=0.05,
+                     message=f"five lines in nginx's access log: {deployment.nginx.access()}")
+    upstreams = {line[3] for line in runs()}
     assert upstreams == {f"127.0.0.1:{deployment.a.port}", f"127.0.0.1:{deployment.b.port}"}
 
 
