@@ -132,7 +132,8 @@ def check_bind(app: Any, host: str, insecure_dev: bool) -> None:
             and not insecure_dev):
         raise UserError(
             f"refusing to serve without auth on {host}: anyone who can reach it acts as the "
-            "one local user. Pass auth= to create_app, bind 127.0.0.1, or add --insecure-dev")
+            "one local user. Set HEADWATER_AUTH_TOKENS or HEADWATER_JWT_* (an app: "
+            "create_app(auth=…)), bind 127.0.0.1, or add --insecure-dev")
 
 
 def serve(spec: str, *, host: str = "127.0.0.1", port: int = 8000, reload: bool = False,
