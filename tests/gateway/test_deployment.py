@@ -38,7 +38,7 @@ from headwater.testing import (
 
 from .deployment import Nginx, Served, need_nginx, need_redis, serve, start_nginx
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.timeout(240)]
 
 A_TOKEN = {"Authorization": "Bearer token-a"}
 LEASE_TTL = 5.0

@@ -79,6 +79,7 @@ async def run_where(client: httpx.AsyncClient, provider: FakeProvider, sid: str,
     return int(result["result"])
 
 
+@pytest.mark.postgres
 async def test_an_agent_on_postgresql_in_two_workers_with_tokens_from_the_environment(
         env: dict[str, str], served: list[Served], provider: FakeProvider, postgres_url: str,
         tmp_path: Path) -> None:
