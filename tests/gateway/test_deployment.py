@@ -266,3 +266,113 @@ async def test_a_live_websocket_upgrades_through_nginx(deployment: Deployment) -
                 if received[-1]["type"] in ("done", "error"):
                     break
     assert received[-1]["type"] == "done", received
+
+
+# -- resume, follow and cancel across the replicas (the Redis run log and registry) ---------------
+
+
+def trickled(words: list[str], every: float) -> Scenario:
+    """An OpenAI stream of ``words`` with ``every`` seconds between its SSE events."""
+    body: list[bytes | Sleep] = []
+    for event in render_openai(text=words):
+        body += [event, Sleep(every)]
+    return Scenario(body=body)
+
+
+def comparable(frames: list[SSEMessage]) -> list[tuple[str | None, str, str]]:
+    """Frames without what differs between two runs (the stored message's event id)."""
+    out = []
+    for frame in frames:
+        data = json.loads(frame.data)
+        data.pop("id", None)
+        out.append((frame.id, frame.event, json.dumps(data, sort_keys=True)))
+    return out
+
+
+async def test_a_resumable_run_started_through_a_is_followed_through_b_frame_for_frame(
+        deployment: Deployment, provider: FakeProvider) -> None:
+    words = [f"w{i} " for i in range(30)]
+    # The uninterrupted run, through nginx.
+    provider.enqueue(trickled(words, every=0.02))
+    whole = await open_stream(deployment.via_nginx, "POST",
+                              f"/sessions/{await new_session(deployment.via_nginx)}/runs",
+                              json={"message": "go", "resumable": True})
+    await whole.read_to_end()
+    await whole.response.aclose()
+    assert whole.types == ["delta"] * 30 + ["message", "done"]
+
+    # The same run started through A; the client drops after a few frames.
+    provider.enqueue(trickled(words, every=0.1))
+    sid = await new_session(deployment.via_nginx)
+    head = await open_stream(deployment.via_a, "POST", f"/sessions/{sid}/runs",
+                             json={"message": "go", "resumable": True})
+    run_id = head.response.headers["x-run-id"]
+    await head.read_until(lambda s: len(s.frames) >= 5)
+    await head.response.aclose()
+    last = head.frames[-1].id
+    assert last is not None
+
+    # Followed through B from the last frame the client had: exactly the rest.
+    tail = await open_stream(deployment.via_b, "GET", f"/runs/{run_id}/stream",
+                             headers={"Last-Event-ID": last})
+    assert tail.response.status_code == 200
+    await tail.read_to_end(within=60)
+    await tail.response.aclose()
+    assert comparable(head.frames + tail.frames) == comparable(whole.frames)
+    done = await deployment.via_b.get(f"/runs/{run_id}/stream",
+                                      headers={"Last-Event-ID": whole.frames[-1].id or ""})
+    assert done.status_code == 204  # nothing left
+
+
+async def test_a_cancel_sent_to_b_stops_the_run_on_a(deployment: Deployment,
+                                                     provider: FakeProvider) -> None:
+    provider.enqueue(stalled(["first ", "second"], after=1, seconds=60),
+                     Scenario(body=render_openai(text=["next"])))
+    sid = await new_session(deployment.via_nginx)
+    on_a = await open_stream(deployment.via_a, "POST", f"/sessions/{sid}/runs",
+                             json={"message": "go", "resumable": True})
+    run_id = on_a.response.headers["x-run-id"]
+    await on_a.read_until(lambda s: "delta" in s.types)
+    shown = (await deployment.via_b.get(f"/sessions/{sid}")).json()
+    assert shown["active_run"] == run_id  # B shows the run that goes on on A
+
+    cancelled = await deployment.via_b.post(f"/runs/{run_id}/cancel")
+    assert cancelled.status_code == 200
+    assert cancelled.json() == {"id": run_id, "status": "cancelled"}
+    await on_a.read_to_end()
+    await on_a.response.aclose()
+    assert on_a.types == ["delta", "error"]
+    assert json.loads(on_a.frames[-1].data)["code"] == "cancelled"
+    await provider.wait_closed(0, timeout=10)  # A stopped the model call
+
+    items = (await deployment.via_b.get(f"/sessions/{sid}/events")).json()["items"]
+    assert items[-1]["error"]["code"] == "cancelled"
+    assert (await deployment.via_b.get(f"/sessions/{sid}")).json()["active_run"] is None
+    again = await deployment.via_b.post(f"/sessions/{sid}/runs", json={"message": "again"})
+    assert again.status_code == 200 and "event: done" in again.text, again.text
+
+
+async def test_a_follower_through_b_of_a_run_whose_replica_died_gets_a_terminal_frame(
+        deployment: Deployment, provider: FakeProvider) -> None:
+    provider.enqueue(Scenario(body=render_openai(
+        tool_calls=[{"name": "hold", "id": "call_hold", "arguments": {"seconds": 120}}],
+        finish_reason="tool_calls")))
+    sid = await new_session(deployment.via_nginx)
+    on_a = await open_stream(deployment.via_a, "POST", f"/sessions/{sid}/runs",
+                             json={"message": "hold on", "resumable": True})
+    run_id = on_a.response.headers["x-run-id"]
+    await on_a.read_until(lambda s: "tool_call" in s.types)
+    follower = await open_stream(deployment.via_b, "GET", f"/runs/{run_id}/stream",
+                                 headers={"Last-Event-ID": "0"})
+    assert follower.response.status_code == 200
+    await follower.read_until(lambda s: "tool_call" in s.types)
+
+    os.kill(deployment.a.process.pid, signal.SIGKILL)
+    killed = time.monotonic()
+    deployment.a.process.wait(10)
+    await on_a.response.aclose()
+    await follower.read_to_end(within=LEASE_TTL + 30)
+    await follower.response.aclose()
+    assert follower.types[-1] == "error", follower.types
+    assert json.loads(follower.frames[-1].data)["code"] == "server_shutdown"
+    assert time.monotonic() - killed < LEASE_TTL + 5

@@ -24,7 +24,7 @@ from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
-from ..errors import RunNotFound, code_of
+from ..errors import RunLogClosed, RunNotFound, code_of
 from ..events import Event
 from ..runner import RunStream
 from ..settings import Settings
@@ -149,7 +149,7 @@ class RunManager:
         frames = self.log.follow(run.id, after)
         if isinstance(run, RunInfo):
             registry = self.registry
-            return frames, lambda gone: registry.stream_closed(slot)
+            return self._watched(run, frames), lambda gone: registry.stream_closed(slot)
         run.followers += 1
         if run.detached is not None:
             run.detached.cancel()
@@ -172,6 +172,49 @@ class RunManager:
             self._detach(run)
 
         return frames, on_end
+
+    async def _watched(self, info: RunInfo,
+                       frames: AsyncGenerator[Frame, None]) -> AsyncGenerator[Frame, None]:
+        """``frames`` of another replica's run, watched for that replica's death.
+
+        A replica renews its runs in the registry while it lives. While the follower
+        follows, a task asks the registry every third of ``redis_liveness_ttl``; once
+        the run has aged out of it before its terminal frame (its replica died), the
+        task writes ``error`` ``server_shutdown`` to the run's log, which ends this
+        follower and every other (the next run on the session repairs what the dead
+        run left, as after any crash).
+        """
+        watch = asyncio.ensure_future(self._watch(info))
+        try:
+            async with contextlib.aclosing(frames):
+                async for frame in frames:
+                    yield frame
+        finally:
+            watch.cancel()
+
+    async def _watch(self, info: RunInfo) -> None:
+        every = max(self.settings.redis_liveness_ttl / 3, 0.1)
+        while True:
+            await asyncio.sleep(every)
+            try:
+                if await self.registry.lookup(info.id) is not None:
+                    continue
+            except Exception:  # the registry is unreachable: nothing can be told, go on
+                logger.warning("run %s: asking the registry failed", info.id, exc_info=True)
+                continue
+            await self._orphaned(info)
+            return
+
+    async def _orphaned(self, info: RunInfo) -> None:
+        """End a run whose replica died: its terminal frame, written from here."""
+        logger.warning("run %s: its replica %s stopped renewing it; ending it "
+                       "server_shutdown", info.id, info.replica, extra={"run": info.id})
+        try:
+            await self.log.append(info.id, *error_frame("server_shutdown", ""))
+        except (RunLogClosed, RunNotFound):
+            pass  # it ended meanwhile, or is gone: the log tells its followers
+        except Exception:
+            logger.warning("run %s: writing its terminal frame failed", info.id, exc_info=True)
 
     def _detach(self, run: Run) -> None:
         run.detached = asyncio.get_running_loop().call_later(
