@@ -51,16 +51,6 @@ def need_nginx() -> str:
     pytest.skip("nginx is missing (as root: apt-get install nginx)")
 
 
-def need_redis() -> str:
-    """The Redis URL to test against; skips locally, fails in CI, when unset."""
-    url = os.environ.get("HEADWATER_TEST_REDIS_URL")
-    if url:
-        return url
-    if in_ci():
-        pytest.fail("CI is set but HEADWATER_TEST_REDIS_URL is not; .ci/run exports it")
-    pytest.skip("set HEADWATER_TEST_REDIS_URL to run against Redis")
-
-
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

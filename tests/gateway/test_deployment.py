@@ -36,9 +36,11 @@ from headwater.testing import (
     wait_until,
 )
 
-from .deployment import Nginx, Served, need_nginx, need_redis, serve, start_nginx
+from .deployment import Nginx, Served, need_nginx, serve, start_nginx
+from .test_runlog import drop_keys
 
-pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.redis,
+              pytest.mark.timeout(240)]
 
 A_TOKEN = {"Authorization": "Bearer token-a"}
 LEASE_TTL = 5.0
@@ -66,13 +68,13 @@ class Deployment:
 
 @pytest.fixture
 async def deployment(child_env: dict[str, str], tmp_path: Path, provider: FakeProvider,
-                     postgres_url: str) -> AsyncIterator[Deployment]:
+                     postgres_url: str, redis_url: str) -> AsyncIterator[Deployment]:
     nginx_binary = need_nginx()
-    redis_url = need_redis()
+    prefix = f"hwtest:{uuid.uuid4().hex}:"
     env = {k: v for k, v in child_env.items() if not k.startswith("HEADWATER_")}
     env |= {"HW_TEST_PROVIDER_URL": provider.base_url,
             "HEADWATER_AUTH_TOKENS": "token-a=alice",
-            "HEADWATER_REDIS_KEY_PREFIX": f"hwtest:{uuid.uuid4().hex}:",
+            "HEADWATER_REDIS_KEY_PREFIX": prefix,
             "HEADWATER_SESSION_LEASE_TTL": str(LEASE_TTL),
             "HEADWATER_REDIS_LIVENESS_TTL": "3",
             "HEADWATER_HEARTBEAT_INTERVAL": "1", "HEADWATER_SHUTDOWN_GRACE": "2",
@@ -98,6 +100,7 @@ async def deployment(child_env: dict[str, str], tmp_path: Path, provider: FakePr
             nginx.stop()
         for replica in replicas:
             replica.stop()
+        await drop_keys(redis_url, prefix)
 
 
 # -- reading a run's stream ----------------------------------------------------------------------

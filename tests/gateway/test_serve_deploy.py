@@ -22,7 +22,8 @@ import pytest
 from headwater.sessions import SqlSessionService
 from headwater.testing import FakeProvider, Scenario, render_openai, wait_until
 
-from .deployment import HERE, Served, need_redis, sent_tool_results, serve
+from .deployment import HERE, Served, sent_tool_results, serve
+from .test_runlog import drop_keys
 
 pytestmark = pytest.mark.slow
 
@@ -80,13 +81,15 @@ async def run_where(client: httpx.AsyncClient, provider: FakeProvider, sid: str,
 
 
 @pytest.mark.postgres
+@pytest.mark.redis
 async def test_an_agent_on_postgresql_in_two_workers_with_tokens_from_the_environment(
         env: dict[str, str], served: list[Served], provider: FakeProvider, postgres_url: str,
-        tmp_path: Path) -> None:
+        redis_url: str, tmp_path: Path) -> None:
+    prefix = f"hwtest:{uuid.uuid4().hex}:"
     env = {**env, "HEADWATER_AUTH_TOKENS": f"token-a=alice, {TOKEN_B}=bob",
-           "HEADWATER_REDIS_KEY_PREFIX": f"hwtest:{uuid.uuid4().hex}:"}
+           "HEADWATER_REDIS_KEY_PREFIX": prefix}
     # Auth from the environment: not dev mode, so any address without --insecure-dev.
-    server = await serve("--db", postgres_url, "--redis-url", need_redis(), "--workers", "2",
+    server = await serve("--db", postgres_url, "--redis-url", redis_url, "--workers", "2",
                          "--log-level", "info",
                          env=env, log=tmp_path / "serve.log", host="0.0.0.0")
     served.append(server)
@@ -122,6 +125,8 @@ async def test_an_agent_on_postgresql_in_two_workers_with_tokens_from_the_enviro
         await store.close()
     assert session is not None
     assert sum(e.author == "user" for e in session.events) >= 2
+    server.stop()
+    await drop_keys(redis_url, prefix)
     log = server.output()
     assert "token-a" not in log and TOKEN_B not in log  # secrets are never logged
 
@@ -182,7 +187,8 @@ def one_line(result: subprocess.CompletedProcess[str]) -> str:
      "cannot use the session store postgresql+asyncpg://u:***@127.0.0.1:1/db"),
     (["--redis-url", "http://127.0.0.1:6379"], {}, "is not a Redis URL"),
     (["--redis-url", "redis://:hunter2@127.0.0.1:1/0"], {},
-     "cannot reach Redis at redis://:***@127.0.0.1:1/0"),
+     "cannot use Redis at redis://:***@127.0.0.1:1/0 (Error 111 connecting"),
+    (["--redis-url", "redis://127.0.0.1:1/99"], {}, "cannot use Redis at redis://127.0.0.1:1/99"),
     (["--workers", "2", "--reload"], {}, "--reload runs one worker"),
     (["--workers", "2"], {}, "--workers 2 needs --redis-url"),
     ([], {"HEADWATER_AUTH_TOKENS": "hunter2"}, "HEADWATER_AUTH_TOKENS is neither"),

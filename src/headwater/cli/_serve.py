@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -23,7 +22,7 @@ def serve_command(args: Any) -> int:  # argparse.Namespace
     use_cors_origins(args.cors_origin)
     use_database(args.db)
     use_redis(args.redis_url)
-    if args.workers > 1 and not args.reload and not os.environ.get("HEADWATER_REDIS_URL"):
+    if args.workers > 1 and not args.reload and not get_settings().redis_url:
         raise CommandError(
             f"--workers {args.workers} needs --redis-url (or HEADWATER_REDIS_URL): workers "
             "share runs through Redis; without it a run could be followed or cancelled only "
@@ -72,39 +71,48 @@ def use_database(db: str | None) -> None:
 
 
 def use_redis(url: str | None) -> None:
-    """``--redis-url`` (else ``HEADWATER_REDIS_URL``, when set): check it is a Redis URL
-    whose server accepts a connection, and make it the served app's
-    (``HEADWATER_REDIS_URL``, the ``redis_url`` setting, which workers inherit).
+    """``--redis-url`` (else ``HEADWATER_REDIS_URL``, when set): check the Redis there answers
+    a ``PING``, and make it the served app's (``HEADWATER_REDIS_URL``, the ``redis_url``
+    setting, which workers inherit).
 
     Raises:
-        CommandError: not a ``redis://``, ``rediss://`` or ``unix://`` URL, or nothing
-            listens there. The URL is shown without its password.
+        CommandError: not a ``redis://``, ``rediss://`` or ``unix://`` URL, or its server
+            does not answer (refused, a wrong password, too slow). The URL is shown
+            without its password.
+        ImportError: redis-py is not installed (the message names the extra).
     """
-    from ..settings import reload_settings
+    from ..gateway.redis_backend import connect, disconnect
+    from ..settings import get_settings, reload_settings
+    from ._store import PROBE_TIMEOUT
 
     if url is None:
         url = os.environ.get("HEADWATER_REDIS_URL") or None
         if url is None:
             return
-    parts = urlsplit(url)
     shown = _without_password(url)
-    if parts.scheme not in REDIS_SCHEMES:
+    if urlsplit(url).scheme not in REDIS_SCHEMES:
         raise CommandError(f"{shown} is not a Redis URL; expected redis://host:6379/0 "
                            "(or rediss://, unix://)")
+
+    async def ping() -> None:
+        client = connect(url, get_settings())
+        try:
+            await asyncio.wait_for(client.ping(), PROBE_TIMEOUT)
+        finally:
+            await disconnect(client)
+
     try:
-        if parts.scheme == "unix":
-            with socket.socket(socket.AF_UNIX) as probe:
-                probe.settimeout(5)
-                probe.connect(parts.path)
-        else:
-            port = parts.port or 6379
-            with socket.create_connection((parts.hostname or "localhost", port), timeout=5):
-                pass
-    except ValueError as exc:  # a port that is not a number
-        raise CommandError(f"{shown} is not a Redis URL ({exc})") from None
-    except OSError as exc:
-        why = exc.strerror or type(exc).__name__
-        raise CommandError(f"cannot reach Redis at {shown} ({why})") from None
+        asyncio.run(ping())
+    except TimeoutError:
+        raise CommandError(f"Redis at {shown} did not answer within {PROBE_TIMEOUT:g} s"
+                           ) from None
+    except ImportError:
+        raise
+    except Exception as exc:  # redis-py's errors (refused, auth, a bad URL), ValueError
+        lines = str(exc).strip().splitlines() or [type(exc).__name__]
+        password = urlsplit(url).password
+        why = lines[0].replace(password, "***") if password else lines[0]
+        raise CommandError(f"cannot use Redis at {shown} ({why})") from None
     os.environ["HEADWATER_REDIS_URL"] = url
     reload_settings()
 
