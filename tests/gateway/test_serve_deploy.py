@@ -162,6 +162,19 @@ async def test_an_agent_with_jwt_auth_from_the_environment(
     assert SECRET not in server.output()
 
 
+async def test_reload_serves_through_the_workers_protocol(
+        env: dict[str, str], served: list[Served], tmp_path: Path) -> None:
+    """--reload's worker, like --workers', is a spawned process: the app and the bounded
+    protocol reach it by import string, with the auth of the environment."""
+    env = {**env, "HEADWATER_AUTH_TOKENS": "token-a=alice"}
+    server = await serve("--reload", env=env, log=tmp_path / "serve.log")
+    served.append(server)
+    async with httpx.AsyncClient(base_url=server.base_url, timeout=20) as client:
+        assert (await client.get("/sessions")).status_code == 401
+        ok = await client.get("/sessions", headers={"Authorization": "Bearer token-a"})
+        assert ok.status_code == 200, ok.text
+
+
 # -- bad values: one line, exit code 2, no secret --------------------------------------------------
 
 

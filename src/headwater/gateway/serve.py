@@ -114,6 +114,20 @@ def _on_model(agents: list[Agent], model: str | None) -> list[Agent]:
     return agents
 
 
+WORKER_PROTOCOL = "headwater.gateway.serve:worker_http_protocol"
+"""uvicorn's ``http=`` for the workers ``--reload`` and ``--workers`` start. A protocol
+class made for settings (:func:`~.connections.http_protocol`) does not cross to a spawned
+process; this import string does, and resolves there to the bounded protocol with that
+worker's settings (the environment's)."""
+
+
+def __getattr__(name: str) -> Any:
+    """``worker_http_protocol``: see :data:`WORKER_PROTOCOL`."""
+    if name == "worker_http_protocol":
+        return http_protocol(get_settings())
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def app_from_env() -> Any:
     """The app of ``$HEADWATER_SERVE_TARGET`` (the factory ``--reload`` and ``--workers``
     workers call)."""
@@ -171,6 +185,8 @@ def serve(spec: str, *, host: str = "127.0.0.1", port: int = 8000, reload: bool 
             options["reload"] = True
         else:
             options["workers"] = workers
+        # The config crosses to spawned workers by pickle: the protocol by its import string.
+        options["http"] = WORKER_PROTOCOL
         uvicorn.run("headwater.gateway.serve:app_from_env", factory=True, **options)
         return
     state = getattr(app, "state", None)
