@@ -18,7 +18,7 @@ from headwater.settings import Settings
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 PAGES = ("architecture.md", "deployment.md", "event-contract.md", "frame-protocol.md",
-         "observability.md", "public-api.md")
+         "observability.md", "production.md", "public-api.md")
 
 # Codes the docs list before the code has them -> the work that adds them.
 PENDING_CODES: dict[str, str] = {}  # codes documented before errors.py has them
@@ -121,3 +121,18 @@ def test_the_deployment_page_shows_the_nginx_configuration_the_test_runs() -> No
     assert read_timeout, "proxy_read_timeout in seconds"
     heartbeat = Settings.model_fields["heartbeat_interval"].default
     assert int(read_timeout.group(1)) >= 2 * heartbeat  # a quiet stream is never cut
+
+
+def test_production_page_lists_every_setting_once() -> None:
+    page = (DOCS / "production.md").read_text(encoding="utf-8")
+    assert page.startswith("# Running it in production\n")
+    section = re.search(r"^## Every bound and timeout\n(.*?)(?=^## |\Z)", page,
+                        re.MULTILINE | re.DOTALL)
+    assert section, "no section '## Every bound and timeout'"
+    rows = re.findall(r"^\| (`[a-z_0-9]+`(?: / `[a-z_0-9]+`)*) \|", section.group(1),
+                      re.MULTILINE)
+    listed = [name for row in rows for name in re.findall(r"`([a-z_0-9]+)`", row)]
+    assert len(listed) == len(set(listed)), "a setting is listed twice"
+    assert set(listed) == set(Settings.model_fields), (
+        f"missing: {sorted(set(Settings.model_fields) - set(listed))}, "
+        f"not settings: {sorted(set(listed) - set(Settings.model_fields))}")
