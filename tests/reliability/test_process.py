@@ -1,0 +1,150 @@
+"""The process under signals: ``kill -9`` mid-stream and a restart on the same database;
+SIGTERM and SIGINT with 50 SSE streams and 5 live WebSockets open."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import time
+from typing import Any
+
+import pytest
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed
+
+from headwater.testing import FakeProvider
+
+from .conftest import (
+    CANARY_TOKEN,
+    A,
+    Raw,
+    Served,
+    Spawn,
+    history,
+    integrity,
+    new_session,
+    start_run,
+    text,
+    tool_calls,
+    trickled,
+)
+
+pytestmark = [pytest.mark.reliability, pytest.mark.slow]
+
+WORDS = [f"w{i} " for i in range(400)]
+EXIT_MARGIN = 5.0  # interpreter teardown after uvicorn returns, on a loaded machine
+
+
+def ids_in(item: dict[str, Any]) -> str:
+    return json.dumps(item)
+
+
+async def test_kill_9_with_ten_sessions_streaming_loses_no_frame_a_client_saw(
+        spawn: Spawn, provider: FakeProvider) -> None:
+    server = await spawn()
+    async with server.client() as client:
+        sids = [await new_session(client) for _ in range(10)]
+        raws: list[Raw] = []
+        for i, sid in enumerate(sids):  # each: a tool call (stored events), then a long answer
+            provider.enqueue(tool_calls(("effect", {"key": f"k{i}"}, f"call_fx_{i}")),
+                             trickled(WORDS, every=0.05))
+            raw = await start_run(server.port, sid, f"go {i}")
+            await raw.read_until(lambda r: r.types.count("delta") >= 3)
+            assert "tool_result" in raw.types and not raw.eof, raw.types
+            raws.append(raw)
+    server.process.send_signal(signal.SIGKILL)
+    assert await server.wait_exit(10) == -signal.SIGKILL
+    for raw in raws:  # whatever was in flight arrives; then the socket ends
+        await raw.read_until(lambda r: False, within=10)
+    effects = server.effects()
+    assert sorted(c for c, _, _ in effects) == sorted(f"call_fx_{i}" for i in range(10))
+
+    database = server.folder / "sessions.db"
+    assert integrity(database) == "ok"
+    again = await spawn(port=server.port)  # the same database, the same address
+    async with again.client() as client:
+        for sid, raw in zip(sids, raws, strict=True):
+            items = await history(client, sid)
+            assert not any(i.get("partial") for i in items), items
+            stored = "\n".join(ids_in(i) for i in items)
+            for frame in raw.frames:  # every stored-kind frame the client saw is in history
+                if frame.event in ("tool_call", "tool_result"):
+                    data = json.loads(frame.data)
+                    for call in data.get("calls") or data["results"]:
+                        assert call["id"] in stored, (frame, items)
+                elif frame.event == "message":
+                    assert json.loads(frame.data)["id"] in stored, (frame, items)
+        # each session takes a new turn at once (its lease's holder is provably dead)
+        provider.enqueue(*(text("again") for _ in sids))
+        for sid in sids:
+            started = time.monotonic()
+            response = await client.post(f"/sessions/{sid}/runs", json={"message": "again"},
+                                         headers=A)
+            assert response.status_code == 200, response.text
+            assert "event: done" in response.text, response.text
+            assert time.monotonic() - started < 3 + 5, "a new turn took too long"  # 3 s + load
+    assert sorted(c for c, _, _ in again.effects()) == sorted(c for c, _, _ in effects)
+    assert integrity(database) == "ok"
+
+
+async def live_socket(served: Served, sid: str) -> ClientConnection:
+    url = served.base_url.replace("http://", "ws://", 1) + f"/live/{sid}"
+    socket = await connect(url, additional_headers=A)
+    ready = json.loads(await socket.recv())
+    assert ready["type"] == "ready", ready
+    return socket
+
+
+async def socket_to_end(socket: ClientConnection, within: float) -> list[dict[str, Any]]:
+    messages: list[dict[str, Any]] = []
+    async with asyncio.timeout(within):
+        try:
+            while True:
+                messages.append(json.loads(await socket.recv()))
+        except ConnectionClosed:
+            pass
+    return messages
+
+
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 0), (signal.SIGINT, 130)])
+async def test_a_signal_with_50_streams_and_5_websockets_ends_each_then_exits(
+        spawn: Spawn, provider: FakeProvider, sig: signal.Signals, code: int) -> None:
+    server = await spawn(env={"HEADWATER_SHUTDOWN_GRACE": "20"})  # streams end it, not the grace
+    provider.enqueue(*(trickled(WORDS, every=0.1) for _ in range(55)))
+    async with server.client() as client:
+        sids = [await new_session(client) for _ in range(55)]
+        sockets = [await live_socket(server, sid) for sid in sids[:5]]
+        for socket in sockets:
+            await socket.send(json.dumps({"type": "content", "text": "go"}))
+            async with asyncio.timeout(10):
+                while json.loads(await socket.recv())["type"] != "delta":
+                    pass
+        raws = [await start_run(server.port, sid, "go") for sid in sids[5:]]
+        await asyncio.gather(*(r.read_until(lambda r: "delta" in r.types) for r in raws))
+        sent = time.monotonic()
+        server.process.send_signal(sig)
+        endings = await asyncio.gather(*(socket_to_end(s, within=15) for s in sockets))
+        await asyncio.gather(*(r.read_until(lambda r: False, within=15) for r in raws))
+    for socket, messages in zip(sockets, endings, strict=True):
+        assert messages and messages[-1]["type"] == "error", messages[-3:]
+        assert messages[-1]["data"]["code"] == "server_shutdown"
+        assert socket.close_code == 1001, (socket.close_code, socket.close_reason)
+    for raw in raws:
+        assert raw.eof and raw.types[-1] == "error", raw.types[-3:]
+        assert json.loads(raw.frames[-1].data)["code"] == "server_shutdown"
+        assert sum(t in ("error", "done") for t in raw.types) == 1
+    assert await server.wait_exit(max(1.0, sent + 15 - time.monotonic())) == code, server.text()
+    log = server.text()
+    assert "Traceback" not in log and "timeout graceful shutdown exceeded" not in log
+    assert CANARY_TOKEN not in log
+    assert integrity(server.folder / "sessions.db") == "ok"
+    again = await spawn(port=server.port)
+    async with again.client() as client:
+        for sid in sids:
+            items = await history(client, sid)
+            assert not any(i.get("partial") for i in items)
+            assert items[0]["author"] == "user", items
+        for sid in sids[5:]:  # an SSE run's stop is recorded (a live run's: see the report)
+            items = await history(client, sid)
+            assert items[-1].get("error", {}).get("code") == "server_shutdown", items
