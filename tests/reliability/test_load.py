@@ -27,7 +27,7 @@ from .conftest import (
     warm,
 )
 
-pytestmark = [pytest.mark.reliability, pytest.mark.slow]
+pytestmark = [pytest.mark.reliability, pytest.mark.slow, pytest.mark.timeout(240)]
 
 RUNS = 500  # the number: concurrent runs per round
 CHURN = 15.0  # seconds of churn after the rounds

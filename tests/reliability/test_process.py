@@ -30,7 +30,7 @@ from .conftest import (
     trickled,
 )
 
-pytestmark = [pytest.mark.reliability, pytest.mark.slow]
+pytestmark = [pytest.mark.reliability, pytest.mark.slow, pytest.mark.timeout(240)]
 
 WORDS = [f"w{i} " for i in range(400)]
 EXIT_MARGIN = 5.0  # interpreter teardown after uvicorn returns, on a loaded machine
