@@ -332,6 +332,15 @@ class _RunSpec:
     queue: LiveRequestQueue | None = None  # run_live: the client's input
     stats: RunStats = field(default_factory=RunStats)
 
+    def stop_counts(self) -> bool:
+        """Whether a stop now (a close, a cancel) is a stop, recorded as one.
+
+        A run of one message: always (its normal end is its last event). A live
+        run: while its input is open; its client closing the queue is its normal
+        end, and a close or cancel after that (a client that left) is part of it.
+        """
+        return self.queue is None or not self.queue.closed
+
 
 class _Hold:
     """A run's hold on its session, as an async context manager.
@@ -579,7 +588,7 @@ class _Run:
                 await self._prepare(hold)
         except BaseException as exc:
             if isinstance(exc, asyncio.CancelledError):
-                self._hold.stopped = self.spec.message is not None
+                self._hold.stopped = self.spec.stop_counts()
             self._hold.trace.fail(error_type(exc))
             await self.close()
             raise
@@ -639,7 +648,7 @@ class _Run:
                 hold.trace.fail(exc.code)
                 yield hold.tree.error_event(exc.code, public_message(exc))
         except (GeneratorExit, asyncio.CancelledError):
-            hold.stopped = self.spec.message is not None  # a live run ends by being closed
+            hold.stopped = self.spec.stop_counts()
             raise
         finally:
             await self.close()

@@ -24,7 +24,9 @@ tool of that name (ADK's docs do): that declaration only lends its description.
 Structured concurrency: one task group owns the input pump, the model pump,
 every call handler and every tool stream. Closing the queue, closing the
 stream or cancelling the consumer cancels the group and waits for it (bounded
-by ``Settings.live_stop_timeout``).
+by ``Settings.live_stop_timeout``); the text a model turn then in progress had
+shown is stored, marked ``interrupted`` (as a stopped model call of a
+non-live run keeps it).
 
 Transfer (docs/multi-agent.md): the agent is offered ``transfer_to_agent``
 when it has somewhere to go. Once the result event carrying
@@ -205,6 +207,9 @@ class LiveFlow:
         self._end_chat(None)  # a turn cut off by the run's end
         if not done:
             logger.warning("live run tasks did not end within %g s of the run's end", timeout)
+        turn, self._turn = self._turn, None
+        if turn is not None:  # what the model had shown of it is kept, marked interrupted
+            await self.flow.keep_shown(turn.shown_text())
         if self._conn is not None:
             with contextlib.suppress(Exception):  # TimeoutError included: the close is bounded
                 # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancel
