@@ -34,8 +34,8 @@ after ``error``, its code's close code: 1000 ``cancelled``, 1001
 its terminal frame and close before it closes connections itself
 (:meth:`Gateway.drain_sockets`). The client leaving closes the queue and stops
 the run, which keeps what its model had shown (``interrupted``) and seals its
-open calls, with no stop record (docs/event-contract.md); the handler returns only once the run's
-task has ended (bounded by ``Settings.live_stop_timeout``).
+open calls, with no stop record (docs/event-contract.md); the handler returns
+only once the run's task has ended (bounded by ``Settings.live_stop_timeout``).
 """
 
 from __future__ import annotations
