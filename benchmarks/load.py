@@ -42,6 +42,7 @@ import re
 import resource
 import socket
 import subprocess
+import statistics
 import sys
 import tempfile
 import threading
@@ -59,6 +60,11 @@ WARM = "warm"  # the warm-up run's user message (and token suffix)
 MARKER = re.compile(rb"<(\d+)>")
 
 Figures = dict[str, float]
+
+SIDE_BY_SIDE_TARGETS: dict[str, str] = {
+    "cpu_ratio": "<= 3",
+    "gateway_added_p99_ms": "< 25 (1,000 streams)",
+}
 
 TARGETS: dict[str, str] = {
     "added_latency_p99_ms": "< 50",
@@ -79,6 +85,8 @@ class Options:
     loop: str = "auto"
     pool: str = "default"
     profile: str = ""
+    replicas: int = 1  # gateway processes; 2 share one Redis run log (``--replicas 2``)
+    redis_url: str = "redis://127.0.0.1:6379/0"
 
 
 DEFAULT = Options()
@@ -182,7 +190,7 @@ async def provider_child(options: Options) -> None:
     raise_fd_limit()
     loop = asyncio.get_running_loop()
     async with FakeProvider() as provider:
-        provider.enqueue(answer(options.deltas, options.pace, 0.0))
+        provider.enqueue(*[answer(options.deltas, options.pace, 0.0)] * options.replicas)
         provider.enqueue(*[answer(options.deltas, options.pace, hold_for(options))]
                          * options.streams)
         print(provider.base_url, flush=True)
@@ -264,6 +272,109 @@ def build_app(provider_url: str, options: Options, db_dir: str) -> Any:
     return create_app(agent, session_service=service, auth=StaticTokenAuth(tokens))
 
 
+BASELINE_POOLS = 64  # plain httpx clients taken in turn (as the model's ``PooledTransport``)
+
+
+def build_baseline(provider_url: str, heartbeat_interval: float) -> Any:
+    """The bare baseline: a Starlette app that relays the provider's chunks as the same frames.
+
+    ``POST /sessions`` answers an id; ``POST /sessions/{id}/runs`` reads the
+    provider's OpenAI stream with plain httpx (``BASELINE_POOLS`` clients taken in
+    turn, so no pool is large) and writes, for each text chunk, the gateway's
+    ``delta`` frame bytes (``id:``, ``event: delta``, one compact ``data:`` line),
+    then ``message`` and ``done`` — the same frames at the provider's pace. A
+    heartbeat comment after ``heartbeat_interval`` of silence (one sleeping task
+    per stream, sends under a lock, as sse-starlette does), and a client's
+    disconnect ends the stream. No session store, runner, run log or auth: what
+    is left is uvicorn, Starlette routing, httpx and JSON, the floor the
+    gateway's cost is a ratio of.
+    """
+    import uuid
+
+    import httpx
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+
+    dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+    clients = [httpx.AsyncClient(timeout=None, limits=httpx.Limits(max_connections=None))
+               for _ in range(BASELINE_POOLS)]
+    turn = [0]
+    headers = [(b"content-type", b"text/event-stream; charset=utf-8"),
+               (b"cache-control", b"no-store"), (b"x-accel-buffering", b"no")]
+
+    async def new_session(request: Request) -> JSONResponse:
+        return JSONResponse({"id": uuid.uuid4().hex}, status_code=201)
+
+    class Relay:
+        """The runs endpoint, a bare ASGI app (Starlette routes to it without a wrapper)."""
+
+        async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+            message = str((await Request(scope, receive).json())["message"])
+            client = clients[turn[0] % BASELINE_POOLS]
+            turn[0] += 1
+            lock, sent = asyncio.Lock(), [0]
+            writer = asyncio.current_task()
+            assert writer is not None
+
+            async def emit(data: bytes) -> None:
+                async with lock:
+                    await send({"type": "http.response.body", "body": data, "more_body": True})
+                    sent[0] += 1
+
+            async def beat() -> None:
+                while True:
+                    seen = sent[0]
+                    await asyncio.sleep(heartbeat_interval)
+                    if sent[0] == seen:
+                        await emit(b": hb\n\n")
+
+            async def watch() -> None:
+                while (await receive())["type"] != "http.disconnect":
+                    pass
+                writer.cancel()
+
+            await send({"type": "http.response.start", "status": 200, "headers": headers})
+            helpers = [asyncio.ensure_future(beat()), asyncio.ensure_future(watch())]
+            body = {"model": "bench", "stream": True, "stream_options": {"include_usage": True},
+                    "messages": [{"role": "user", "content": message}]}
+            frame_id, text, usage = 0, [], {"input_tokens": 0, "output_tokens": 0}
+            try:
+                async with client.stream("POST", f"{provider_url}/v1/chat/completions",
+                                         json=body) as response:
+                    async for line in response.aiter_lines():
+                        if not line.startswith("data: ") or line == "data: [DONE]":
+                            continue
+                        chunk = json.loads(line[6:])
+                        if chunk.get("usage"):
+                            usage = {"input_tokens": chunk["usage"]["prompt_tokens"],
+                                     "output_tokens": chunk["usage"]["completion_tokens"]}
+                        choices = chunk.get("choices")
+                        piece = choices[0]["delta"].get("content") if choices else None
+                        if piece:
+                            text.append(piece)
+                            frame_id += 1
+                            await emit(f"id: {frame_id}\nevent: delta\ndata: "
+                                       f"{dumps({'author': 'bench', 'text': piece})}\n\n"
+                                       .encode())
+                answer = {"author": "bench", "id": uuid.uuid4().hex, "text": "".join(text),
+                          "final": True}
+                await emit(f"id: {frame_id + 1}\nevent: message\ndata: {dumps(answer)}\n\n"
+                           .encode())
+                await emit(f"id: {frame_id + 2}\nevent: done\ndata: "
+                           f"{dumps({'usage': usage})}\n\n".encode())
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+            except asyncio.CancelledError:
+                pass  # the client went away
+            finally:
+                for helper in helpers:
+                    helper.cancel()
+
+    return Starlette(routes=[Route("/sessions", new_session, methods=["POST"]),
+                             Route("/sessions/{sid}/runs", Relay(), methods=["POST"])])
+
+
 def control(loop: asyncio.AbstractEventLoop, monitor: LagMonitor, server: Any) -> None:
     """Thread: ``lag`` on stdin prints the lag window as JSON; end of input stops the server."""
     for line in sys.stdin:
@@ -277,13 +388,16 @@ async def _take(monitor: LagMonitor) -> Figures:
     return monitor.take()
 
 
-async def server_child(provider_url: str, options: Options) -> None:
+async def server_child(provider_url: str, options: Options, kind: str = "server") -> None:
     import uvicorn
+
+    from headwater.settings import Settings
 
     raise_fd_limit()
     backlog = max(2048, 2 * options.streams)
     with tempfile.TemporaryDirectory(prefix="hw-load-") as db_dir:
-        app = build_app(provider_url, options, db_dir)
+        app = (build_baseline(provider_url, Settings().heartbeat_interval) if kind == "baseline"
+               else build_app(provider_url, options, db_dir))
         config = uvicorn.Config(app, lifespan="on", access_log=False, log_level="warning",
                                 backlog=backlog, timeout_keep_alive=60)
         server = uvicorn.Server(config)
@@ -302,13 +416,13 @@ async def server_child(provider_url: str, options: Options) -> None:
             lag.cancel()
 
 
-def server_main(provider_url: str, options: Options) -> None:
+def server_main(provider_url: str, options: Options, kind: str) -> None:
     if not options.profile:
-        run_async(options.loop, server_child(provider_url, options))
+        run_async(options.loop, server_child(provider_url, options, kind))
         return
     profiler = cProfile.Profile()
     try:
-        profiler.runcall(run_async, options.loop, server_child(provider_url, options))
+        profiler.runcall(run_async, options.loop, server_child(provider_url, options, kind))
     finally:
         out = io.StringIO()
         stats = pstats.Stats(profiler, stream=out)
@@ -470,9 +584,10 @@ def run_request(session_id: str, token: str, message: str) -> bytes:
 class Child:
     """A helper process spoken to by lines: a command on stdin, one line back."""
 
-    def __init__(self, *args: str) -> None:
+    def __init__(self, *args: str, env: dict[str, str] | None = None) -> None:
         self.process = subprocess.Popen([sys.executable, str(HERE), *args], text=True,
-                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                        env=None if env is None else os.environ | env)
         self.first = self.readline()
 
     @property
@@ -510,6 +625,7 @@ def child_args(options: Options) -> list[str]:
     return ["--streams", str(options.streams), "--deltas", str(options.deltas),
             "--pace", str(options.pace), "--hold", str(hold_for(options)),
             "--store", options.store, "--loop", options.loop, "--pool", options.pool,
+            "--replicas", str(options.replicas), "--redis-url", options.redis_url,
             *(["--profile", options.profile] if options.profile else [])]
 
 
@@ -529,51 +645,68 @@ class Phase:
     sent: dict[str, list[float]] = field(default_factory=dict)
 
 
-async def drive(options: Options, provider: Child, server: Child) -> Phase:
-    """Warm up, create the sessions, open every stream, measure idle, stream, collect."""
-    port, phase = int(server.first), Phase()
-    warm_session = await new_session(port, f"t{WARM}", asyncio.Semaphore(1))
-    async with asyncio.timeout(30):
-        warm = await exchange(port, run_request(warm_session, f"t{WARM}", WARM))
-    if not warm.terminal.startswith(b"id:") or b"event: done" not in warm.terminal:
-        raise RuntimeError(f"the warm-up run did not end with done: {warm.status} "
-                           f"{warm.body[:300]!r} {warm.terminal!r}")
+def merge_lag(windows: list[Figures]) -> Figures:
+    """The lag windows of several servers as one: the worst of each figure."""
+    return {key: max(w[key] for w in windows) if key != "samples"
+            else sum(w[key] for w in windows) for key in windows[0]}
+
+
+async def drive(options: Options, provider: Child, servers: list[Child]) -> Phase:
+    """Warm up, create the sessions, open every stream, measure idle, stream, collect.
+
+    With several servers stream ``i`` goes to server ``i % len(servers)`` (its
+    session is created there, its run started and followed there).
+    """
+    ports, phase = [int(server.first) for server in servers], Phase()
+    for port in ports:  # the first warm-up answer is paced; the others follow at once
+        warm_session = await new_session(port, f"t{WARM}", asyncio.Semaphore(1))
+        async with asyncio.timeout(30):
+            warm = await exchange(port, run_request(warm_session, f"t{WARM}", WARM))
+        if not warm.terminal.startswith(b"id:") or b"event: done" not in warm.terminal:
+            raise RuntimeError(f"the warm-up run did not end with done: {warm.status} "
+                               f"{warm.body[:300]!r} {warm.terminal!r}")
     gate = asyncio.Semaphore(64)
     tokens = [f"t{i}" for i in range(options.streams)]
-    sessions = await asyncio.gather(*(new_session(port, t, gate) for t in tokens))
+    at = [ports[i % len(ports)] for i in range(options.streams)]
+    sessions = await asyncio.gather(*(new_session(port, t, gate)
+                                      for port, t in zip(at, tokens, strict=True)))
     await asyncio.sleep(0.5)
-    phase.rss_before_kib = rss_kib(server.pid)
-    await server.aask("lag")  # starts the opening window
+    server_pids = [server.pid for server in servers]
+    phase.rss_before_kib = sum(map(rss_kib, server_pids))
+    for server in servers:
+        await server.aask("lag")  # starts the opening window
 
     start = time.monotonic()
     phase.streams = list(await asyncio.gather(*(
         exchange(port, run_request(sid, t, f"k{i}"), gate, wait=False)
-        for i, (sid, t) in enumerate(zip(sessions, tokens, strict=True)))))
+        for i, (port, sid, t) in enumerate(zip(at, sessions, tokens, strict=True)))))
     deadline = start + hold_for(options)
-    while int(await provider.aask("count")) < options.streams + 1:
+    while int(await provider.aask("count")) < options.streams + len(servers):
         if time.monotonic() > deadline:
             break
         await asyncio.sleep(0.02)
     phase.opened_s = time.monotonic() - start
     await asyncio.sleep(0.2)  # let the last runs settle on their provider response
-    phase.rss_idle_kib = rss_kib(server.pid)
+    phase.rss_idle_kib = sum(map(rss_kib, server_pids))
     phase.idle_measured_at = time.monotonic()
-    phase.lag_open = json.loads(await server.aask("lag"))
-    pids = {"server": server.pid, "provider": provider.pid, "client": os.getpid()}
+    phase.lag_open = merge_lag([json.loads(await s.aask("lag")) for s in servers])
+    pids = {"provider": provider.pid, "client": os.getpid()}
     before = {name: cpu_s(pid) for name, pid in pids.items()}
-    waited, load = runqueue_wait_s(server.pid), os.getloadavg()[0]
+    server_before = sum(map(cpu_s, server_pids))
+    waited, load = sum(map(runqueue_wait_s, server_pids)), os.getloadavg()[0]
 
     budget = hold_for(options) + options.deltas * options.pace + 60
     with contextlib.suppress(TimeoutError):
         async with asyncio.timeout(budget):
             await asyncio.gather(*(s.ended for s in phase.streams))
     phase.cpu = {name: cpu_s(pid) - before[name] for name, pid in pids.items()}
-    phase.cpu["server_runqueue_wait"] = runqueue_wait_s(server.pid) - waited
+    phase.cpu["server"] = sum(map(cpu_s, server_pids)) - server_before
+    phase.cpu["server_runqueue_wait"] = sum(map(runqueue_wait_s, server_pids)) - waited
     phase.cpu["loadavg_1min_max"] = max(load, os.getloadavg()[0])
     for stream in phase.streams:
         stream.close()
-    phase.lag_stream = json.loads(await server.aask("lag"))
-    phase.rss_end_kib = rss_kib(server.pid)
+    phase.lag_stream = merge_lag([json.loads(await s.aask("lag")) for s in servers])
+    phase.rss_end_kib = sum(map(rss_kib, server_pids))
     phase.sent = json.loads(await provider.aask("report"))
     return phase
 
@@ -626,41 +759,92 @@ def figures(options: Options, phase: Phase) -> Figures:
         "gc_pause_max_ms": max(window["gc_max_ms"] for window in lag),
         "stream_s": window,
         **{f"{name}_cpu_s": phase.cpu[name] for name in ("server", "provider", "client")},
+        "server_cpu_us_per_frame": phase.cpu["server"] / frames * 1e6 if frames else 0.0,
         "server_runqueue_wait_s": phase.cpu["server_runqueue_wait"],
         "loadavg_1min": phase.cpu["loadavg_1min_max"],
         "heartbeats": float(sum(s.heartbeats for s in streams)),
     }
 
 
-def measure(options: Options) -> dict[str, Any]:
-    """Run L1 once; the JSON-ready report."""
+def measure(options: Options, kind: str = "gateway") -> dict[str, Any]:
+    """Run L1 once against ``kind`` (``gateway`` or the bare ``baseline``); the report.
+
+    ``options.replicas`` gateway processes (2: one Redis run log, ``redis_url``).
+    """
     raise_fd_limit()
+    replicas = options.replicas if kind == "gateway" else 1
+    options = dataclasses.replace(options, replicas=replicas)
+    env = {"HEADWATER_REDIS_URL": options.redis_url} if replicas > 1 else None
     provider = Child("--child", "provider", *child_args(options))
+    servers: list[Child] = []
     try:
-        server = Child("--child", "server", "--provider-url", provider.first,
-                       *child_args(options))
-        try:
-            phase = run_async(options.loop, drive(options, provider, server))
-        finally:
-            server.close()
+        for _ in range(replicas):
+            servers.append(Child("--child", "baseline" if kind == "baseline" else "server",
+                                 "--provider-url", provider.first, *child_args(options),
+                                 env=env))
+        phase = run_async(options.loop, drive(options, provider, servers))
     finally:
+        for server in servers:
+            server.close()
         provider.close()
     return {
         "date": datetime.date.today().isoformat(),
         "commit": commit(),
         "python": platform.python_version(),
         "cpus": os.cpu_count(),
+        "kind": kind,
         "options": {k: getattr(options, k) for k in Options.__dataclass_fields__}
-        | {"hold": hold_for(options)},
+        | {"hold": hold_for(options), "replicas": replicas},
         "figures": figures(options, phase),
         "targets": TARGETS,
     }
 
 
+COMPARED = ("server_cpu_us_per_frame", "added_latency_p50_ms", "added_latency_p99_ms",
+            "frames_per_s", "done", "errors", "gc_pause_max_ms", "loop_lag_max_ms",
+            "server_runqueue_wait_s", "loadavg_1min")
+
+
+def side_by_side(options: Options, rounds: int) -> dict[str, Any]:
+    """``rounds`` × (baseline, gateway), interleaved; medians and the gateway's ratios.
+
+    ``cpu_ratio`` is the gateway's server CPU per frame over the baseline's (target
+    ≤ 3); ``gateway_added_p99_ms`` the gateway's added-latency p99 less the
+    baseline's (target < 25 ms at 1,000 streams).
+    """
+    runs: dict[str, list[dict[str, Any]]] = {"baseline": [], "gateway": []}
+    for _ in range(rounds):
+        for kind in runs:
+            runs[kind].append(measure(options, kind))
+    medians = {kind: {key: statistics.median(r["figures"][key] for r in reports)
+                      for key in COMPARED} for kind, reports in runs.items()}
+    base, gate = medians["baseline"], medians["gateway"]
+    ratio = (gate["server_cpu_us_per_frame"] / base["server_cpu_us_per_frame"]
+             if base["server_cpu_us_per_frame"] else float("nan"))
+    return {
+        "date": datetime.date.today().isoformat(),
+        "commit": commit(),
+        "python": platform.python_version(),
+        "cpus": os.cpu_count(),
+        "kind": "side_by_side",
+        "options": {k: getattr(options, k) for k in Options.__dataclass_fields__}
+        | {"hold": hold_for(options), "rounds": rounds},
+        "medians": medians,
+        "figures": {"cpu_ratio": ratio,
+                    "gateway_added_p99_ms": gate["added_latency_p99_ms"]
+                    - base["added_latency_p99_ms"],
+                    **{f"baseline_{k}": v for k, v in base.items()},
+                    **{f"gateway_{k}": v for k, v in gate.items()}},
+        "targets": SIDE_BY_SIDE_TARGETS,
+        "runs": {kind: [r["figures"] for r in reports] for kind, reports in runs.items()},
+    }
+
+
 def table(report: dict[str, Any]) -> str:
-    lines = [f"{'figure':<30}{'value':>12}  target"]
+    targets = report["targets"]
+    lines = [f"{'figure':<36}{'value':>12}  target"]
     for key, value in report["figures"].items():
-        lines.append(f"{key:<30}{value:>12.2f}  {TARGETS.get(key, '')}")
+        lines.append(f"{key:<36}{value:>12.2f}  {targets.get(key, '')}")
     return "\n".join(lines)
 
 
@@ -676,9 +860,17 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--pool", choices=["default", "shared"], default="default",
                         help="the model's own client (several small pools) or one "
                              "unbounded httpx pool")
+    parser.add_argument("--baseline", action="store_true",
+                        help="the bare Starlette baseline and the gateway, interleaved: "
+                             "server CPU per frame and added latency side by side")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="with --baseline: (baseline, gateway) pairs to run")
+    parser.add_argument("--replicas", type=int, choices=[1, 2], default=1,
+                        help="gateway processes; 2 share a Redis run log (--redis-url)")
+    parser.add_argument("--redis-url", default=DEFAULT.redis_url)
     parser.add_argument("--quick", action="store_true", help="20 short streams: a smoke test")
     parser.add_argument("--profile", default="", help="cProfile the server; stats to FILE")
-    parser.add_argument("--child", choices=["provider", "server"], help=argparse.SUPPRESS)
+    parser.add_argument("--child", choices=["provider", "server", "baseline"], help=argparse.SUPPRESS)
     parser.add_argument("--provider-url", help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
@@ -687,7 +879,8 @@ def options_of(args: argparse.Namespace) -> Options:
     size = QUICK if args.quick else Options(streams=args.streams, deltas=args.deltas,
                                             pace=args.pace, hold=args.hold)
     return dataclasses.replace(size, store=args.store, loop=args.loop, pool=args.pool,
-                               profile=args.profile)
+                               profile=args.profile, replicas=args.replicas,
+                               redis_url=args.redis_url)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -696,10 +889,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.child == "provider":
         run_async(options.loop, provider_child(options))
         return
-    if args.child == "server":
-        server_main(args.provider_url, options)
+    if args.child in ("server", "baseline"):
+        server_main(args.provider_url, options, args.child)
         return
-    report = measure(options)
+    report = side_by_side(options, args.rounds) if args.baseline else measure(options)
     print(json.dumps(report, indent=2))
     print(table(report), file=sys.stderr)
 
