@@ -215,14 +215,21 @@ class LagMonitor:
         self.every = every
         self.samples: list[float] = []
         self.gc_pauses: list[float] = []
-        self._gc_start = 0.0
+        self.gc_by_gen: list[list[float]] = [[], [], []]  # every pause, by generation
+        self.gc_cpu_by_gen: list[list[float]] = [[], [], []]  # the same, thread CPU time
+        self._gc_start = self._gc_cpu_start = 0.0
         gc.callbacks.append(self._gc)
 
     def _gc(self, phase: str, info: dict[str, int]) -> None:
         if phase == "start":
-            self._gc_start = time.perf_counter()
-        elif info["generation"] == 2 or time.perf_counter() - self._gc_start > 0.005:
-            self.gc_pauses.append(time.perf_counter() - self._gc_start)
+            self._gc_start, self._gc_cpu_start = time.perf_counter(), time.thread_time()
+        else:
+            pause = time.perf_counter() - self._gc_start
+            self.gc_by_gen[info["generation"]].append(pause)
+            self.gc_cpu_by_gen[info["generation"]].append(time.thread_time()
+                                                          - self._gc_cpu_start)
+            if info["generation"] == 2 or pause > 0.005:
+                self.gc_pauses.append(pause)
 
     async def run(self) -> None:
         every, samples, clock = self.every, self.samples, time.perf_counter
@@ -234,9 +241,17 @@ class LagMonitor:
     def take(self) -> Figures:
         """Lag max and p99, and the longest GC pause, since the last ``take`` (ms)."""
         samples, pauses = self.samples[:], self.gc_pauses[:]
+        by_gen = {f"gc{gen}_{name}": value
+                  for gen, (times, cpu) in enumerate(zip(self.gc_by_gen, self.gc_cpu_by_gen,
+                                                         strict=True))
+                  for name, value in (("count", float(len(times))),
+                                      ("max_ms", max(times, default=0.0) * 1000),
+                                      ("cpu_ms", sum(cpu) * 1000))}
         self.samples.clear()
         self.gc_pauses.clear()
-        return {"max_ms": max(samples, default=0.0) * 1000,
+        for times in (*self.gc_by_gen, *self.gc_cpu_by_gen):
+            times.clear()
+        return {**by_gen, "max_ms": max(samples, default=0.0) * 1000,
                 "p99_ms": quantile(samples, 0.99) * 1000, "samples": float(len(samples)),
                 "gc_max_ms": max(pauses, default=0.0) * 1000, "gc_long": float(len(pauses))}
 
@@ -646,9 +661,9 @@ class Phase:
 
 
 def merge_lag(windows: list[Figures]) -> Figures:
-    """The lag windows of several servers as one: the worst of each figure."""
-    return {key: max(w[key] for w in windows) if key != "samples"
-            else sum(w[key] for w in windows) for key in windows[0]}
+    """The lag windows of several servers as one: counts summed, the worst of the rest."""
+    return {key: sum(w[key] for w in windows) if key.endswith(("samples", "count", "long"))
+            else max(w[key] for w in windows) for key in windows[0]}
 
 
 async def drive(options: Options, provider: Child, servers: list[Child]) -> Phase:
@@ -757,6 +772,8 @@ def figures(options: Options, phase: Phase) -> Figures:
         "loop_lag_max_ms": max(window["max_ms"] for window in lag),
         "loop_lag_samples": sum(window["samples"] for window in lag),
         "gc_pause_max_ms": max(window["gc_max_ms"] for window in lag),
+        **{f"gc{gen}_stream_{name}": phase.lag_stream[f"gc{gen}_{name}"]
+           for gen in range(3) for name in ("count", "max_ms", "cpu_ms")},
         "stream_s": window,
         **{f"{name}_cpu_s": phase.cpu[name] for name in ("server", "provider", "client")},
         "server_cpu_us_per_frame": phase.cpu["server"] / frames * 1e6 if frames else 0.0,

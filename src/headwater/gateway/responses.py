@@ -3,9 +3,10 @@
 One writer per connection (ASGI forbids concurrent sends): it takes frames from
 a small queue that a reader task fills from the run log, sends a heartbeat
 comment after ``heartbeat_interval`` of silence, and gives each send at most
-``send_timeout`` (watched by one :class:`StallWatch` for all responses, so a
-frame costs no timer). A disconnect (``http.disconnect``), a failed send or a
-client that stops reading past the timeout ends the response and calls
+``send_timeout``. One :class:`StallWatch` for all responses watches both (a
+stalled send, a silent stream), so a frame costs no timer. Frames queued
+together go out in one send. A disconnect (``http.disconnect``), a failed send
+or a client that stops reading past the timeout ends the response and calls
 ``on_end``; the terminal frame ends it normally.
 """
 
@@ -33,6 +34,7 @@ SSE_HEADERS: Mapping[str, str] = {
 """Headers of every SSE response: never cached, never buffered by a proxy, never compressed."""
 
 _END = object()
+_BEAT = object()  # put in an idle response's queue by the watch: send a heartbeat
 
 Render = Callable[[Frame], bytes]
 """A frame's bytes in one wire format (the typed frames, AG-UI, the Vercel UI stream)."""
@@ -47,10 +49,12 @@ def render_frame(frame: Frame) -> bytes:
 
 
 class StallWatch:
-    """Cancels the writers whose send has been waiting longer than ``send_timeout``.
+    """Cancels the writers whose send has been waiting longer than ``send_timeout``,
+    and wakes the writers that have been silent for their ``heartbeat_interval``.
 
-    One periodic check (every quarter of the timeout) for all open responses,
-    instead of a timer around every send.
+    One periodic check (every quarter of the shorter of the two) for all open
+    responses, instead of a timer around every send and every wait: a heartbeat
+    goes out between one and one and a quarter intervals of silence.
     """
 
     def __init__(self, send_timeout: float) -> None:
@@ -70,12 +74,13 @@ class StallWatch:
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
-        period = max(self.send_timeout / 4, 0.01)
         while self._open:
-            await asyncio.sleep(period)
+            shortest = min(min(r.heartbeat_interval for r in self._open), self.send_timeout)
+            await asyncio.sleep(max(shortest / 4, 0.01))
             now = loop.time()
             for response in list(self._open):
                 response.check_stall(now, self.send_timeout)
+                response.check_idle(now)
 
 
 class SSEResponse(Response):
@@ -114,6 +119,8 @@ class SSEResponse(Response):
         self.watch = watch
         self._client_gone = False
         self._sending_since: float | None = None
+        self._last_sent = 0.0  # loop time of the last send's start
+        self._queue: asyncio.Queue[Any] | None = None  # while the writer waits on it
         self._writer: asyncio.Task[Any] | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -122,6 +129,7 @@ class SSEResponse(Response):
         writer = asyncio.current_task()
         assert writer is not None
         self._writer = writer
+        self._last_sent = asyncio.get_running_loop().time()
         if self.watch is not None:
             self.watch.add(self)
         reader = asyncio.ensure_future(self._read(queue))
@@ -152,26 +160,54 @@ class SSEResponse(Response):
             self.on_end(gone)
 
     async def _pump(self, queue: asyncio.Queue[Any], send: Send) -> bool:
-        """Send frames until the terminal one (``True``); a heartbeat after each silence."""
+        """Send frames until the terminal one (``True``); a heartbeat after each silence.
+
+        The frames already queued when the writer wakes go out in one send.
+        """
+        encode = self.encode
         while True:
             try:
                 item = queue.get_nowait()
             except asyncio.QueueEmpty:
-                try:
-                    async with asyncio.timeout(self.heartbeat_interval):
-                        item = await queue.get()
-                except TimeoutError:
-                    await self._send(send, _body(heartbeat()))
-                    continue
+                item = await self._next(queue)
+            if item is _BEAT:
+                await self._send(send, _body(heartbeat()))
+                continue
             if item is _END:
                 return True
             frame: Frame = item
-            body = self.encode(frame)
+            body = encode(frame)
+            self.sent += 1
+            ended = frame.terminal
+            while not ended and not queue.empty():  # a batch: the frames queued meanwhile
+                item = queue.get_nowait()
+                if item is _BEAT:
+                    continue  # frames are going out: no heartbeat needed
+                if item is _END:
+                    ended = True
+                    break
+                frame = item
+                body += encode(frame)
+                self.sent += 1
+                ended = frame.terminal
             if body:
                 await self._send(send, _body(body))
-            self.sent += 1
-            if frame.terminal:
+            if ended:
                 return True
+
+    async def _next(self, queue: asyncio.Queue[Any]) -> Any:
+        """Wait for the next item; without a watch, a timer puts the heartbeat's turn."""
+        if self.watch is None:
+            try:
+                async with asyncio.timeout(self.heartbeat_interval):
+                    return await queue.get()
+            except TimeoutError:
+                return _BEAT
+        self._queue = queue  # the watch may put _BEAT while the writer waits
+        try:
+            return await queue.get()
+        finally:
+            self._queue = None
 
     async def _read(self, queue: asyncio.Queue[Any]) -> None:
         try:
@@ -198,7 +234,7 @@ class SSEResponse(Response):
             async with asyncio.timeout(self.send_timeout):
                 await send(message)
             return
-        self._sending_since = asyncio.get_running_loop().time()
+        self._sending_since = self._last_sent = asyncio.get_running_loop().time()
         try:
             await send(message)
         finally:
@@ -211,6 +247,15 @@ class SSEResponse(Response):
             self._client_gone = True  # handled as a disconnect
             self._sending_since = None
             self._writer.cancel()
+
+
+    def check_idle(self, now: float) -> None:
+        """Called by the watch: a writer silent for ``heartbeat_interval`` sends a heartbeat."""
+        queue = self._queue
+        if queue is not None and now - self._last_sent >= self.heartbeat_interval:
+            self._last_sent = now  # one heartbeat per interval of silence
+            with contextlib.suppress(asyncio.QueueFull):
+                queue.put_nowait(_BEAT)
 
 
 def _body(data: bytes) -> Message:

@@ -127,33 +127,35 @@ class RunLog(Protocol):
 
 
 class _Run:
-    """One run's frames and the event its followers wait on."""
+    """One run's frames and the futures of the followers waiting for the next one."""
 
-    __slots__ = ("_wakeup", "ended", "frames", "gone")
+    __slots__ = ("ended", "frames", "gone", "waiters")
 
     def __init__(self) -> None:
         self.frames: list[Frame] = []
         self.ended = False
         self.gone = False  # forgotten: followers that catch up raise RunNotFound
-        # Made by the first follower that has to wait; append sets it only then.
-        self._wakeup: asyncio.Event | None = None
+        self.waiters: list[asyncio.Future[None]] = []  # one per waiting follower
 
     def wake(self) -> None:
-        if self._wakeup is not None:
-            self._wakeup.set()
-            self._wakeup = None  # the next waiter waits for the next frame
+        waiters = self.waiters
+        if waiters:
+            for waiter in waiters:  # set_result only schedules the waiter: no re-entry here
+                if not waiter.done():  # a cancelled follower's
+                    waiter.set_result(None)
+            waiters.clear()
 
     async def changed(self) -> None:
-        if self._wakeup is None:
-            self._wakeup = asyncio.Event()
-        await self._wakeup.wait()
+        waiter = asyncio.get_running_loop().create_future()
+        self.waiters.append(waiter)
+        await waiter
 
 
 class InMemoryRunLog(RunLog):
     """A :class:`RunLog` in this process's memory: for one gateway process, and tests.
 
-    An append is O(1) and starts no task; followers wait on one ``asyncio.Event``
-    per run (no polling), which an append sets only when someone waits. Use it
+    An append is O(1) and starts no task; followers wait on one future per run
+    (no polling), which an append resolves only when someone waits. Use it
     from one event loop.
 
     Args:
