@@ -41,8 +41,8 @@ import pstats
 import re
 import resource
 import socket
-import subprocess
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -887,7 +887,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--redis-url", default=DEFAULT.redis_url)
     parser.add_argument("--quick", action="store_true", help="20 short streams: a smoke test")
     parser.add_argument("--profile", default="", help="cProfile the server; stats to FILE")
-    parser.add_argument("--child", choices=["provider", "server", "baseline"], help=argparse.SUPPRESS)
+    parser.add_argument("--child", choices=["provider", "server", "baseline"],
+                        help=argparse.SUPPRESS)
     parser.add_argument("--provider-url", help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 

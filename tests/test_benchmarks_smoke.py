@@ -95,18 +95,22 @@ LOAD_FIGURES = {
     "rss_per_idle_stream_kib", "loop_lag_open_max_ms", "loop_lag_open_p99_ms",
     "loop_lag_stream_max_ms", "loop_lag_stream_p99_ms", "loop_lag_max_ms", "loop_lag_samples",
     "gc_pause_max_ms", "stream_s", "server_cpu_s", "provider_cpu_s", "client_cpu_s",
-    "server_runqueue_wait_s", "loadavg_1min", "heartbeats",
+    "server_runqueue_wait_s", "loadavg_1min", "heartbeats", "server_cpu_us_per_frame",
+    *(f"gc{gen}_stream_{name}" for gen in range(3) for name in ("count", "max_ms", "cpu_ms")),
 }
+
+
+def load_env() -> dict[str, str]:
+    src = str(Path(headwater.__file__).resolve().parents[1])  # the children import this one
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(
+        filter(None, [src, os.environ.get("PYTHONPATH")]))}
 
 
 @pytest.mark.slow  # three processes: provider, uvicorn server, client
 @pytest.mark.timeout(180)
 def test_gateway_load_quick_streams_every_chunk_and_reports_its_figures() -> None:
-    src = str(Path(headwater.__file__).resolve().parents[1])  # the children import this one
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        filter(None, [src, os.environ.get("PYTHONPATH")]))}
     done = subprocess.run([sys.executable, str(LOAD), "--quick"], capture_output=True,
-                          text=True, timeout=170, check=False, env=env)
+                          text=True, timeout=170, check=False, env=load_env())
 
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(done.stdout)
@@ -122,3 +126,31 @@ def test_gateway_load_quick_streams_every_chunk_and_reports_its_figures() -> Non
     assert figures["frames"] == streams * (report["options"]["deltas"] + 2)  # + message, done
     assert figures["loop_lag_samples"] > 0
     assert "added_latency_p99_ms" in done.stderr  # the table
+
+
+@pytest.mark.slow  # a provider, then the bare baseline and the gateway in turn, and the client
+@pytest.mark.timeout(240)
+def test_gateway_load_baseline_serves_the_same_frames_side_by_side() -> None:
+    done = subprocess.run([sys.executable, str(LOAD), "--quick", "--baseline"],
+                          capture_output=True, text=True, timeout=230, check=False,
+                          env=load_env())
+
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout)
+    assert report["kind"] == "side_by_side"
+    assert set(report["targets"]) == {"cpu_ratio", "gateway_added_p99_ms"}
+    streams, deltas = report["options"]["streams"], report["options"]["deltas"]
+    runs = report["runs"]
+    assert set(runs) == {"baseline", "gateway"} and len(runs["baseline"]) == 1
+    for figures in (runs["baseline"][0], runs["gateway"][0]):
+        assert set(figures) == LOAD_FIGURES
+        # the same frames: every chunk matched, deltas + message + done, every run done
+        assert figures["done"] == streams and figures["errors"] == 0
+        assert figures["chunks_matched"] == figures["chunks_expected"] == streams * deltas
+        assert figures["frames"] == streams * (deltas + 2)
+        assert figures["server_cpu_us_per_frame"] >= 0
+    figures = report["figures"]
+    assert {"cpu_ratio", "gateway_added_p99_ms", "baseline_server_cpu_us_per_frame",
+            "gateway_server_cpu_us_per_frame", "baseline_added_latency_p99_ms",
+            "gateway_added_latency_p99_ms"} <= set(figures)
+    assert "cpu_ratio" in done.stderr  # the table

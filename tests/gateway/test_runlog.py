@@ -350,3 +350,19 @@ def test_redis_without_redis_py_names_the_extra(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setitem(__import__("sys").modules, "redis.asyncio", None)
     with pytest.raises(ImportError, match=r"headwater\[redis\]"):
         RedisRunLog("redis://127.0.0.1:6379/0", settings=Settings())
+
+
+async def test_memory_log_keeping_few_frame_objects_replays_and_follows_every_frame() -> None:
+    log = InMemoryRunLog(max_frames=100, keep_objects=1)  # older frames are decoded again
+    await log.open("r1")
+    follower = asyncio.ensure_future(collect(log, 0))
+    written = await deltas(log, 3)
+    await asyncio.sleep(0)  # the follower takes the first frames live
+    written += await deltas(log, 20)
+    written.append(await log.append("r1", "done", {"usage": {"input_tokens": 1}}))
+    assert await asyncio.wait_for(follower, 5) == written
+    for after in (0, 1, 5, 22, 23, 24):
+        assert await log.read_after("r1", after) == written[after:]
+        assert await asyncio.wait_for(collect(log, after), 5) == written[after:]
+    with pytest.raises(ValueError, match="keep_objects"):
+        InMemoryRunLog(max_frames=10, keep_objects=0)

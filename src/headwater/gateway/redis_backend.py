@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import uuid
 from collections.abc import AsyncGenerator, Callable, Mapping
@@ -35,10 +34,9 @@ from typing import Any, cast, get_args
 
 from ..errors import RunLogClosed, RunLogFull, RunNotFound, UserError
 from ..settings import Settings
-from ..sse import SSEDecoder
 from .registry import RunInfo, RunRegistry, RunStatus
 from .runlog import RunLog, check_after
-from .sse import TERMINAL_TYPES, Frame, encode_frame
+from .sse import TERMINAL_TYPES, Frame, decode_frame, encode_frame
 
 logger = logging.getLogger("headwater.gateway")
 
@@ -299,12 +297,8 @@ def _cancelled_meanwhile() -> None:
 
 
 def _frame(entry_id: bytes, fields: Mapping[bytes, bytes]) -> Frame:
-    """The frame stored as the stream entry ``<id>-0``: its bytes, read back with the
-    one SSE decoder (:mod:`headwater.sse`)."""
-    raw = fields[b"f"]
-    (event,) = SSEDecoder(max_line_chars=len(raw), max_event_chars=len(raw)).feed(raw)
-    return Frame(id=int(entry_id.split(b"-", 1)[0]), type=fields[b"t"].decode(),
-                 data=json.loads(event.data), raw=raw)
+    """The frame stored as the stream entry ``<id>-0``: its bytes, read back."""
+    return decode_frame(fields[b"f"])
 
 
 # -- the registry --------------------------------------------------------------------------------

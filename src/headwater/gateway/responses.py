@@ -166,10 +166,8 @@ class SSEResponse(Response):
         """
         encode = self.encode
         while True:
-            try:
-                item = queue.get_nowait()
-            except asyncio.QueueEmpty:
-                item = await self._next(queue)
+            # Not `except QueueEmpty: await ...`: the exception would live through the wait.
+            item = await self._next(queue) if queue.empty() else queue.get_nowait()
             if item is _BEAT:
                 await self._send(send, _body(heartbeat()))
                 continue

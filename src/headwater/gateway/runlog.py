@@ -19,12 +19,13 @@ then forgetting them is the gateway's job, not the log's.
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from collections.abc import AsyncGenerator, Mapping
 from typing import Any, Protocol
 
 from ..errors import RunLogClosed, RunLogFull, RunNotFound, UserError
 from ..settings import Settings, settings_or_default
-from .sse import TERMINAL_TYPES, Frame, encode_frame
+from .sse import TERMINAL_TYPES, Frame, decode_frame, encode_frame
 
 
 class RunLog(Protocol):
@@ -127,15 +128,30 @@ class RunLog(Protocol):
 
 
 class _Run:
-    """One run's frames and the futures of the followers waiting for the next one."""
+    """One run's frames and the futures of the followers waiting for the next one.
 
-    __slots__ = ("ended", "frames", "gone", "waiters")
+    Every frame is kept as its bytes; only the last few are kept as
+    :class:`Frame` objects too (what a live follower takes), older ones are
+    decoded again when a replay asks for them. A kept frame is a few objects
+    the garbage collector would walk on every pass while the run is retained;
+    bytes are not (see benchmarks/README.md, "Gateway load").
+    """
 
-    def __init__(self) -> None:
-        self.frames: list[Frame] = []
+    __slots__ = ("ended", "gone", "raws", "recent", "waiters")
+
+    def __init__(self, keep: int) -> None:
+        self.raws: list[bytes] = []
+        self.recent: deque[Frame] = deque(maxlen=keep)  # the last frames, as objects
         self.ended = False
         self.gone = False  # forgotten: followers that catch up raise RunNotFound
         self.waiters: list[asyncio.Future[None]] = []  # one per waiting follower
+
+    def frame(self, id: int) -> Frame:
+        """Frame ``id`` (1 ≤ id ≤ the last id)."""
+        first_recent = len(self.raws) - len(self.recent) + 1
+        if id >= first_recent:
+            return self.recent[id - first_recent]
+        return decode_frame(self.raws[id - 1])
 
     def wake(self) -> None:
         waiters = self.waiters
@@ -154,7 +170,7 @@ class _Run:
 class InMemoryRunLog(RunLog):
     """A :class:`RunLog` in this process's memory: for one gateway process, and tests.
 
-    An append is O(1) and starts no task; followers wait on one future per run
+    An append is O(1) and starts no task; followers wait on a future each
     (no polling), which an append resolves only when someone waits. Use it
     from one event loop.
 
@@ -163,18 +179,24 @@ class InMemoryRunLog(RunLog):
             past it); ``settings.run_log_max_frames`` by default.
         settings: where that default comes from (the process-wide settings
             when omitted; ``create_app`` passes its own).
+        keep_objects: the last frames of each run kept as :class:`Frame`
+            objects (a live follower's); the others are kept as bytes and
+            decoded for a replay.
 
     Raises:
-        ValueError: ``max_frames`` is below 1.
+        ValueError: ``max_frames`` or ``keep_objects`` is below 1.
     """
 
     def __init__(self, max_frames: int | None = None, *,
-                 settings: Settings | None = None) -> None:
+                 settings: Settings | None = None, keep_objects: int = 4) -> None:
         if max_frames is None:
             max_frames = settings_or_default(settings).run_log_max_frames
         if max_frames < 1:
             raise ValueError(f"max_frames must be at least 1, got {max_frames}")
+        if keep_objects < 1:
+            raise ValueError(f"keep_objects must be at least 1, got {keep_objects}")
         self.max_frames = max_frames
+        self.keep_objects = keep_objects
         self._runs: dict[str, _Run] = {}
         self._closed = False
 
@@ -189,25 +211,27 @@ class InMemoryRunLog(RunLog):
             raise UserError("the run log is closed; make a new one")
         if run_id in self._runs:
             raise UserError(f"run {run_id!r} already has a log; run ids must be unique")
-        self._runs[run_id] = _Run()
+        self._runs[run_id] = _Run(self.keep_objects)
 
     async def append(self, run_id: str, type: str, data: Mapping[str, Any]) -> Frame:
         run = self._run(run_id)
         if run.ended:
             raise RunLogClosed(f"run {run_id!r} already has its terminal frame")
-        frames = run.frames
+        raws = run.raws
         terminal = type in TERMINAL_TYPES
-        if not terminal and len(frames) >= self.max_frames:
+        if not terminal and len(raws) >= self.max_frames:
             raise RunLogFull(f"run {run_id!r} wrote its {self.max_frames} frames")
-        frame = encode_frame(len(frames) + 1, type, data)
-        frames.append(frame)
+        frame = encode_frame(len(raws) + 1, type, data)
+        raws.append(frame.raw)
+        run.recent.append(frame)
         run.ended = terminal
         run.wake()
         return frame
 
     async def read_after(self, run_id: str, after: int) -> list[Frame]:
         check_after(after)
-        return self._run(run_id).frames[after:]
+        run = self._run(run_id)
+        return [run.frame(i) for i in range(after + 1, len(run.raws) + 1)]
 
     def follow(self, run_id: str, after: int) -> AsyncGenerator[Frame, None]:
         check_after(after)
@@ -215,12 +239,12 @@ class InMemoryRunLog(RunLog):
 
     async def _follow(self, run_id: str, after: int) -> AsyncGenerator[Frame, None]:
         run = self._run(run_id)
-        frames = run.frames
+        raws = run.raws
         cursor = after
         while True:
-            while cursor < len(frames):
+            while cursor < len(raws):
                 cursor += 1
-                yield frames[cursor - 1]
+                yield run.frame(cursor)
             if run.ended:
                 return
             if run.gone:
@@ -231,7 +255,7 @@ class InMemoryRunLog(RunLog):
         return self._run(run_id).ended
 
     async def last_id(self, run_id: str) -> int:
-        return len(self._run(run_id).frames)
+        return len(self._run(run_id).raws)
 
     async def forget(self, run_id: str) -> None:
         run = self._runs.pop(run_id, None)

@@ -22,11 +22,12 @@ built without the dataclass ``__init__``.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from ..sse import encode_comment, encode_event, encode_retry
+from ..sse import SSEDecoder, encode_comment, encode_event, encode_retry
 
 FRAME_TYPES: Final[frozenset[str]] = frozenset({
     "delta",
@@ -113,6 +114,25 @@ def encode_frame(id: int, type: str, data: Mapping[str, Any]) -> Frame:
     _set_id(frame, id)
     _set_type(frame, type)
     _set_data(frame, data)
+    _set_raw(frame, raw)
+    return frame
+
+
+def decode_frame(raw: bytes) -> Frame:
+    """The frame whose bytes are ``raw`` (what :func:`encode_frame` made), read back with
+    the one SSE decoder (:mod:`headwater.sse`): for a log that keeps only the bytes.
+
+    Raises:
+        ValueError: ``raw`` is not one frame with an id, a type and JSON data.
+    """
+    events = SSEDecoder(max_line_chars=len(raw), max_event_chars=len(raw)).feed(raw)
+    event = events[0] if len(events) == 1 else None
+    if event is None or not event.id:
+        raise ValueError(f"not one encoded frame: {raw[:80]!r}")
+    frame = _new_frame(Frame)
+    _set_id(frame, int(event.id))
+    _set_type(frame, event.event)
+    _set_data(frame, json.loads(event.data))
     _set_raw(frame, raw)
     return frame
 
