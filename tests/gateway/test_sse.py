@@ -20,6 +20,7 @@ from headwater.gateway.sse import (
     FRAME_TYPES,
     TERMINAL_TYPES,
     Frame,
+    decode_frame,
     encode_frame,
     heartbeat,
     retry_hint,
@@ -107,6 +108,19 @@ def test_any_mapping_is_encoded_and_frames_are_frozen() -> None:
     with pytest.raises(FrozenInstanceError):
         frame.id = 2  # type: ignore[misc]
     assert frame == Frame(1, "tool_call", {"names": ["a"]}, frame.raw)
+
+
+def test_decode_frame_reads_back_what_encode_frame_wrote() -> None:
+    for frame in (encode_frame(1, "delta", {"author": "a", "text": "line\u2028sep ✓\n"}),
+                  encode_frame(42, "done", {"usage": {"input_tokens": 3, "output_tokens": 4}}),
+                  encode_frame(7, "message", {"author": "a", "id": "e1", "text": "",
+                                              "final": True, "n": [1.5, None]})):
+        again = decode_frame(frame.raw)
+        assert again == frame and again.raw is frame.raw and again.terminal == frame.terminal
+    for bad in (b"", b": hb\n\n", b"event: delta\ndata: {}\n\n",  # no id
+                encode_frame(1, "delta", {}).raw * 2):  # two frames
+        with pytest.raises(ValueError, match="not one encoded frame"):
+            decode_frame(bad)
 
 
 def test_heartbeat_and_retry_hint() -> None:
