@@ -823,16 +823,20 @@ COMPARED = ("server_cpu_us_per_frame", "added_latency_p50_ms", "added_latency_p9
 
 
 def side_by_side(options: Options, rounds: int) -> dict[str, Any]:
-    """``rounds`` × (baseline, gateway), interleaved; medians and the gateway's ratios.
+    """``rounds`` × (baseline, gateway[, two replicas]), interleaved; medians and ratios.
 
     ``cpu_ratio`` is the gateway's server CPU per frame over the baseline's (target
     ≤ 3); ``gateway_added_p99_ms`` the gateway's added-latency p99 less the
     baseline's (target < 25 ms at 1,000 streams).
     """
-    runs: dict[str, list[dict[str, Any]]] = {"baseline": [], "gateway": []}
+    one = dataclasses.replace(options, replicas=1)
+    kinds = {"baseline": ("baseline", one), "gateway": ("gateway", one)}
+    if options.replicas > 1:  # and the gateway as two replicas on one Redis, in turn too
+        kinds["replicas"] = ("gateway", options)
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in kinds}
     for _ in range(rounds):
-        for kind in runs:
-            runs[kind].append(measure(options, kind))
+        for name, (kind, sized) in kinds.items():
+            runs[name].append(measure(sized, kind))
     medians = {kind: {key: statistics.median(r["figures"][key] for r in reports)
                       for key in COMPARED} for kind, reports in runs.items()}
     base, gate = medians["baseline"], medians["gateway"]
@@ -850,8 +854,8 @@ def side_by_side(options: Options, rounds: int) -> dict[str, Any]:
         "figures": {"cpu_ratio": ratio,
                     "gateway_added_p99_ms": gate["added_latency_p99_ms"]
                     - base["added_latency_p99_ms"],
-                    **{f"baseline_{k}": v for k, v in base.items()},
-                    **{f"gateway_{k}": v for k, v in gate.items()}},
+                    **{f"{kind}_{k}": v for kind, figures in medians.items()
+                       for k, v in figures.items()}},
         "targets": SIDE_BY_SIDE_TARGETS,
         "runs": {kind: [r["figures"] for r in reports] for kind, reports in runs.items()},
     }
@@ -883,7 +887,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, default=1,
                         help="with --baseline: (baseline, gateway) pairs to run")
     parser.add_argument("--replicas", type=int, choices=[1, 2], default=1,
-                        help="gateway processes; 2 share a Redis run log (--redis-url)")
+                        help="gateway processes; 2 share a Redis run log (--redis-url), "
+                             "each drives half the streams (with --baseline: a third "
+                             "kind of run, beside one replica)")
     parser.add_argument("--redis-url", default=DEFAULT.redis_url)
     parser.add_argument("--quick", action="store_true", help="20 short streams: a smoke test")
     parser.add_argument("--profile", default="", help="cProfile the server; stats to FILE")
