@@ -331,6 +331,27 @@ async def test_closing_a_redis_log_keeps_ended_runs_for_the_others(
 
 
 @pytest.mark.redis
+@pytest.mark.timeout(60)
+async def test_a_redis_follower_waits_through_a_silence_longer_than_redis_py_s_timeout(
+        redis_url: str) -> None:
+    from headwater.gateway.redis_backend import RedisRunLog
+
+    # XREAD BLOCK waits up to heartbeat_interval: 6 s, past redis-py's default 5 s read timeout
+    settings = redis_settings(redis_url, heartbeat_interval=6.0)
+    log = RedisRunLog(redis_url, settings=settings)
+    try:
+        await log.open("quiet")
+        follower = asyncio.create_task(collect(log, 0, "quiet"))
+        await asyncio.sleep(5.5)  # the run says nothing for longer than 5 s
+        written = await deltas(log, 1, "quiet")
+        written.append(await log.append("quiet", "done", {}))
+        assert await asyncio.wait_for(follower, 20) == written
+    finally:
+        await log.close()
+        await drop_keys(redis_url, settings.redis_key_prefix)
+
+
+@pytest.mark.redis
 async def test_redis_log_bounds_come_from_the_settings(redis_url: str) -> None:
     from headwater.gateway.redis_backend import RedisRunLog
 

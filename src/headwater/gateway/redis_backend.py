@@ -47,6 +47,10 @@ def connect(url: str, settings: Settings) -> Any:
     """A redis-py asyncio client on ``url`` with a blocking pool of
     ``redis_max_connections`` (a command waits up to ``redis_pool_timeout`` for one).
 
+    A read gives Redis ``heartbeat_interval`` plus 5 s to answer: a follower's
+    ``XREAD BLOCK`` waits up to ``heartbeat_interval`` (redis-py's own 5 s
+    default would end every follower of a run silent for 5 s).
+
     Raises:
         ImportError: redis-py is not installed (the message names the extra).
     """
@@ -58,7 +62,8 @@ def connect(url: str, settings: Settings) -> Any:
         ) from exc
     pool = aioredis.BlockingConnectionPool.from_url(
         url, max_connections=settings.redis_max_connections,
-        timeout=settings.redis_pool_timeout)
+        timeout=settings.redis_pool_timeout,
+        socket_timeout=settings.heartbeat_interval + 5.0)
     return aioredis.Redis(connection_pool=pool)
 
 
