@@ -2,6 +2,7 @@
 
     python benchmarks/load.py [--streams 1000] [--deltas 20] [--pace 0.05]
                               [--store memory|sqlite] [--quick] [--profile FILE]
+                              [--baseline [--rounds N]] [--replicas 2 [--redis-url URL]]
 
 Three processes, so none of them measures itself:
 
@@ -18,6 +19,12 @@ Three processes, so none of them measures itself:
   stream. Each chunk's text carries its index (``<7>``), so each frame's arrival
   is matched with the time its chunk left the provider. ``CLOCK_MONOTONIC``
   (``time.monotonic()``) is one clock for every process of a Linux machine.
+
+``--baseline`` runs the same workload against a bare Starlette relay of the
+provider's stream (``build_baseline``: the same frames, the same pace) and
+against the gateway, in turn, and reports the server CPU per frame and the added
+latency of both and their ratio. ``--replicas 2`` runs two gateway processes on
+one Redis (``HEADWATER_REDIS_URL``), half the streams each.
 
 stdout gets one JSON object (figures, targets, sizes); stderr a short table.
 What each figure means: benchmarks/README.md, "Gateway load (L1)". Nothing is
