@@ -57,7 +57,7 @@ import binascii
 from collections.abc import Iterator, Mapping
 from typing import Any, Final, Literal
 
-from fastapi import FastAPI, Request, Response
+from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import ERROR_MESSAGES
@@ -65,7 +65,7 @@ from ..sse import encode_event as sse_event
 from ..sse import encode_json
 from ..tools.approval import approval_response
 from ..types import Blob, Content, Part
-from .core import STREAM_RESPONSES, Gateway
+from .core import STREAM_RESPONSES, CurrentUser, GatewayDep
 from .frames import outer_call_id
 from .problems import GatewayHTTPError, request_id_of
 from .sse import Frame
@@ -486,18 +486,19 @@ def _key(data: Mapping[str, Any]) -> str:
 # -- the route -----------------------------------------------------------------------------------
 
 
-def add_agui_routes(app: FastAPI, gw: Gateway) -> None:
-    """Add ``POST /ag-ui/{agent}`` to ``app``."""
+router = APIRouter(tags=["formats"])
+"""``POST /ag-ui/{agent}``: a run as AG-UI events."""
 
-    @app.post("/ag-ui/{agent}", tags=["formats"], response_class=Response,
-              responses=STREAM_RESPONSES)
-    async def run_agui(request: Request, agent: str, body: RunAgentInput) -> Any:
-        user = await gw.user(request)
-        gw.require_agent(agent)
-        message = message_of(body)
-        gw.check_message(message)  # before the thread's session is opened
-        await gw.open_session(user, agent, body.thread_id)
-        run = await gw.start_run(user, agent, body.thread_id, message, request_id_of(request),
-                                 streaming=_streaming(body.forwarded_props))
-        encoder = AguiEncoder(body.thread_id, body.run_id, run.id)
-        return gw.stream(run, 0, render=encoder.render, prologue=encoder.started())
+
+@router.post("/ag-ui/{agent}", response_class=Response, responses=STREAM_RESPONSES)
+async def run_agui(request: Request, gw: GatewayDep, user: CurrentUser, agent: str,
+                   body: RunAgentInput) -> Response:
+    gw.require_agent(agent)
+    message = message_of(body)
+    gw.check_message(message)  # before the thread's session is opened
+    await gw.open_session(user, agent, body.thread_id)
+    run = await gw.start_run(user, agent, body.thread_id,
+                             gw.message_run(message, streaming=_streaming(body.forwarded_props)),
+                             request_id_of(request))
+    encoder = AguiEncoder(body.thread_id, body.run_id, run.id)
+    return gw.stream(run, 0, render=encoder.render, prologue=encoder.started())

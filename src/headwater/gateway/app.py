@@ -17,7 +17,7 @@ import threading
 from collections.abc import AsyncIterator, Sequence
 from typing import Annotated, Any, Literal
 
-from fastapi import FastAPI, Header, Query, Request, Response
+from fastapi import APIRouter, FastAPI, Header, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from ..agents.base import BaseAgent
@@ -28,19 +28,24 @@ from ..sessions.sql import SqlSessionService
 from ..settings import Settings, settings_or_default
 from ..tools.approval import approval_response
 from ..types import Content, FunctionResponse, Part
-from .agui import add_agui_routes
+from . import agui, page, vercel, websocket
 from .auth import Authenticator
-from .core import NOT_FOUND_RUN, NOT_FOUND_SESSION, STREAM_RESPONSES, Gateway, store_error
+from .core import (
+    NOT_FOUND_RUN,
+    NOT_FOUND_SESSION,
+    STREAM_RESPONSES,
+    CurrentUser,
+    Gateway,
+    GatewayDep,
+    store_error,
+)
 from .limits import RequestLimits
 from .logs import redact_uvicorn_logs
 from .origins import OriginGuard, allowed_origins
-from .page import add_page_routes
 from .problems import ErrorBody, GatewayHTTPError, install_error_handlers, request_id_of
 from .registry import RunRegistry
 from .runlog import InMemoryRunLog, RunLog
 from .tracing import TraceContext
-from .vercel import add_vercel_routes
-from .websocket import add_live_routes
 
 logger = logging.getLogger("headwater.gateway")
 
@@ -224,155 +229,163 @@ def create_app(
     app.add_middleware(RequestLimits, max_body_bytes=settings.max_body_bytes,
                        body_read_timeout=settings.body_read_timeout)
     app.add_middleware(TraceContext)  # outermost: the caller's trace for all of the request
-    _routes(app, gateway)
-    add_agui_routes(app, gateway)
-    add_page_routes(app, gateway)
-    add_vercel_routes(app, gateway)
-    add_live_routes(app, gateway)
+    for router in (meta, sessions, runs, agui.router, page.router, vercel.router,
+                   websocket.router):
+        app.include_router(router)
     return app
 
 
-def _routes(app: FastAPI, gw: Gateway) -> None:
-    settings = gw.settings
+meta = APIRouter(tags=["meta"])
+"""``GET /healthz``."""
 
-    @app.get("/healthz", response_model=Health, tags=["meta"])
-    async def healthz() -> Health:
-        return Health(status="stopping" if gw.runs.closing else "ok")
+sessions = APIRouter(tags=["sessions"])
+"""The caller's sessions: create, list, read, delete, and a session's stored events."""
 
-    @app.post("/sessions", status_code=201, response_model=SessionOut, tags=["sessions"],
+runs = APIRouter(tags=["runs"])
+"""A run: start it on a session (its SSE stream is the answer), follow it again, cancel it."""
+
+
+@meta.get("/healthz", response_model=Health)
+async def healthz(gw: GatewayDep) -> Health:
+    return Health(status="stopping" if gw.runs.closing else "ok")
+
+
+@sessions.post("/sessions", status_code=201, response_model=SessionOut,
+               responses={404: {"model": ErrorBody}})
+async def create_session(gw: GatewayDep, user: CurrentUser,
+                         body: SessionCreate | None = None) -> SessionOut:
+    body = body or SessionCreate()
+    agent = gw.require_agent(body.agent or gw.default_agent)
+    try:
+        session = await gw.service.create_session(app_name=agent, user_id=user, state=body.state)
+    except SessionError as exc:
+        raise store_error(exc) from None
+    except TypeError:
+        raise GatewayHTTPError("invalid_request", "state must be a JSON object") from None
+    return _session_out(agent, session)
+
+
+@sessions.get("/sessions", response_model=SessionList)
+async def list_sessions(
+    gw: GatewayDep,
+    user: CurrentUser,
+    limit: Annotated[int, Query(ge=1)] = 50,
+    cursor: Annotated[str | None, Query(pattern=r"^\d{1,9}$")] = None,
+) -> SessionList:
+    limit = min(limit, gw.settings.max_page_size)
+    found: list[SessionOut] = []
+    try:
+        for name in gw.runners:
+            found += [_session_out(name, s) for s in
+                      await gw.service.list_sessions(app_name=name, user_id=user)]
+        found.sort(key=lambda s: (s.updated_at, s.created_at), reverse=True)
+        start = int(cursor or 0)
+        page = found[start:start + limit]
+        titles = await asyncio.gather(*(_first_title(gw, user, s) for s in page))
+        active = await asyncio.gather(*(gw.runs.active(user, s.id) for s in page))
+    except SessionError as exc:
+        raise store_error(exc) from None
+    for listed, title, run_id in zip(page, titles, active, strict=True):
+        listed.title = title
+        listed.active_run = run_id
+    more = start + limit < len(found)
+    return SessionList(items=page, next_cursor=str(start + limit) if more else None)
+
+
+@sessions.get("/sessions/{session_id}", response_model=SessionOut,
               responses={404: {"model": ErrorBody}})
-    async def create_session(request: Request, body: SessionCreate | None = None) -> SessionOut:
-        user = await gw.user(request)
-        body = body or SessionCreate()
-        agent = gw.require_agent(body.agent or gw.default_agent)
-        try:
-            session = await gw.service.create_session(app_name=agent, user_id=user,
-                                                      state=body.state)
-        except SessionError as exc:
-            raise store_error(exc) from None
-        except TypeError:
-            raise GatewayHTTPError("invalid_request", "state must be a JSON object") from None
-        return _session_out(agent, session)
+async def get_session(gw: GatewayDep, user: CurrentUser, session_id: str) -> SessionOut:
+    agent, session = await gw.find_session(user, session_id)
+    out = _session_out(agent, session, await gw.runs.active(user, session_id))
+    out.title = _session_title(session.events[:1], gw.settings.session_title_chars)
+    return out
 
-    @app.get("/sessions", response_model=SessionList, tags=["sessions"])
-    async def list_sessions(
-        request: Request,
-        limit: Annotated[int, Query(ge=1)] = 50,
-        cursor: Annotated[str | None, Query(pattern=r"^\d{1,9}$")] = None,
-    ) -> SessionList:
-        user = await gw.user(request)
-        limit = min(limit, settings.max_page_size)
-        found: list[SessionOut] = []
-        try:
-            for name in gw.runners:
-                found += [_session_out(name, s) for s in
-                          await gw.service.list_sessions(app_name=name, user_id=user)]
-            found.sort(key=lambda s: (s.updated_at, s.created_at), reverse=True)
-            start = int(cursor or 0)
-            page = found[start:start + limit]
-            titles = await asyncio.gather(*(_first_title(gw, user, s) for s in page))
-            active = await asyncio.gather(*(gw.runs.active(user, s.id) for s in page))
-        except SessionError as exc:
-            raise store_error(exc) from None
-        for listed, title, run_id in zip(page, titles, active, strict=True):
-            listed.title = title
-            listed.active_run = run_id
-        more = start + limit < len(found)
-        return SessionList(items=page, next_cursor=str(start + limit) if more else None)
 
-    @app.get("/sessions/{session_id}", response_model=SessionOut, tags=["sessions"],
-             responses={404: {"model": ErrorBody}})
-    async def get_session(request: Request, session_id: str) -> SessionOut:
-        user = await gw.user(request)
-        agent, session = await gw.find_session(user, session_id)
-        out = _session_out(agent, session, await gw.runs.active(user, session_id))
-        out.title = _session_title(session.events[:1], settings.session_title_chars)
-        return out
+@sessions.delete("/sessions/{session_id}", status_code=204,
+                 responses={404: {"model": ErrorBody}, 409: {"model": ErrorBody}})
+async def delete_session(gw: GatewayDep, user: CurrentUser, session_id: str) -> Response:
+    agent, _ = await gw.find_session(user, session_id)
+    if await gw.runs.active(user, session_id) is not None:
+        raise GatewayHTTPError("session_busy", "a run is in progress on this session")
+    try:
+        await gw.service.delete_session(app_name=agent, user_id=user, session_id=session_id)
+    except SessionError as exc:
+        raise store_error(exc) from None
+    return Response(status_code=204)
 
-    @app.delete("/sessions/{session_id}", status_code=204, tags=["sessions"],
-                responses={404: {"model": ErrorBody}, 409: {"model": ErrorBody}})
-    async def delete_session(request: Request, session_id: str) -> Response:
-        user = await gw.user(request)
-        agent, _ = await gw.find_session(user, session_id)
-        if await gw.runs.active(user, session_id) is not None:
-            raise GatewayHTTPError("session_busy", "a run is in progress on this session")
-        try:
-            await gw.service.delete_session(app_name=agent, user_id=user, session_id=session_id)
-        except SessionError as exc:
-            raise store_error(exc) from None
+
+@sessions.get("/sessions/{session_id}/events", response_model=EventList,
+              responses={404: {"model": ErrorBody}})
+async def list_events(
+    gw: GatewayDep,
+    user: CurrentUser,
+    session_id: str,
+    limit: Annotated[int, Query(ge=1)] = 50,
+    cursor: Annotated[str | None, Query(pattern=r"^\d{1,18}$")] = None,
+) -> EventList:
+    agent, _ = await gw.find_session(user, session_id)
+    try:
+        page = await gw.service.list_events(
+            app_name=agent, user_id=user, session_id=session_id,
+            after=int(cursor) if cursor else None, limit=min(limit, gw.settings.max_page_size))
+    except SessionNotFoundError:
+        raise GatewayHTTPError("not_found", NOT_FOUND_SESSION) from None
+    except SessionError as exc:
+        raise store_error(exc) from None
+    mapper = gw.mappers[agent]
+    return EventList(items=[mapper.history_item(e) for e in page.events if not e.partial],
+                     next_cursor=str(page.next_cursor) if page.next_cursor else None)
+
+
+@runs.post("/sessions/{session_id}/runs", response_class=Response, responses=STREAM_RESPONSES)
+async def start_run(request: Request, gw: GatewayDep, user: CurrentUser, session_id: str,
+                    body: RunRequest) -> Response:
+    message = _message_of(body)
+    agent, _ = await gw.find_session(user, session_id)
+    run = await gw.start_run(user, agent, session_id,
+                             gw.message_run(message, streaming=body.streaming_mode == "sse"),
+                             request_id_of(request), resumable=body.resumable)
+    return gw.stream(run, 0)
+
+
+@runs.get("/runs/{run_id}/stream", response_class=Response,
+          responses={200: {"content": {"text/event-stream": {}}},
+                     204: {"description": "the run has ended and nothing is left"},
+                     400: {"model": ErrorBody}, 404: {"model": ErrorBody},
+                     429: {"model": ErrorBody}})
+async def follow_run(
+    gw: GatewayDep,
+    user: CurrentUser,
+    run_id: str,
+    last_event_id_header: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
+    last_event_id: str | None = None,
+) -> Response:
+    run = await gw.runs.get(run_id, user)
+    if run is None:
+        raise GatewayHTTPError("not_found", NOT_FOUND_RUN)
+    raw = last_event_id_header if last_event_id_header is not None else last_event_id
+    after = _event_id(raw)
+    try:
+        last = await gw.runs.log.last_id(run.id)
+    except RunNotFound:  # its frames are gone (another replica forgot it meanwhile)
+        raise GatewayHTTPError("not_found", NOT_FOUND_RUN) from None
+    if after > last:  # a frame no client has been sent: not a place to resume from
+        raise GatewayHTTPError("invalid_request",
+                               "Last-Event-ID is past the run's last frame", status=400)
+    if run.ended and after == last:
         return Response(status_code=204)
+    if not await gw.runs.has_room(user):
+        raise GatewayHTTPError("too_many_streams")
+    return gw.stream(run, after)
 
-    @app.get("/sessions/{session_id}/events", response_model=EventList, tags=["sessions"],
-             responses={404: {"model": ErrorBody}})
-    async def list_events(
-        request: Request,
-        session_id: str,
-        limit: Annotated[int, Query(ge=1)] = 50,
-        cursor: Annotated[str | None, Query(pattern=r"^\d{1,18}$")] = None,
-    ) -> EventList:
-        user = await gw.user(request)
-        agent, _ = await gw.find_session(user, session_id)
-        try:
-            page = await gw.service.list_events(
-                app_name=agent, user_id=user, session_id=session_id,
-                after=int(cursor) if cursor else None, limit=min(limit, settings.max_page_size))
-        except SessionNotFoundError:
-            raise GatewayHTTPError("not_found", NOT_FOUND_SESSION) from None
-        except SessionError as exc:
-            raise store_error(exc) from None
-        mapper = gw.mappers[agent]
-        return EventList(items=[mapper.history_item(e) for e in page.events if not e.partial],
-                         next_cursor=str(page.next_cursor) if page.next_cursor else None)
 
-    @app.post("/sessions/{session_id}/runs", tags=["runs"], response_class=Response,
-              responses=STREAM_RESPONSES)
-    async def start_run(request: Request, session_id: str, body: RunRequest) -> Any:
-        user = await gw.user(request)
-        message = _message_of(body)
-        agent, _ = await gw.find_session(user, session_id)
-        run = await gw.start_run(user, agent, session_id, message, request_id_of(request),
-                                 streaming=body.streaming_mode == "sse",
-                                 resumable=body.resumable)
-        return gw.stream(run, 0)
-
-    @app.get("/runs/{run_id}/stream", tags=["runs"], response_class=Response,
-             responses={200: {"content": {"text/event-stream": {}}},
-                        204: {"description": "the run has ended and nothing is left"},
-                        400: {"model": ErrorBody}, 404: {"model": ErrorBody},
-                        429: {"model": ErrorBody}})
-    async def follow_run(
-        request: Request,
-        run_id: str,
-        last_event_id_header: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
-        last_event_id: str | None = None,
-    ) -> Any:
-        user = await gw.user(request)
-        run = await gw.runs.get(run_id, user)
-        if run is None:
-            raise GatewayHTTPError("not_found", NOT_FOUND_RUN)
-        raw = last_event_id_header if last_event_id_header is not None else last_event_id
-        after = _event_id(raw)
-        try:
-            last = await gw.runs.log.last_id(run.id)
-        except RunNotFound:  # its frames are gone (another replica forgot it meanwhile)
-            raise GatewayHTTPError("not_found", NOT_FOUND_RUN) from None
-        if after > last:  # a frame no client has been sent: not a place to resume from
-            raise GatewayHTTPError("invalid_request",
-                                   "Last-Event-ID is past the run's last frame", status=400)
-        if run.ended and after == last:
-            return Response(status_code=204)
-        if not await gw.runs.has_room(user):
-            raise GatewayHTTPError("too_many_streams")
-        return gw.stream(run, after)
-
-    @app.post("/runs/{run_id}/cancel", response_model=RunCancelled, tags=["runs"],
-              responses={404: {"model": ErrorBody}})
-    async def cancel_run(request: Request, run_id: str) -> RunCancelled:
-        user = await gw.user(request)
-        run = await gw.runs.get(run_id, user)
-        if run is None:
-            raise GatewayHTTPError("not_found", NOT_FOUND_RUN)
-        return RunCancelled(id=run.id, status=await gw.runs.cancel(run))
+@runs.post("/runs/{run_id}/cancel", response_model=RunCancelled,
+           responses={404: {"model": ErrorBody}})
+async def cancel_run(gw: GatewayDep, user: CurrentUser, run_id: str) -> RunCancelled:
+    run = await gw.runs.get(run_id, user)
+    if run is None:
+        raise GatewayHTTPError("not_found", NOT_FOUND_RUN)
+    return RunCancelled(id=run.id, status=await gw.runs.cancel(run))
 
 
 def _message_of(body: RunRequest) -> Content:

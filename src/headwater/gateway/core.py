@@ -12,9 +12,10 @@ import contextlib
 import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import Request
+from fastapi import Depends
+from fastapi.requests import HTTPConnection, Request
 
 from ..agents.agent import Agent
 from ..agents.base import BaseAgent
@@ -22,7 +23,7 @@ from ..agents.live_flow import STOP_STREAMING
 from ..agents.transfer import TRANSFER_TO_AGENT
 from ..errors import HeadwaterError, SessionError, UserError, code_of
 from ..run_config import RunConfig, StreamingMode
-from ..runner import Runner
+from ..runner import Runner, RunStream
 from ..sessions.base import BaseSessionService, Session
 from ..settings import Settings
 from ..types import Content
@@ -47,6 +48,9 @@ STREAM_RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 """The OpenAPI responses of every route that answers with a run's stream."""
 
+StreamFactory = Callable[[Runner, str, str], RunStream]
+"""How a run's stream is made: from the agent's runner, the user and the session."""
+
 
 class Gateway:
     """What the routes share: runners by agent, the run manager, auth and settings."""
@@ -63,6 +67,8 @@ class Gateway:
                                            session_service=service, settings=settings)
                         for agent in agents}
         self.mappers = {agent.name: FrameMapper(exposes_of(agent)) for agent in agents}
+        self.live_mappers = {agent.name: FrameMapper(exposes_of(agent, live=True), live=True)
+                             for agent in agents}
         self.default_agent = names[0]
         self.service = service
         self.auth = auth
@@ -175,35 +181,54 @@ class Gateway:
             except GatewayHTTPError:
                 raise store_error(exc) from None
 
-    async def start_run(self, user_id: str, agent: str, session_id: str, message: Content,
-                        request_id: str, *, streaming: bool = True,
-                        resumable: bool = False) -> Run:
+    def message_run(self, message: Content, *, streaming: bool = True) -> StreamFactory:
+        """The stream factory of a run answering ``message`` (``Runner.run_async``): the
+        SSE, AG-UI and Vercel routes start their runs with it.
+
+        Raises:
+            GatewayHTTPError: ``payload_too_large`` (413, past ``max_message_chars``), now.
+        """
+        self.check_message(message)
+        config = RunConfig(streaming_mode=StreamingMode.SSE if streaming else StreamingMode.NONE)
+
+        def run_async(runner: Runner, user_id: str, session_id: str) -> RunStream:
+            return runner.run_async(user_id=user_id, session_id=session_id,
+                                    new_message=message, run_config=config)
+        return run_async
+
+    async def start_run(self, user_id: str, agent: str, session_id: str,
+                        stream_of: StreamFactory, request_id: str, *,
+                        resumable: bool = False, live: bool = False) -> Run:
         """Start a run of ``agent`` on the user's session; every format starts runs here.
+
+        Args:
+            stream_of: the run's stream from the agent's runner, the user and the
+                session (:meth:`message_run`'s, or ``Runner.run_live`` for a live run).
+            live: frames mapped the way a live run's are.
+
+        Returns:
+            The run the :class:`RunManager` drives (its frames go to the run log).
 
         Raises:
             GatewayHTTPError: ``server_shutdown`` (503), ``rate_limited`` (429),
                 ``too_many_streams`` (429), ``not_found`` (404), ``session_busy`` (409),
-                ``invalid_request`` (400, a message the session cannot take),
-                ``payload_too_large`` (413, past ``max_message_chars``) or
+                ``invalid_request`` (400, a message the session cannot take) or
                 ``store_unavailable`` (503) — before any frame.
         """
-        self.check_message(message)
         if self.runs.closing:
             raise GatewayHTTPError("server_shutdown")
         self.require_rate(await self.runs.over_rate(user_id))
         if not await self.runs.has_room(user_id):
             raise GatewayHTTPError("too_many_streams")
-        mode = StreamingMode.SSE if streaming else StreamingMode.NONE
         try:
-            stream = self.runners[agent].run_async(
-                user_id=user_id, session_id=session_id, new_message=message,
-                run_config=RunConfig(streaming_mode=mode))
+            stream = stream_of(self.runners[agent], user_id, session_id)
             await stream.start()
         except (SessionError, UserError) as exc:
             raise request_error(exc) from None
+        mapper = (self.live_mappers if live else self.mappers)[agent]
         return await self.runs.start(stream, user_id=user_id, session_id=session_id,
                                      agent=agent, resumable=resumable, request_id=request_id,
-                                     mapper=self.mappers[agent])
+                                     mapper=mapper)
 
     @staticmethod
     def require_rate(wait: float | None,
@@ -235,11 +260,26 @@ class Gateway:
 
     def begin_shutdown(self) -> None:
         """Stop every run now (SIGTERM): streams end with ``server_shutdown``."""
-        if not self.runs.closing:
-            logger.info("shutting down: stopping %d runs", len(self.runs.runs))
-            self.runs.closing = True
-            for run in list(self.runs.runs.values()):
-                self.runs.stop(run, "server_shutdown")
+        self.runs.begin_shutdown()
+
+
+def gateway_of(connection: HTTPConnection) -> Gateway:
+    """The :class:`Gateway` of the app serving ``connection`` (a request or a WebSocket)."""
+    gateway: Gateway = connection.app.state.gateway
+    return gateway
+
+
+async def current_user(request: Request) -> str:
+    """The caller of a route (``Depends(current_user)``): from the bearer token only (401
+    ``unauthorized`` otherwise), within its request rate (429 ``rate_limited``)."""
+    return await gateway_of(request).user(request)
+
+
+GatewayDep = Annotated[Gateway, Depends(gateway_of)]
+"""A route's parameter: the app's :class:`Gateway`."""
+
+CurrentUser = Annotated[str, Depends(current_user)]
+"""A route's parameter: the caller (:func:`current_user`)."""
 
 
 def request_error(exc: HeadwaterError) -> GatewayHTTPError:

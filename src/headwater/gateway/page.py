@@ -29,11 +29,11 @@ from functools import cache
 from importlib import resources
 from typing import Any, TypedDict
 
-from fastapi import FastAPI, Request
+from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 
 from ..agents.agent import Agent
-from .core import Gateway
+from .core import Gateway, GatewayDep
 from .problems import GatewayHTTPError
 
 _TYPES = {".js": "text/javascript; charset=utf-8", ".css": "text/css; charset=utf-8",
@@ -157,33 +157,36 @@ def _asset(name: str) -> str | None:
     return path.read_text("utf-8") if path.is_file() else None
 
 
-def add_page_routes(app: FastAPI, gw: Gateway) -> None:
-    """Serve the page at ``GET /``, its files at ``GET /static/{name}`` and the
-    app's sample frames (``page_frames``) at ``GET /page/frames``.
+router = APIRouter(include_in_schema=False)
+"""The page at ``GET /``, its files at ``GET /static/{name}`` and the app's sample
+frames (``page_frames``) at ``GET /page/frames``.
 
-    The routes are public (they hold no user data) and left out of the OpenAPI
-    schema. A missing file, or an app without sample frames, answers 404
-    ``not_found``.
-    """
+The routes are public (they hold no user data) and left out of the OpenAPI
+schema. A missing file, or an app without sample frames, answers 404
+``not_found``.
+"""
 
-    @app.get("/", include_in_schema=False)
-    async def page(request: Request) -> HTMLResponse:
-        html = _asset("index.html")
-        assert html is not None, "the package ships static/index.html"
-        config = _script_json(page_config(request.app, gw))
-        return HTMLResponse(html.replace("{{config}}", config), headers=_HEADERS)
 
-    @app.get("/page/frames", include_in_schema=False)
-    async def frames(request: Request) -> Response:
-        found = _frames_of(request.app)
-        if not found["frames"]:
-            raise GatewayHTTPError("not_found", "this app offers no sample frames")
-        return JSONResponse(found, headers=_HEADERS)
+@router.get("/")
+async def page(request: Request, gw: GatewayDep) -> HTMLResponse:
+    html = _asset("index.html")
+    assert html is not None, "the package ships static/index.html"
+    config = _script_json(page_config(request.app, gw))
+    return HTMLResponse(html.replace("{{config}}", config), headers=_HEADERS)
 
-    @app.get("/static/{name}", include_in_schema=False)
-    async def asset(name: str) -> Response:
-        text = _asset(name)
-        if text is None:
-            raise GatewayHTTPError("not_found", "no such file")
-        suffix = name[name.rfind("."):]
-        return Response(text, media_type=_TYPES[suffix], headers=_HEADERS)
+
+@router.get("/page/frames")
+async def frames(request: Request) -> Response:
+    found = _frames_of(request.app)
+    if not found["frames"]:
+        raise GatewayHTTPError("not_found", "this app offers no sample frames")
+    return JSONResponse(found, headers=_HEADERS)
+
+
+@router.get("/static/{name}")
+async def asset(name: str) -> Response:
+    text = _asset(name)
+    if text is None:
+        raise GatewayHTTPError("not_found", "no such file")
+    suffix = name[name.rfind("."):]
+    return Response(text, media_type=_TYPES[suffix], headers=_HEADERS)

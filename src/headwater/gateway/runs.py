@@ -287,12 +287,19 @@ class RunManager:
         if run is not None:
             self.stop(run, "cancelled")
 
-    async def shutdown(self, grace: float) -> None:
-        """Stop every run as interrupted; wait up to ``grace`` for their terminal frames."""
+    def begin_shutdown(self) -> None:
+        """Refuse new runs and stop every run now (SIGTERM): streams end with
+        ``server_shutdown``."""
+        if not self.closing:
+            logger.info("shutting down: stopping %d runs", len(self.runs))
         self.closing = True
-        tasks = [run.task for run in self.runs.values() if run.task is not None and not run.ended]
         for run in list(self.runs.values()):
             self.stop(run, "server_shutdown")
+
+    async def shutdown(self, grace: float) -> None:
+        """Stop every run as interrupted; wait up to ``grace`` for their terminal frames."""
+        tasks = [run.task for run in self.runs.values() if run.task is not None and not run.ended]
+        self.begin_shutdown()
         if tasks:
             await asyncio.wait(tasks, timeout=max(grace, 0.1))
 

@@ -59,7 +59,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-from fastapi import FastAPI, Request, Response
+from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import ERROR_MESSAGES
@@ -67,7 +67,7 @@ from ..sessions.ledger import CallLedger
 from ..sse import encode_event
 from ..tools.approval import approval_response
 from ..types import Content, FunctionResponse, Part
-from .core import STREAM_RESPONSES, Gateway
+from .core import STREAM_RESPONSES, CurrentUser, GatewayDep
 from .problems import GatewayHTTPError, request_id_of
 from .sse import Frame
 
@@ -416,23 +416,24 @@ def _author_key(data: Mapping[str, Any]) -> str:
 # -- the route -----------------------------------------------------------------------------------
 
 
-def add_vercel_routes(app: FastAPI, gw: Gateway) -> None:
-    """Add ``POST /vercel/{agent}`` (the Vercel AI SDK UI message stream) to ``app``."""
+router = APIRouter(tags=["formats"])
+"""``POST /vercel/{agent}``: a run as the Vercel AI SDK UI message stream."""
 
-    @app.post("/vercel/{agent}", tags=["formats"], response_class=Response,
-              responses=STREAM_RESPONSES)
-    async def vercel_chat(request: Request, agent: str, body: ChatRequest) -> Any:
-        user = await gw.user(request)
-        gw.require_agent(agent)
-        last = body.messages[-1]
-        if last.role == "user":  # bounded before the chat's session is opened
-            gw.check_message(Content("user", [Part(text=p.text) for p in last.parts
-                                              if p.type == "text" and p.text]))
-        session = await gw.open_session(user, agent, body.id)
-        turn = turn_of(body, CallLedger.of(session.events))
-        run = await gw.start_run(user, agent, body.id, turn.content, request_id_of(request))
-        encoder = UIMessageEncoder(turn.continues or run.id, turn.denied, turn.supplied)
-        return gw.stream(run, 0, render=encoder.render, headers=UI_MESSAGE_STREAM_HEADERS,
-                         prologue=encoder.start())
+
+@router.post("/vercel/{agent}", response_class=Response, responses=STREAM_RESPONSES)
+async def vercel_chat(request: Request, gw: GatewayDep, user: CurrentUser, agent: str,
+                      body: ChatRequest) -> Response:
+    gw.require_agent(agent)
+    last = body.messages[-1]
+    if last.role == "user":  # bounded before the chat's session is opened
+        gw.check_message(Content("user", [Part(text=p.text) for p in last.parts
+                                          if p.type == "text" and p.text]))
+    session = await gw.open_session(user, agent, body.id)
+    turn = turn_of(body, CallLedger.of(session.events))
+    run = await gw.start_run(user, agent, body.id, gw.message_run(turn.content),
+                             request_id_of(request))
+    encoder = UIMessageEncoder(turn.continues or run.id, turn.denied, turn.supplied)
+    return gw.stream(run, 0, render=encoder.render, headers=UI_MESSAGE_STREAM_HEADERS,
+                     prologue=encoder.start())
 
 

@@ -52,16 +52,16 @@ from contextlib import aclosing
 from types import MappingProxyType
 from typing import Annotated, Any, Final, Literal
 
-from fastapi import FastAPI, WebSocket, WebSocketDisconnect
+from fastapi import APIRouter, WebSocket, WebSocketDisconnect
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
-from ..errors import ERRORS, QueueFull, SessionError, UserError, code_of
+from ..errors import ERRORS, QueueFull, UserError
 from ..live_request_queue import LiveRequestQueue
+from ..runner import Runner, RunStream
 from ..sse import encode_json
 from ..types import Blob, Content
 from .auth import DEV_USER, bearer_token
-from .core import Gateway, exposes_of
-from .frames import FrameMapper
+from .core import Gateway, GatewayDep
 from .problems import GatewayHTTPError, request_id_of, validation_message
 from .runs import Run
 from .sse import Frame
@@ -223,14 +223,13 @@ def notice_text(type: str, data: dict[str, Any]) -> str:  # wire JSON
 # -- the route -----------------------------------------------------------------------------------
 
 
-def add_live_routes(app: FastAPI, gw: Gateway) -> None:
-    """Add ``WS /live/{session_id}`` to ``app`` (see the module docstring for the wire)."""
-    mappers = {name: FrameMapper(exposes_of(runner.agent, live=True), live=True)
-               for name, runner in gw.runners.items()}
+router = APIRouter()
+"""``WS /live/{session_id}`` (see the module docstring for the wire)."""
 
-    @app.websocket("/live/{session_id}")
-    async def live(websocket: WebSocket, session_id: str) -> None:
-        await LiveSocket(gw, websocket, session_id, mappers).serve()
+
+@router.websocket("/live/{session_id}")
+async def live(websocket: WebSocket, session_id: str, gw: GatewayDep) -> None:
+    await LiveSocket(gw, websocket, session_id).serve()
 
 
 class _Bucket:
@@ -259,15 +258,12 @@ class LiveSocket:
         gw: the gateway (runners, runs, auth, settings).
         websocket: the connection, not yet accepted.
         session_id: the session from the path.
-        mappers: live frame mappers by agent name.
     """
 
-    def __init__(self, gw: Gateway, websocket: WebSocket, session_id: str,
-                 mappers: dict[str, FrameMapper]) -> None:
+    def __init__(self, gw: Gateway, websocket: WebSocket, session_id: str) -> None:
         self.gw = gw
         self.ws = websocket
         self.session_id = session_id
-        self.mappers = mappers
         self.settings = gw.settings
         self.request_id = request_id_of(websocket)
         self.queue = LiveRequestQueue(maxsize=gw.settings.ws_queue_size)
@@ -308,8 +304,10 @@ class LiveSocket:
             await self._close_with("unauthorized")
             return None
         self.ws.scope.setdefault("state", {})["user"] = user
-        if self.gw.rate_limit.take(user) is not None:  # an opening is one request
-            await self._close_with("rate_limited")
+        try:
+            self.gw.take_request(user)  # an opening is one request
+        except GatewayHTTPError as exc:
+            await self._close_with(exc.code)
             return None
         return user
 
@@ -333,35 +331,18 @@ class LiveSocket:
     async def _start(self, user: str) -> Run | None:
         """Start the live run holding the session, or close the socket and answer ``None``."""
         gw = self.gw
+        queue = self.queue
+
+        def run_live(runner: Runner, user_id: str, session_id: str) -> RunStream:
+            return runner.run_live(user_id=user_id, session_id=session_id,
+                                   live_request_queue=queue)
         try:
             agent, _ = await gw.find_session(user, self.session_id)
+            return await gw.start_run(user, agent, self.session_id, run_live, self.request_id,
+                                      live=True)
         except GatewayHTTPError as exc:
             await self._close_with(exc.code)
             return None
-        if gw.runs.closing:
-            await self._close_with("server_shutdown")
-            return None
-        if await gw.runs.over_rate(user) is not None:
-            await self._close_with("rate_limited")
-            return None
-        if not await gw.runs.has_room(user):
-            await self._close_with("too_many_streams")
-            return None
-        stream = gw.runners[agent].run_live(user_id=user, session_id=self.session_id,
-                                           live_request_queue=self.queue)
-        try:
-            await stream.start()
-        except SessionError as exc:
-            code = code_of(exc, phase="request")
-            if code == "store_unavailable":
-                logger.warning("live run on %s: the session store failed: %s", self.session_id,
-                               type(exc).__name__)
-            await self._close_with(code)
-            return None
-        run = await gw.runs.start(stream, user_id=user, session_id=self.session_id, agent=agent,
-                                  resumable=False, request_id=self.request_id,
-                                  mapper=self.mappers[agent])
-        return run
 
     # -- the run -------------------------------------------------------------------------------
 
