@@ -185,43 +185,8 @@ def create_app(
     redact_uvicorn_logs()  # the server's own lines may carry a client's token
     agents = ([agent_or_agents] if isinstance(agent_or_agents, BaseAgent)
               else list(agent_or_agents))
-    owns_service = session_service is None
-    service = session_service or SqlSessionService(settings.database_url, settings=settings)
-    registry: RunRegistry | None = None
-    if settings.redis_url:  # an empty HEADWATER_REDIS_URL is none
-        from .redis_backend import RedisRunLog, RedisRunRegistry  # needs headwater[redis]
-
-        registry = RedisRunRegistry(settings.redis_url, settings=settings)
-        if run_log is None:
-            run_log = RedisRunLog(settings.redis_url, settings=settings)
-    if run_log is None:
-        run_log = InMemoryRunLog(settings=settings)
-    gateway = Gateway(agents, service, auth, settings, run_log, owns_service, registry)
-
-    @contextlib.asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        restore = _on_stop_signal(gateway.begin_shutdown)
-        if settings.gc_freeze:
-            # What is loaded now (the app, its modules) lives as long as the process: out
-            # of the collector's full passes, which otherwise stall the loop for each
-            # stream's frames once many streams are open.
-            gc.collect()
-            gc.freeze()
-        thresholds = gc.get_threshold()
-        if settings.gc_thresholds is not None:
-            gc.set_threshold(*settings.gc_thresholds)
-        try:
-            yield
-        finally:
-            gc.set_threshold(*thresholds)  # the process may outlive the app (tests, embedding)
-            if settings.gc_freeze:
-                gc.unfreeze()
-            restore()
-            await gateway.runs.aclose()
-            if gateway.owns_service:
-                await gateway.service.close()
-
-    app = FastAPI(title="headwater gateway", version="1", lifespan=lifespan,
+    gateway = _gateway(agents, session_service, auth, settings, run_log)
+    app = FastAPI(title="headwater gateway", version="1", lifespan=_lifespan,
                   responses={401: {"model": ErrorBody}, 422: {"model": ErrorBody}})
     app.state.gateway = gateway
     install_error_handlers(app)
@@ -233,6 +198,52 @@ def create_app(
                    websocket.router):
         app.include_router(router)
     return app
+
+
+def _gateway(agents: Sequence[BaseAgent], session_service: BaseSessionService | None,
+             auth: Authenticator | None, settings: Settings, run_log: RunLog | None) -> Gateway:
+    """The app's :class:`Gateway` over the stores ``create_app`` was given, or the default
+    ones ``settings`` name (with ``redis_url``: the run log and registry in Redis)."""
+    owns_service = session_service is None
+    service = session_service or SqlSessionService(settings.database_url, settings=settings)
+    registry: RunRegistry | None = None
+    if settings.redis_url:  # an empty HEADWATER_REDIS_URL is none
+        from .redis_backend import RedisRunLog, RedisRunRegistry  # needs headwater[redis]
+
+        registry = RedisRunRegistry(settings.redis_url, settings=settings)
+        if run_log is None:
+            run_log = RedisRunLog(settings.redis_url, settings=settings)
+    if run_log is None:
+        run_log = InMemoryRunLog(settings=settings)
+    return Gateway(agents, service, auth, settings, run_log, owns_service, registry)
+
+
+@contextlib.asynccontextmanager
+async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
+    """The app's lifespan: a stop signal stops the runs; the collector tuned as the
+    settings say while the app serves; at the end every run stopped, the stores closed."""
+    gateway: Gateway = app.state.gateway
+    settings = gateway.settings
+    restore = _on_stop_signal(gateway.begin_shutdown)
+    if settings.gc_freeze:
+        # What is loaded now (the app, its modules) lives as long as the process: out
+        # of the collector's full passes, which otherwise stall the loop for each
+        # stream's frames once many streams are open.
+        gc.collect()
+        gc.freeze()
+    thresholds = gc.get_threshold()
+    if settings.gc_thresholds is not None:
+        gc.set_threshold(*settings.gc_thresholds)
+    try:
+        yield
+    finally:
+        gc.set_threshold(*thresholds)  # the process may outlive the app (tests, embedding)
+        if settings.gc_freeze:
+            gc.unfreeze()
+        restore()
+        await gateway.runs.aclose()
+        if gateway.owns_service:
+            await gateway.service.close()
 
 
 meta = APIRouter(tags=["meta"])

@@ -27,7 +27,7 @@ from ..agents.transfer import TRANSFER_TO_AGENT
 from ..errors import ERRORS, ErrorCode, error_info
 from ..events import Event
 from ..sessions.ledger import CALL_MARK
-from ..types import FunctionResponse, Usage
+from ..types import Content, FunctionResponse, Usage
 
 FramePayload = tuple[str, dict[str, Any]]
 """A frame before it is numbered and encoded: its type and its data."""
@@ -107,67 +107,46 @@ class FrameMapper:
         An error event gives its terminal ``error`` frame only through
         :func:`error_frame`: the caller ends the run on it.
         """
-        content = event.content
-        if event.partial:
-            progress = event.tool_progress
-            if progress is not None:
-                item = progress.event
-                data = {"author": event.author, "call_id": progress.call_id,
-                        "name": progress.tool_name, "type": item.type, "index": item.index,
-                        "delta": item.delta}
-                if event.branch:
-                    data["branch"] = event.branch
-                yield "tool_progress", data
-                return
-            if content is not None and content.role == "model":
-                text = content.text
-                if text:
-                    data = {"author": event.author, "text": text}
-                    if event.branch:
-                        data["branch"] = event.branch
-                    yield "delta", data
-                thought = content.thought_text
-                if thought:
-                    data = {"author": event.author, "text": thought}
-                    if event.branch:
-                        data["branch"] = event.branch
-                    yield "reasoning", data
+        return self._partial(event) if event.partial else self._whole(event)
+
+    @staticmethod
+    def _partial(event: Event) -> Iterator[FramePayload]:
+        """A partial event's frames: ``tool_progress``, or ``delta`` and ``reasoning``."""
+        progress = event.tool_progress
+        if progress is not None:
+            item = progress.event
+            data = {"author": event.author, "call_id": progress.call_id,
+                    "name": progress.tool_name, "type": item.type, "index": item.index,
+                    "delta": item.delta}
+            if event.branch:
+                data["branch"] = event.branch
+            yield "tool_progress", data
             return
-        branch = event.branch
+        content = event.content
         if content is not None and content.role == "model":
             text = content.text
             if text:
-                message: dict[str, Any] = {"author": event.author, "id": event.id, "text": text,
-                                           "final": event.is_final_response()}
-                if event.interrupted:
-                    message["interrupted"] = True
-                if branch:
-                    message["branch"] = branch
-                yield "message", message
-            calls = content.function_calls
-            if calls:
-                call_frame: dict[str, Any] = {
-                    "author": event.author, "names": [c.name for c in calls],
-                    "calls": [self._call(c.id, c.name, c.args) for c in calls]}
-                if branch:
-                    call_frame["branch"] = branch
-                yield "tool_call", call_frame
+                data = {"author": event.author, "text": text}
+                if event.branch:
+                    data["branch"] = event.branch
+                yield "delta", data
+            thought = content.thought_text
+            if thought:
+                data = {"author": event.author, "text": thought}
+                if event.branch:
+                    data["branch"] = event.branch
+                yield "reasoning", data
+
+    def _whole(self, event: Event) -> Iterator[FramePayload]:
+        """A whole event's frames: its content's, then approvals and the turn's end."""
+        content = event.content
+        branch = event.branch
+        if content is not None and content.role == "model":
+            yield from self._model(event, content)
         elif content is not None:
             responses = content.function_responses
             if responses:
-                result_frame: dict[str, Any] = {
-                    "author": event.author, "count": len(responses),
-                    "results": [self._result(r) for r in responses]}
-                if branch:
-                    result_frame["branch"] = branch
-                yield "tool_result", result_frame
-                target = event.actions.transfer_to_agent
-                if target:
-                    transfer: dict[str, Any] = {"author": event.author, "to": target,
-                                                "call_id": _transfer_call(responses)}
-                    if branch:
-                        transfer["branch"] = branch
-                    yield "agent_transfer", transfer
+                yield from self._results(event, responses)
             elif self.live and event.branch and event.branch.startswith(f"{event.author}/"):
                 text = content.text
                 if text:  # a live stream told the model (and the user): "<agent>/<call id>"
@@ -185,6 +164,45 @@ class FrameMapper:
             yield "approval_required", approval
         if self.live and event.turn_complete and event.author != "user":
             yield "turn_complete", {"author": event.author, "interrupted": event.interrupted}
+
+    def _model(self, event: Event, content: Content) -> Iterator[FramePayload]:
+        """A model's whole event: its ``message`` and its ``tool_call``."""
+        branch = event.branch
+        text = content.text
+        if text:
+            message: dict[str, Any] = {"author": event.author, "id": event.id, "text": text,
+                                       "final": event.is_final_response()}
+            if event.interrupted:
+                message["interrupted"] = True
+            if branch:
+                message["branch"] = branch
+            yield "message", message
+        calls = content.function_calls
+        if calls:
+            call_frame: dict[str, Any] = {
+                "author": event.author, "names": [c.name for c in calls],
+                "calls": [self._call(c.id, c.name, c.args) for c in calls]}
+            if branch:
+                call_frame["branch"] = branch
+            yield "tool_call", call_frame
+
+    def _results(self, event: Event,
+                 responses: list[FunctionResponse]) -> Iterator[FramePayload]:
+        """Tool results: ``tool_result``, and ``agent_transfer`` when one transferred."""
+        branch = event.branch
+        result_frame: dict[str, Any] = {
+            "author": event.author, "count": len(responses),
+            "results": [self._result(r) for r in responses]}
+        if branch:
+            result_frame["branch"] = branch
+        yield "tool_result", result_frame
+        target = event.actions.transfer_to_agent
+        if target:
+            transfer: dict[str, Any] = {"author": event.author, "to": target,
+                                        "call_id": _transfer_call(responses)}
+            if branch:
+                transfer["branch"] = branch
+            yield "agent_transfer", transfer
 
     @staticmethod
     def branch_error(event: Event) -> FramePayload:
