@@ -5,8 +5,8 @@
 - Runs start in one place: only ``Gateway.start_run`` hands a stream to
   ``RunManager.start``, and only the run manager writes ``closing``.
 - No route reads its caller by hand: the user (and the request rate) comes from
-  ``Depends(current_user)``; only :func:`headwater.gateway.core.current_user`
-  calls ``Gateway.user``.
+  ``Depends(current_user)`` (a live socket's from ``Depends(live_user)``); only
+  :func:`headwater.gateway.core.current_user` calls ``Gateway.user``.
 - Routes are ``APIRouter``s at module level, not closures inside a function.
 """
 

@@ -52,12 +52,13 @@ from contextlib import aclosing
 from types import MappingProxyType
 from typing import Annotated, Any, Final, Literal
 
-from fastapi import APIRouter, WebSocket, WebSocketDisconnect
+from fastapi import APIRouter, Depends, WebSocket, WebSocketDisconnect
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from ..errors import ERRORS, QueueFull, UserError
 from ..live_request_queue import LiveRequestQueue
 from ..runner import Runner, RunStream
+from ..settings import Settings
 from ..sse import encode_json
 from ..types import Blob, Content
 from .auth import DEV_USER, bearer_token
@@ -227,9 +228,68 @@ router = APIRouter()
 """``WS /live/{session_id}`` (see the module docstring for the wire)."""
 
 
+async def live_user(websocket: WebSocket, gw: GatewayDep) -> str | None:
+    """The caller of a live socket (``Depends(live_user)``), :func:`~.core.current_user`'s
+    counterpart: accepts the socket, takes the token from the handshake or the first
+    message, and counts the opening as one request of the user's rate. Answers ``None``
+    once it has closed the socket (1008 ``unauthorized``, 1013 ``rate_limited``)."""
+    settings = gw.settings
+    offered = list(websocket.scope.get("subprotocols") or ())
+    token = _subprotocol_token(offered)
+    if token is None:
+        token = bearer_token(websocket.headers.get("authorization"))
+    await websocket.accept(subprotocol=SUBPROTOCOL if SUBPROTOCOL in offered else None)
+    if gw.auth is None:
+        user: str | None = DEV_USER
+    else:
+        if token is None:
+            token = await _auth_message(websocket, settings)
+        user = await _user_for(gw.auth, token) if token is not None else None
+    if user is None:
+        await _close_socket(websocket, "unauthorized", settings)
+        return None
+    websocket.scope.setdefault("state", {})["user"] = user
+    try:
+        gw.take_request(user)  # an opening is one request
+    except GatewayHTTPError as exc:
+        await _close_socket(websocket, exc.code, settings)
+        return None
+    return user
+
+
 @router.websocket("/live/{session_id}")
-async def live(websocket: WebSocket, session_id: str, gw: GatewayDep) -> None:
-    await LiveSocket(gw, websocket, session_id).serve()
+async def live(websocket: WebSocket, session_id: str, gw: GatewayDep,
+               user: Annotated[str | None, Depends(live_user)]) -> None:
+    if user is not None:
+        await LiveSocket(gw, websocket, session_id).serve(user)
+
+
+async def _auth_message(websocket: WebSocket, settings: Settings) -> str | None:
+    """The token of the first message when it is ``{"type": "auth", …}`` (within
+    ``ws_auth_timeout`` and ``ws_max_message_bytes``); ``None`` otherwise."""
+    try:
+        async with asyncio.timeout(settings.ws_auth_timeout):
+            message = await websocket.receive()
+    except TimeoutError:
+        return None
+    text = message.get("text")
+    if message["type"] != "websocket.receive" or not isinstance(text, str):
+        return None
+    if len(text) > settings.ws_max_message_bytes:
+        return None
+    try:
+        parsed = parse_message(text)
+    except _Refused:
+        return None
+    return parsed.token if isinstance(parsed, AuthMessage) else None
+
+
+async def _close_socket(websocket: WebSocket, code: str, settings: Settings) -> None:
+    """Close with an error code's close code (:data:`CLOSE_CODES`), the code as reason
+    (within ``send_timeout``)."""
+    with contextlib.suppress(Exception):
+        async with asyncio.timeout(settings.send_timeout):
+            await websocket.close(CLOSE_CODES.get(code, CLOSE_CODES["internal"]), code)
 
 
 class _Bucket:
@@ -271,12 +331,10 @@ class LiveSocket:
         self.lock = asyncio.Lock()
         self.closed = False
 
-    async def serve(self) -> None:
-        """The whole connection; returns once the socket is closed and the run has ended."""
+    async def serve(self, user: str) -> None:
+        """The connection of ``user`` (:func:`live_user`'s, the socket accepted); returns
+        once the socket is closed and the run has ended."""
         try:
-            user = await self._authenticate()
-            if user is None:
-                return
             run = await self._start(user)
             if run is None:
                 return
@@ -285,48 +343,6 @@ class LiveSocket:
             self.queue.close()
 
     # -- opening -------------------------------------------------------------------------------
-
-    async def _authenticate(self) -> str | None:
-        """Accept the socket and answer its user, or close it (1008) and answer ``None``."""
-        offered = list(self.ws.scope.get("subprotocols") or ())
-        token = _subprotocol_token(offered)
-        if token is None:
-            token = bearer_token(self.ws.headers.get("authorization"))
-        await self.ws.accept(subprotocol=SUBPROTOCOL if SUBPROTOCOL in offered else None)
-        auth = self.gw.auth
-        if auth is None:
-            user: str | None = DEV_USER
-        else:
-            if token is None:
-                token = await self._auth_message()
-            user = await _user_for(auth, token) if token is not None else None
-        if user is None:
-            await self._close_with("unauthorized")
-            return None
-        self.ws.scope.setdefault("state", {})["user"] = user
-        try:
-            self.gw.take_request(user)  # an opening is one request
-        except GatewayHTTPError as exc:
-            await self._close_with(exc.code)
-            return None
-        return user
-
-    async def _auth_message(self) -> str | None:
-        try:
-            async with asyncio.timeout(self.settings.ws_auth_timeout):
-                message = await self.ws.receive()
-        except TimeoutError:
-            return None
-        text = message.get("text")
-        if message["type"] != "websocket.receive" or not isinstance(text, str):
-            return None
-        if len(text) > self.settings.ws_max_message_bytes:
-            return None
-        try:
-            parsed = parse_message(text)
-        except _Refused:
-            return None
-        return parsed.token if isinstance(parsed, AuthMessage) else None
 
     async def _start(self, user: str) -> Run | None:
         """Start the live run holding the session, or close the socket and answer ``None``."""
@@ -459,7 +475,9 @@ class LiveSocket:
 
     async def _close_with(self, code: str) -> None:
         """Close with an error code's close code (:data:`CLOSE_CODES`), the code as reason."""
-        await self._close(CLOSE_CODES.get(code, CLOSE_CODES["internal"]), code)
+        if not self.closed:
+            self.closed = True
+            await _close_socket(self.ws, code, self.settings)
 
     async def _close(self, code: int, reason: str) -> None:
         if self.closed:
