@@ -304,7 +304,7 @@ async def test_a_denied_approval_ends_in_output_denied(client_for: Any) -> None:
 
 
 async def test_same_limits_and_cancellation_as_the_typed_runs(client_for: Any) -> None:
-    model = ScriptedModel().reply(*[f"w{i} " for i in range(200)], delay=0.01).reply("next")
+    model = ScriptedModel().reply(*[f"w{i} " for i in range(1000)], delay=0.01).reply("next")
     app = app_for(model, Settings(session_lock_timeout=0, send_timeout=2.0))
     client = await client_for(app)
     runs = app.state.gateway.runs.runs

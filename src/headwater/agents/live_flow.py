@@ -447,6 +447,7 @@ class LiveFlow:
                 turn.final_response(response)
             self._end_chat(response)
         except (ModelProtocolViolation, OutputTooLong) as exc:
+            self._turn = None  # a broken call keeps nothing, not even what it had shown
             self._end_chat(None, exc.code)
             await self._end_with(flow.error_event(exc.code, public_message(exc)))
         callback_context = ctx.callback_context(flow.agent.name)
