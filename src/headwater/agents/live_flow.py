@@ -154,7 +154,7 @@ class LiveFlow:
         self._received = 0
         self._progress = asyncio.Event()
         self._hold_at: int | None = None  # the model pump handles no response past this count
-        self._resume = asyncio.Event()  # ... until this is set (see _caught_up)
+        self._unhold = asyncio.Event()  # ... until this is set (see _caught_up)
         self._admitted = 0  # turns counted when admitted, whose first response is still due
         self._spent = False
 
@@ -391,7 +391,7 @@ class LiveFlow:
             yield
         finally:
             self._hold_at = None
-            self._resume.set()
+            self._unhold.set()
 
     def _copy_to_input_streams(self, request: LiveRequest) -> None:
         for stream in list(self._streams.values()):
@@ -432,8 +432,8 @@ class LiveFlow:
         async with aclosing(conn.receive()) as responses:
             async for response in responses:
                 while self._hold_at is not None and self._received >= self._hold_at:
-                    self._resume.clear()
-                    await self._resume.wait()
+                    self._unhold.clear()
+                    await self._unhold.wait()
                 await self._handle_response(flow, response)
                 self._received += 1
                 self._progress.set()
