@@ -7,6 +7,13 @@ call answers a ``SqlSessionService`` on a fresh, empty PostgreSQL database inste
 (``CREATE DATABASE`` from the template is a few tens of milliseconds), next to
 ``HEADWATER_TEST_POSTGRES_URL``'s. What each test asserts does not change.
 
+Left on their own store: the browser tests (their store is incidental, and they are
+slow: scripts/test's PostgreSQL pass runs ``-m "not slow"``), the tests that start
+``headwater serve`` or a served app as a child process on a SQLite file (slow too;
+``test_serve_deploy`` and ``test_deployment`` run on PostgreSQL anyway), the logging
+test (no session is used) and ``test_settings_per_app`` (it checks each app's own
+SQLite file).
+
 The per-test ``Stores`` behind it is set up by the autouse ``stores`` fixture of
 ``tests/gateway/conftest.py``, which closes every service a test opened and drops its
 databases at teardown.
