@@ -15,6 +15,20 @@ import pytest
 import uvicorn
 from starlette.types import ASGIApp
 
+from . import stores as test_stores
+
+
+@pytest.fixture(autouse=True)
+async def stores(tmp_path: Path) -> AsyncIterator[test_stores.Stores]:
+    """The stores ``stores.new_service()`` opens in this test; closed (and dropped) after it."""
+    opened = test_stores.Stores(tmp_path)
+    test_stores.current = opened
+    try:
+        yield opened
+    finally:
+        test_stores.current = None
+        await opened.close()
+
 
 class Serve(Protocol):
     """Start ``app`` on 127.0.0.1 (a free port) and answer its base URL."""

@@ -25,11 +25,12 @@ import pytest
 from headwater import Agent, ToolStreamEvent, tool
 from headwater.errors import ERROR_MESSAGES, ModelHTTPError
 from headwater.gateway import StaticTokenAuth, create_app
-from headwater.sessions import InMemorySessionService
+from headwater.sessions import BaseSessionService
 from headwater.settings import Settings
 from headwater.testing import ScriptedModel, ScriptedTurn, aiter_sse, wait_until
 
 from .conftest import JS, require_node
+from .stores import new_service
 
 Serve = Callable[[Any], Awaitable[str]]
 CLIENT = JS / "agui_client.mjs"
@@ -53,11 +54,11 @@ def reset() -> None:
 async def server(serve: Serve) -> AsyncIterator[Callable[..., Awaitable[str]]]:
     """``base = await server(agent_or_agents)``: the gateway under uvicorn, with AUTH."""
 
-    async def start(agents: Any, service: InMemorySessionService | None = None,
+    async def start(agents: Any, service: BaseSessionService | None = None,
                     **bounds: Any) -> str:
         settings = Settings(**{"heartbeat_interval": 5.0, "send_timeout": 2.0,
                                "session_lock_timeout": 0, "shutdown_grace": 2.0, **bounds})
-        app = create_app(agents, session_service=service or InMemorySessionService(),
+        app = create_app(agents, session_service=service or new_service(),
                          auth=AUTH, settings=settings)
         return await serve(app)
 
@@ -113,7 +114,7 @@ def deploy_agent(**options: Any) -> Agent:
 async def test_streamed_text_is_one_assistant_message_with_the_text_once(
         node: str, server: Any) -> None:
     model = ScriptedModel().reply("Hello ", "from ", "headwater.", thoughts=["Greet", " them."])
-    service = InMemorySessionService()
+    service = new_service()
     base = await server(Agent(name="bot", model=model), service)
     report = await agui(node, f"{base}/ag-ui/bot", [{"message": "hi"}])
     [run] = report["runs"]
@@ -286,7 +287,7 @@ async def test_an_unknown_agent_is_a_404_envelope(node: str, server: Any) -> Non
 
 async def test_no_token_is_401_and_threads_are_per_user(node: str, server: Any) -> None:
     model = ScriptedModel().reply("For alice.").reply("For bob.")
-    service = InMemorySessionService()
+    service = new_service()
     base = await server(Agent(name="bot", model=model), service)
     report = await agui(node, f"{base}/ag-ui/bot", [{"message": "hi"}], token="")
     assert report["runs"][0]["failure"]["status"] == 401
@@ -339,7 +340,7 @@ async def _events_of(response: httpx.Response, stop_after: int | None = None
 async def test_a_disconnect_cancels_the_run(serve: Serve) -> None:
     model = ScriptedModel().reply(*[f"w{i} " for i in range(200)], delay=0.01).reply("next")
     app = create_app(Agent(name="bot", model=model), auth=AUTH,
-                     session_service=InMemorySessionService())
+                     session_service=new_service())
     runs = app.state.gateway.runs.runs
     body = {"threadId": "t", "runId": "r1", "messages": [
         {"id": "u1", "role": "user", "content": "go"}]}
@@ -362,7 +363,7 @@ async def test_a_disconnect_cancels_the_run(serve: Serve) -> None:
 async def test_cancel_finishes_the_run_with_the_cancelled_outcome(serve: Serve) -> None:
     model = ScriptedModel().reply(*[f"w{i} " for i in range(200)], delay=0.01)
     app = create_app(Agent(name="bot", model=model), auth=AUTH,
-                     session_service=InMemorySessionService())
+                     session_service=new_service())
     body = {"threadId": "t", "runId": "r1", "messages": [
         {"id": "u1", "role": "user", "content": "go"}]}
     base = await serve(app)

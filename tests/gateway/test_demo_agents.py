@@ -22,6 +22,7 @@ from headwater.examples.people_counter import FPS, scene_frames
 from headwater.settings import reload_settings
 
 from .conftest import Serve
+from .stores import new_database_url
 
 
 @pytest.fixture
@@ -31,7 +32,7 @@ def demo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
 
     monkeypatch.setenv("HEADWATER_DEMO_WORD_DELAY", "0")
     reload_settings()
-    yield demo_app(f"sqlite+aiosqlite:///{tmp_path / 'demo.db'}", DemoModel())
+    yield demo_app(new_database_url(), DemoModel())
     monkeypatch.undo()
     reload_settings()
 

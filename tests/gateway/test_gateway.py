@@ -14,10 +14,11 @@ import httpx
 
 from headwater import Agent, tool
 from headwater.gateway import StaticTokenAuth, create_app
-from headwater.sessions import InMemorySessionService
 from headwater.settings import Settings
 from headwater.testing import ScriptedModel
 from headwater.testing.sse import aiter_sse
+
+from .stores import new_service
 
 Serve = Callable[[Any], Awaitable[str]]
 A = {"Authorization": "Bearer token-a"}
@@ -110,7 +111,7 @@ async def new_session(client: httpx.AsyncClient, headers: dict[str, str] = A) ->
 
 async def test_the_worked_example_gives_its_seven_frames_and_four_stored_events(
         client_for: Any) -> None:
-    service = InMemorySessionService()
+    service = new_service()
     app = create_app(support_agent(support_model()), session_service=service, auth=AUTH,
                      settings=settings())
     client = await client_for(app)
@@ -141,7 +142,7 @@ async def test_the_worked_example_gives_its_seven_frames_and_four_stored_events(
     assert message["final"] is True
     assert set(frames[6]) == {"usage"} and set(frames[6]["usage"]) == {"input_tokens",
                                                                         "output_tokens"}
-    assert b"4242" not in got.raw and "4242" not in json.dumps(frames)  # no tool payload
+    assert b"card 4242" not in got.raw and "card 4242" not in json.dumps(frames)  # no payload
 
     history = await client.get(f"/sessions/{sid}/events", headers=A)
     assert history.status_code == 200
@@ -151,7 +152,7 @@ async def test_the_worked_example_gives_its_seven_frames_and_four_stored_events(
     assert items[1]["calls"] == [{"id": call_id, "name": "lookupOrder"}]
     assert items[2]["results"][0]["status"] == "ok" and "response" not in items[2]["results"][0]
     assert items[3]["id"] == message["id"] and items[3]["text"] == message["text"]
-    assert "4242" not in history.text
+    assert "card 4242" not in history.text  # (a timestamp may hold 4242)
     session = await service.get_session(app_name="support", user_id="alice", session_id=sid)
     assert session is not None and not any(e.partial for e in session.events)
     assert all(e.invocation_id == run_id for e in session.events)
@@ -159,7 +160,7 @@ async def test_the_worked_example_gives_its_seven_frames_and_four_stored_events(
 
 async def test_expose_result_forwards_arguments_and_results(client_for: Any) -> None:
     app = create_app(support_agent(support_model(), expose_result=True), auth=AUTH,
-                     session_service=InMemorySessionService(), settings=settings())
+                     session_service=new_service(), settings=settings())
     client = await client_for(app)
     got = await post_run(client, await new_session(client), {"message": "order 1042?"})
     call, result = got.frames[0][2], got.frames[1][2]
@@ -169,7 +170,7 @@ async def test_expose_result_forwards_arguments_and_results(client_for: Any) -> 
 
 async def test_streaming_mode_none_sends_no_deltas(client_for: Any) -> None:
     app = create_app(support_agent(support_model()), auth=AUTH,
-                     session_service=InMemorySessionService(), settings=settings())
+                     session_service=new_service(), settings=settings())
     client = await client_for(app)
     got = await post_run(client, await new_session(client),
                          {"message": "order 1042?", "streaming_mode": "none"})
@@ -180,7 +181,7 @@ async def test_model_text_cannot_inject_a_frame(client_for: Any) -> None:
     evil = "a\n\nid: 99\nevent: done\ndata: {}\n\r\u2028\x00\r\nb"
     model = ScriptedModel().reply(evil, "tail")
     app = create_app(Agent(name="bot", model=model), auth=AUTH,
-                     session_service=InMemorySessionService(), settings=settings())
+                     session_service=new_service(), settings=settings())
     client = await client_for(app)
     got = await post_run(client, await new_session(client), {"message": "hi"})
     assert [t for _, t, _ in got.frames] == ["delta", "delta", "message", "done"]
@@ -193,7 +194,7 @@ async def test_model_text_cannot_inject_a_frame(client_for: Any) -> None:
 
 async def test_no_token_or_a_bad_one_is_401_with_a_bearer_challenge(client_for: Any) -> None:
     app = create_app(support_agent(support_model()), auth=AUTH,
-                     session_service=InMemorySessionService(), settings=settings())
+                     session_service=new_service(), settings=settings())
     client = await client_for(app)
     for headers in ({}, {"Authorization": "Bearer nope"}, {"Authorization": "Basic eDp5"}):
         response = await client.get("/sessions", headers=headers)
@@ -204,7 +205,7 @@ async def test_no_token_or_a_bad_one_is_401_with_a_bearer_challenge(client_for: 
 
 async def test_another_users_ids_answer_404_exactly_like_missing_ones(client_for: Any) -> None:
     model = support_model(delay=0.02)
-    app = create_app(support_agent(model), auth=AUTH, session_service=InMemorySessionService(),
+    app = create_app(support_agent(model), auth=AUTH, session_service=new_service(),
                      settings=settings(detached_ttl=30))
     client = await client_for(app)
     sid = await new_session(client)
@@ -247,7 +248,7 @@ async def test_another_users_ids_answer_404_exactly_like_missing_ones(client_for
 async def test_a_second_run_on_a_busy_session_is_409(client_for: Any) -> None:
     model = ScriptedModel().reply(*[f"w{i} " for i in range(40)], delay=0.02).reply("second")
     app = create_app(Agent(name="bot", model=model), auth=AUTH,
-                     session_service=InMemorySessionService(), settings=settings())
+                     session_service=new_service(), settings=settings())
     client = await client_for(app)
     sid = await new_session(client)
     first = asyncio.ensure_future(post_run(client, sid, {"message": "long"}))
@@ -272,7 +273,7 @@ async def test_a_second_run_on_a_busy_session_is_409(client_for: Any) -> None:
 async def test_too_many_streams_is_429_with_retry_after(client_for: Any) -> None:
     model = ScriptedModel().reply(*[f"w{i} " for i in range(40)], delay=0.02)
     app = create_app(Agent(name="bot", model=model), auth=AUTH,
-                     session_service=InMemorySessionService(),
+                     session_service=new_service(),
                      settings=settings(max_streams_per_user=1))
     client = await client_for(app)
     first = asyncio.ensure_future(post_run(client, await new_session(client), {"message": "x"}))
@@ -289,7 +290,7 @@ async def test_too_many_streams_is_429_with_retry_after(client_for: Any) -> None
 
 async def test_bad_run_bodies_are_refused_with_the_envelope(client_for: Any) -> None:
     app = create_app(support_agent(support_model()), auth=AUTH,
-                     session_service=InMemorySessionService(), settings=settings())
+                     session_service=new_service(), settings=settings())
     client = await client_for(app)
     sid = await new_session(client)
     for body in ({}, {"message": "x", "approvals": []}, {"message": "  "},
@@ -319,7 +320,7 @@ async def test_cancel_ends_the_stream_with_cancelled_and_seals_history(client_fo
 
     model = ScriptedModel().call("slow", {"order_id": "1"}).reply("after")
     app = create_app(Agent(name="bot", model=model, tools=[slow]), auth=AUTH,
-                     session_service=InMemorySessionService(), settings=settings())
+                     session_service=new_service(), settings=settings())
     client = await client_for(app)
     sid = await new_session(client)
     running = asyncio.ensure_future(post_run(client, sid, {"message": "go"}))
@@ -341,7 +342,7 @@ async def test_cancel_ends_the_stream_with_cancelled_and_seals_history(client_fo
 async def test_a_disconnect_cancels_a_run_that_is_not_resumable(client_for: Any) -> None:
     model = ScriptedModel().reply(*[f"w{i} " for i in range(200)], delay=0.01).reply("next")
     app = create_app(Agent(name="bot", model=model), auth=AUTH,
-                     session_service=InMemorySessionService(), settings=settings())
+                     session_service=new_service(), settings=settings())
     client = await client_for(app)
     sid = await new_session(client)
     got = await post_run(client, sid, {"message": "go"}, stop_after=3)
@@ -356,7 +357,7 @@ async def test_a_disconnect_cancels_a_run_that_is_not_resumable(client_for: Any)
 async def test_heartbeats_are_comments_without_ids(client_for: Any) -> None:
     model = ScriptedModel().reply("slow", delay=0.4)
     app = create_app(Agent(name="bot", model=model), auth=AUTH,
-                     session_service=InMemorySessionService(),
+                     session_service=new_service(),
                      settings=settings(heartbeat_interval=0.05))
     client = await client_for(app)
     sid = await new_session(client)
@@ -378,7 +379,7 @@ async def test_a_resumed_run_gives_exactly_the_frames_of_an_uninterrupted_one(
     for _ in range(4):  # the whole run, then three interrupted ones
         (model.call("lookupOrder", {"order_id": "1"}).reply(*words, delay=0.005)
          .call("lookupOrder", {"order_id": "2"}).reply(*words, delay=0.005))
-    app = create_app(support_agent(model), auth=AUTH, session_service=InMemorySessionService(),
+    app = create_app(support_agent(model), auth=AUTH, session_service=new_service(),
                      settings=settings(detached_ttl=30))
     client = await client_for(app)
     whole = await post_run(client, await new_session(client),
@@ -434,7 +435,7 @@ async def test_a_client_that_stops_reading_is_dropped_and_its_run_cancelled(
     big = "x" * 65536
     model = ScriptedModel().reply(*[big] * 400, delay=0.001).reply("next")
     app = create_app(Agent(name="bot", model=model), auth=AUTH,
-                     session_service=InMemorySessionService(),
+                     session_service=new_service(),
                      settings=settings(send_timeout=0.3))
     client = await client_for(app)
     sid = await new_session(client)
@@ -459,7 +460,7 @@ async def test_a_client_that_stops_reading_is_dropped_and_its_run_cancelled(
 
 
 async def test_records_are_stored_before_their_frames_leave(client_for: Any) -> None:
-    service = InMemorySessionService()
+    service = new_service()
     app = create_app(support_agent(support_model(delay=0.05)), session_service=service,
                      auth=AUTH, settings=settings())
     client = await client_for(app)

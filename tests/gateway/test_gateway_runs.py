@@ -14,11 +14,11 @@ from headwater import Agent, tool
 from headwater.errors import ModelHTTPError
 from headwater.gateway import StaticTokenAuth, create_app
 from headwater.models.scripted import ScriptedTurn
-from headwater.sessions import InMemorySessionService, SqlSessionService
 from headwater.settings import Settings
 from headwater.testing import ScriptedModel
 from headwater.tools import args_sha256
 
+from .stores import new_service
 from .test_gateway import A, new_session, post_run
 
 AUTH = StaticTokenAuth({"token-a": "alice", "token-b": "bob"})
@@ -55,7 +55,7 @@ async def test_a_run_that_needs_approval_pauses_then_an_answer_continues_it(
     deployed.clear()
     model = ScriptedModel().call("deploy", {"env": "prod"}, call_id="d1").reply("Deployed.")
     app = create_app(Agent(name="ops", model=model, tools=[deploy]), auth=AUTH,
-                     session_service=InMemorySessionService(), settings=quick())
+                     session_service=new_service(), settings=quick())
     client = await client_for(app)
     sid = await new_session(client)
     paused = await post_run(client, sid, {"message": "deploy to prod"})
@@ -82,7 +82,7 @@ async def test_a_long_running_call_is_completed_with_function_responses(
     model = (ScriptedModel().call("start_export", {"table": "orders"}, call_id="x1")
              .reply("The export has 42 rows."))
     app = create_app(Agent(name="bot", model=model, tools=[start_export]), auth=AUTH,
-                     session_service=InMemorySessionService(), settings=quick())
+                     session_service=new_service(), settings=quick())
     client = await client_for(app)
     sid = await new_session(client)
     first = await post_run(client, sid, {"message": "export orders"})
@@ -102,7 +102,7 @@ async def test_a_provider_failure_ends_with_one_error_frame_and_no_provider_text
                              retryable=False)
     model = ScriptedModel().add(ScriptedTurn(raise_error=failure))
     app = create_app(Agent(name="bot", model=model), auth=AUTH,
-                     session_service=InMemorySessionService(), settings=quick())
+                     session_service=new_service(), settings=quick())
     client = await client_for(app)
     sid = await new_session(client)
     got = await post_run(client, sid, {"message": "hi"})
@@ -124,7 +124,7 @@ def error_code(got: Any) -> str:
 async def test_a_content_message_and_a_second_agent(client_for: Any) -> None:
     first = Agent(name="first", model=ScriptedModel().reply("from first"))
     second = Agent(name="second", model=ScriptedModel().reply("from ", "second"))
-    app = create_app([first, second], auth=AUTH, session_service=InMemorySessionService(),
+    app = create_app([first, second], auth=AUTH, session_service=new_service(),
                      settings=quick())
     client = await client_for(app)
     created = await client.post("/sessions", json={"agent": "second", "state": {"k": 1}},
@@ -145,7 +145,7 @@ async def test_a_content_message_and_a_second_agent(client_for: Any) -> None:
 async def test_sessions_and_events_are_paginated_and_delete_works(client_for: Any) -> None:
     model = ScriptedModel(responder=lambda request: ScriptedTurn(text=["ok"]))
     app = create_app(Agent(name="bot", model=model), auth=AUTH,
-                     session_service=InMemorySessionService(), settings=quick())
+                     session_service=new_service(), settings=quick())
     client = await client_for(app)
     sids = [await new_session(client) for _ in range(5)]
     seen: list[str] = []
@@ -179,7 +179,7 @@ async def test_sessions_and_events_are_paginated_and_delete_works(client_for: An
 async def test_a_sessions_title_is_its_first_message_cut_and_null_before_one(
         client_for: Any, tmp_path: Path) -> None:
     model = ScriptedModel(responder=lambda request: ScriptedTurn(text=["ok"]))
-    service = SqlSessionService(f"sqlite:///{tmp_path / 'sessions.db'}")
+    service = new_service("sqlite")
     app = create_app(Agent(name="bot", model=model), auth=AUTH, session_service=service,
                      settings=quick(session_title_chars=12))
     client = await client_for(app)
@@ -203,7 +203,7 @@ async def test_a_sessions_title_is_its_first_message_cut_and_null_before_one(
 
 async def test_the_openapi_schema_names_the_typed_models(client_for: Any) -> None:
     app = create_app(Agent(name="bot", model=ScriptedModel()), auth=AUTH,
-                     session_service=InMemorySessionService(), settings=quick())
+                     session_service=new_service(), settings=quick())
     client = await client_for(app)
     schema = (await client.get("/openapi.json")).json()
     paths = schema["paths"]
@@ -223,7 +223,7 @@ async def test_the_openapi_schema_names_the_typed_models(client_for: Any) -> Non
 async def test_one_log_line_per_run_end_without_message_text(
         client_for: Any, caplog: pytest.LogCaptureFixture) -> None:
     app = create_app(Agent(name="bot", model=ScriptedModel().reply("the secret answer")),
-                     auth=AUTH, session_service=InMemorySessionService(), settings=quick())
+                     auth=AUTH, session_service=new_service(), settings=quick())
     client = await client_for(app)
     sid = await new_session(client)
     with caplog.at_level(logging.INFO, logger="headwater.gateway"):
@@ -250,7 +250,7 @@ def broken_callback(**_: Any) -> None:
 async def test_an_internal_failure_is_logged_whole_and_the_client_gets_the_code(
         client_for: Any, caplog: pytest.LogCaptureFixture, agent: Agent, kind: str,
         words: str) -> None:
-    app = create_app(agent, auth=AUTH, session_service=InMemorySessionService(),
+    app = create_app(agent, auth=AUTH, session_service=new_service(),
                      settings=quick())
     client = await client_for(app)
     sid = await new_session(client)
@@ -267,7 +267,7 @@ async def test_an_internal_failure_is_logged_whole_and_the_client_gets_the_code(
 async def test_thoughts_stream_as_reasoning_frames_never_as_deltas(client_for: Any) -> None:
     model = ScriptedModel().add(ScriptedTurn(thoughts=["let me ", "think"], text=["Answer."]))
     app = create_app(Agent(name="bot", model=model), auth=AUTH,
-                     session_service=InMemorySessionService(), settings=quick())
+                     session_service=new_service(), settings=quick())
     client = await client_for(app)
     got = await post_run(client, await new_session(client), {"message": "hi"})
     kinds = [t for _, t, _ in got.frames]
@@ -281,7 +281,7 @@ async def test_the_app_tunes_the_collector_while_it_runs_and_puts_it_back() -> N
 
     before = gc.get_threshold()
     app = create_app(Agent(name="bot", model=ScriptedModel()), auth=AUTH,
-                     session_service=InMemorySessionService(),
+                     session_service=new_service(),
                      settings=quick(gc_thresholds=(12_345, 11, 999)))
     async with app.router.lifespan_context(app):
         assert gc.get_threshold() == (12_345, 11, 999)
@@ -294,7 +294,7 @@ async def test_runs_past_max_runs_per_user_are_rate_limited(client_for: Any) -> 
     for i in range(3):
         model.reply(f"answer {i}")
     app = create_app(Agent(name="bot", model=model), auth=AUTH,
-                     session_service=InMemorySessionService(),
+                     session_service=new_service(),
                      settings=quick(max_runs_per_user=2, run_rate_window=86400))
     client = await client_for(app)
     sid = await new_session(client)

@@ -21,11 +21,12 @@ from websockets.exceptions import InvalidStatus
 from headwater import Agent
 from headwater.errors import UserError
 from headwater.gateway import StaticTokenAuth, create_app
-from headwater.sessions import SqlSessionService
+from headwater.sessions import BaseSessionService
 from headwater.settings import Settings
 from headwater.testing import ScriptedModel
 
 from .conftest import Serve
+from .stores import new_service
 from .test_page_browser import browser  # noqa: F401 - the chromium fixture
 
 A = {"Authorization": "Bearer token-a"}
@@ -41,10 +42,10 @@ Start = Callable[..., Awaitable[tuple[str, httpx.AsyncClient]]]
 async def start(serve: Serve, tmp_path: Path) -> AsyncIterator[Start]:
     """``base, client = await start(auth=..., cors_origins=...)``: a gateway on SQLite."""
     clients: list[httpx.AsyncClient] = []
-    services: list[SqlSessionService] = []
+    services: list[BaseSessionService] = []
 
     async def starting(**options: Any) -> tuple[str, httpx.AsyncClient]:
-        service = SqlSessionService(f"sqlite:///{tmp_path / f'{len(services)}.db'}")
+        service = new_service("sqlite")
         services.append(service)
         agent = Agent(name="bot", model=ScriptedModel().reply("hi").reply("again"))
         app = create_app(agent, session_service=service,

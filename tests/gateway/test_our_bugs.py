@@ -18,13 +18,13 @@ from headwater import Agent, RunConfig, Runner, StreamingMode
 from headwater.gateway import create_app
 from headwater.models._http import StreamParser
 from headwater.models.openai import OpenAIChatModel
-from headwater.sessions import InMemorySessionService
 from headwater.settings import Settings
 from headwater.sse import ServerSentEvent
 from headwater.testing import FakeProvider, Scenario, render_openai
 from headwater.testing.sse import aiter_sse
 
 from .conftest import Serve
+from .stores import new_service
 
 FAST = Settings(model_backoff_initial=0.001, model_backoff_max=0.002, model_idle_timeout=5,
                 session_lock_timeout=0, shutdown_grace=2.0)
@@ -79,7 +79,7 @@ async def test_a_parser_type_error_ends_the_run_internal_with_its_traceback_logg
     caplog.set_level(logging.WARNING, logger="headwater")
     async with httpx.AsyncClient() as model_client:
         app = create_app(buggy_agent(provider, model_client),
-                         session_service=InMemorySessionService(), settings=FAST)
+                         session_service=new_service(), settings=FAST)
         async with httpx.AsyncClient(base_url=await serve(app), timeout=30) as client:
             sid = (await client.post("/sessions", json={})).json()["id"]
             frames: list[tuple[str, dict[str, Any]]] = []

@@ -14,10 +14,10 @@ import pytest
 
 from headwater import Agent, LiveRequestQueue, tool
 from headwater.gateway import StaticTokenAuth, create_app
-from headwater.sessions import InMemorySessionService
 from headwater.testing import ScriptedModel
 
 from .conftest import require_node
+from .stores import new_service
 from .test_websocket import ticker
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -46,7 +46,7 @@ def config_of(html: str) -> Any:
 
 def app(**options: Any) -> Any:
     agent = Agent(name="support", model=ScriptedModel().reply("hi"))
-    return create_app(agent, session_service=InMemorySessionService(), **options)
+    return create_app(agent, session_service=new_service(), **options)
 
 
 def test_the_pages_sse_fixture_is_the_python_encoders_output() -> None:
@@ -116,7 +116,7 @@ async def test_an_app_may_give_the_page_suggestions_and_a_note(client_for: Any) 
                          Agent(name="ops", model=ScriptedModel(model="demo"),
                                tools=[ticker, frames_seen]),
                          Agent(name="plain", model=ScriptedModel(), tools=[lookup])],
-                        session_service=InMemorySessionService())
+                        session_service=new_service())
     served.state.page_suggestions = ["Where is order 1042?", "</script><b>",
                                       {"text": "Watch GOOG", "agent": "ops", "live": True}]
     served.state.page_note = "scripted model"

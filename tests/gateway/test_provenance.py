@@ -17,12 +17,12 @@ from headwater.errors import ProviderTruncated
 from headwater.gateway import create_app
 from headwater.gateway.frames import above, outer_call_id
 from headwater.models.scripted import ScriptedTurn
-from headwater.sessions import InMemorySessionService
 from headwater.sessions.ledger import call_branch
 from headwater.testing import ScriptedModel
 from headwater.testing.sse import aiter_sse
 
 from .conftest import require_node
+from .stores import new_service
 from .test_agui import agui, of_role, types
 from .test_gateway import AUTH, A, new_session, post_run, settings
 from .test_vercel import run_client
@@ -102,7 +102,7 @@ def one_terminal(frames: Frames) -> None:
 
 async def test_a_transfer_carries_the_call_the_transfer_and_billings_answer(
         client_for: Any) -> None:
-    app = create_app(shop(), session_service=InMemorySessionService(), auth=AUTH,
+    app = create_app(shop(), session_service=new_service(), auth=AUTH,
                      settings=settings())
     client = await client_for(app)
     sid = await new_session(client)
@@ -141,7 +141,7 @@ async def test_a_transfer_carries_the_call_the_transfer_and_billings_answer(
 
 
 async def test_a_transfer_frame_leaves_only_after_its_result_is_stored(client_for: Any) -> None:
-    service = InMemorySessionService()
+    service = new_service()
     app = create_app(shop(billing=ScriptedModel().reply(*ANSWER, delay=0.02)),
                      session_service=service, auth=AUTH, settings=settings())
     client = await client_for(app)
@@ -169,7 +169,7 @@ async def test_a_transfer_frame_leaves_only_after_its_result_is_stored(client_fo
 
 async def test_parallel_drafts_rebuilt_by_author_and_branch_equal_each_final(
         client_for: Any) -> None:
-    app = create_app(research(), session_service=InMemorySessionService(), auth=AUTH,
+    app = create_app(research(), session_service=new_service(), auth=AUTH,
                      settings=settings())
     client = await client_for(app)
     sid = await new_session(client)
@@ -194,7 +194,7 @@ async def test_parallel_drafts_rebuilt_by_author_and_branch_equal_each_final(
 
 async def test_a_failing_branch_is_an_agent_error_and_the_other_branch_goes_on(
         client_for: Any) -> None:
-    app = create_app(research(broken=True), session_service=InMemorySessionService(),
+    app = create_app(research(broken=True), session_service=new_service(),
                      auth=AUTH, settings=settings())
     client = await client_for(app)
     sid = await new_session(client)
@@ -226,7 +226,7 @@ def test_the_outer_call_follows_from_the_branch() -> None:
 
 async def test_agui_gives_one_named_message_per_agent_message_and_the_transfer(
         node: str, serve: Any) -> None:
-    app = create_app(shop(), session_service=InMemorySessionService(), auth=AUTH,
+    app = create_app(shop(), session_service=new_service(), auth=AUTH,
                      settings=settings())
     base = await serve(app)
     report = await agui(node, f"{base}/ag-ui/coordinator",
@@ -246,7 +246,7 @@ async def test_agui_gives_one_named_message_per_agent_message_and_the_transfer(
 
 
 async def test_agui_gives_each_parallel_branch_its_subagent(node: str, serve: Any) -> None:
-    app = create_app(research(), session_service=InMemorySessionService(), auth=AUTH,
+    app = create_app(research(), session_service=new_service(), auth=AUTH,
                      settings=settings())
     base = await serve(app)
     report = await agui(node, f"{base}/ag-ui/research", [{"message": "Is it so?"}])
@@ -266,7 +266,7 @@ async def test_agui_gives_each_parallel_branch_its_subagent(node: str, serve: An
 
 async def test_vercel_gives_each_agent_its_part_with_the_author_recoverable(
         ai_sdk: None, serve: Any) -> None:
-    app = create_app(shop(), session_service=InMemorySessionService(), auth=AUTH,
+    app = create_app(shop(), session_service=new_service(), auth=AUTH,
                      settings=settings())
     base = await serve(app)
     streamed = await run_client(base, "stream", "chat-t", "Is my invoice paid?",
@@ -286,7 +286,7 @@ async def test_vercel_gives_each_agent_its_part_with_the_author_recoverable(
 
 
 async def test_vercel_keeps_parallel_agents_apart(ai_sdk: None, serve: Any) -> None:
-    app = create_app(research(), session_service=InMemorySessionService(), auth=AUTH,
+    app = create_app(research(), session_service=new_service(), auth=AUTH,
                      settings=settings())
     base = await serve(app)
     streamed = await run_client(base, "stream", "chat-p", "Is it so?", agent="research")
@@ -386,7 +386,7 @@ def delegating() -> Agent:
 
 async def test_an_inner_agents_frames_name_the_outer_call_and_rebuild_exactly(
         client_for: Any) -> None:
-    app = create_app(delegating(), session_service=InMemorySessionService(), auth=AUTH,
+    app = create_app(delegating(), session_service=new_service(), auth=AUTH,
                      settings=settings())
     client = await client_for(app)
     sid = await new_session(client)
@@ -414,7 +414,7 @@ async def test_an_inner_agents_frames_name_the_outer_call_and_rebuild_exactly(
 
 async def test_agui_and_vercel_clients_nest_an_inner_agent_under_its_call(
         node: str, ai_sdk: None, serve: Any) -> None:
-    base = await serve(create_app(delegating(), session_service=InMemorySessionService(),
+    base = await serve(create_app(delegating(), session_service=new_service(),
                                   auth=AUTH, settings=settings()))
     report = await agui(node, f"{base}/ag-ui/coordinator", [{"message": "Find papers"}])
     [run] = report["runs"]
@@ -428,7 +428,7 @@ async def test_agui_and_vercel_clients_nest_an_inner_agent_under_its_call(
                                                             "Found 3 papers."),
                      ("coordinator", None, "The researcher found 3 papers.")]
 
-    base = await serve(create_app(delegating(), session_service=InMemorySessionService(),
+    base = await serve(create_app(delegating(), session_service=new_service(),
                                   auth=AUTH, settings=settings()))
     streamed = await run_client(base, "stream", "chat-n", "Find papers", agent="coordinator")
     assert streamed["errors"] == []
@@ -454,7 +454,7 @@ def failing_delegate() -> Agent:
 
 async def test_an_inner_agents_error_is_its_own_and_the_caller_goes_on_to_done(
         client_for: Any) -> None:
-    app = create_app(failing_delegate(), session_service=InMemorySessionService(), auth=AUTH,
+    app = create_app(failing_delegate(), session_service=new_service(), auth=AUTH,
                      settings=settings())
     client = await client_for(app)
     got = await post_run(client, await new_session(client), {"message": "go"})
@@ -469,7 +469,7 @@ async def test_an_inner_agents_error_is_its_own_and_the_caller_goes_on_to_done(
 
 async def test_agui_reports_an_inner_agents_error_as_its_subagents(node: str, serve: Any
                                                                   ) -> None:
-    base = await serve(create_app(failing_delegate(), session_service=InMemorySessionService(),
+    base = await serve(create_app(failing_delegate(), session_service=new_service(),
                                   auth=AUTH, settings=settings()))
     report = await agui(node, f"{base}/ag-ui/coordinator", [{"message": "go"}])
     [run] = report["runs"]
@@ -488,7 +488,7 @@ async def test_a_live_transfer_over_the_websocket_shows_the_handover_and_billing
 
     from .test_websocket import of_type, ready, send, until
 
-    app = create_app(shop(), session_service=InMemorySessionService(), auth=AUTH,
+    app = create_app(shop(), session_service=new_service(), auth=AUTH,
                      settings=settings())
     base = await serve(app)
     async with httpx.AsyncClient(base_url=base, timeout=10) as client:

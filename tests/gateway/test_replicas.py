@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -18,6 +17,7 @@ from headwater.settings import Settings
 from headwater.testing import ScriptedModel
 
 from .conftest import Serve
+from .stores import new_database_url
 from .test_gateway import A, B, follow, new_session, post_run
 from .test_runlog import drop_keys
 
@@ -36,8 +36,7 @@ class Replicas:
 
 
 @pytest.fixture
-async def replicas_for(redis_url: str, tmp_path: Path, serve: Serve
-                       ) -> AsyncIterator[Any]:
+async def replicas_for(redis_url: str, serve: Serve) -> AsyncIterator[Any]:
     """``await replicas_for(make_agent, **settings)``: two replicas of the agent
     ``make_agent()`` builds (one per replica, as two processes would)."""
     import uuid
@@ -48,7 +47,7 @@ async def replicas_for(redis_url: str, tmp_path: Path, serve: Serve
     async def make(make_agent: Any, **overrides: Any) -> Replicas:
         values: dict[str, Any] = {
             "redis_url": redis_url, "redis_key_prefix": prefix,
-            "database_url": f"sqlite:///{tmp_path / 'sessions.db'}",
+            "database_url": new_database_url(),
             "heartbeat_interval": 1.0, "send_timeout": 5.0, "session_lock_timeout": 0,
             "shutdown_grace": 2.0, "detached_ttl": 30.0, **overrides}
         apps = [create_app(make_agent(), auth=AUTH, settings=Settings(**values))

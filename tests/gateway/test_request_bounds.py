@@ -17,9 +17,10 @@ from websockets.asyncio.client import connect
 
 from headwater import Agent
 from headwater.gateway import StaticTokenAuth, create_app
-from headwater.sessions import InMemorySessionService
 from headwater.settings import Settings
 from headwater.testing import ScriptedModel, ScriptedTurn
+
+from .stores import new_service
 
 A = {"Authorization": "Bearer token-a"}
 B = {"Authorization": "Bearer token-b"}
@@ -53,7 +54,7 @@ def random_part(run_id: str) -> str:
 async def test_run_and_session_ids_are_random_with_at_least_96_bits(client_for: Any,
                                                                      serve: Any) -> None:
     model = ScriptedModel(responder=lambda request: ScriptedTurn(text=["ok"]))
-    app = create_app(Agent(name="bot", model=model), session_service=InMemorySessionService(),
+    app = create_app(Agent(name="bot", model=model), session_service=new_service(),
                      auth=AUTH, settings=settings())
     client = await client_for(app)
     sids = [await new_session(client) for _ in range(3)]
@@ -85,7 +86,7 @@ async def test_run_and_session_ids_are_random_with_at_least_96_bits(client_for: 
 
 async def test_a_last_event_id_past_a_running_runs_last_frame_is_400(client_for: Any) -> None:
     model = ScriptedModel().reply(*[f"w{i} " for i in range(200)], delay=0.05)
-    app = create_app(Agent(name="bot", model=model), session_service=InMemorySessionService(),
+    app = create_app(Agent(name="bot", model=model), session_service=new_service(),
                      auth=AUTH, settings=settings())
     client = await client_for(app)
     sid = await new_session(client)
@@ -115,7 +116,7 @@ async def test_a_last_event_id_past_a_running_runs_last_frame_is_400(client_for:
 
 async def test_a_users_requests_past_the_rate_limit_get_429_and_create_nothing(
         client_for: Any) -> None:
-    service = InMemorySessionService()
+    service = new_service()
     app = create_app(Agent(name="bot", model=ScriptedModel()), session_service=service,
                      auth=AUTH, settings=settings(rate_limit_burst=10,  # one token a 100 s
                                                   rate_limit_per_minute=0.6))
@@ -142,7 +143,7 @@ async def test_a_users_requests_past_the_rate_limit_get_429_and_create_nothing(
 async def test_a_message_past_max_message_chars_is_413_on_every_surface_with_nothing_stored(
         client_for: Any) -> None:
     model = ScriptedModel(responder=lambda request: ScriptedTurn(text=["ok"]))
-    service = InMemorySessionService()
+    service = new_service()
     app = create_app(Agent(name="bot", model=model), session_service=service, auth=AUTH,
                      settings=settings(max_message_chars=1000))
     client = await client_for(app)

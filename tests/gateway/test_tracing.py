@@ -17,11 +17,11 @@ from websockets.asyncio.client import connect
 
 from headwater import Agent, telemetry
 from headwater.gateway import create_app
-from headwater.sessions import InMemorySessionService
 from headwater.settings import Settings
 from headwater.testing import ScriptedModel, ScriptedTurn, wait_until
 
 from .conftest import Serve
+from .stores import new_service
 
 TRACE_ID = 0x4BF92F3577B34DA6A3CE929D0E0E4736
 PARENT_ID = 0x00F067AA0BA902B7
@@ -47,7 +47,7 @@ def run_spans(exporter: InMemorySpanExporter) -> list[ReadableSpan]:
 async def app_on(serve: Serve) -> str:
     model = ScriptedModel(responder=lambda _: ScriptedTurn(text=["On ", "its way."]))
     app = create_app(Agent(name="courier", model=model),
-                     session_service=InMemorySessionService(), auth=None,
+                     session_service=new_service(), auth=None,
                      settings=Settings(session_lock_timeout=0, shutdown_grace=2.0))
     return await serve(app)
 

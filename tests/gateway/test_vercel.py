@@ -21,11 +21,11 @@ from headwater.errors import ModelHTTPError
 from headwater.gateway import StaticTokenAuth, create_app
 from headwater.gateway.sse import encode_frame
 from headwater.gateway.vercel import UIMessageEncoder
-from headwater.sessions import InMemorySessionService
 from headwater.settings import Settings
 from headwater.testing import ScriptedModel, ScriptedTurn, wait_until
 
 from .conftest import JS, require_node
+from .stores import new_service
 
 Serve = Callable[[Any], Awaitable[str]]
 CLIENT = JS / "vercel_client.mjs"
@@ -78,7 +78,7 @@ def drop_table(table: str) -> dict[str, str]:
 def app_for(model: ScriptedModel, settings: Settings | None = None, **tool_options: Any) -> Any:
     deploy_tool = tool(name="deploy", streaming=True, **tool_options)(deploy)
     agent = Agent(name="ops", model=model, tools=[deploy_tool, drop_table])
-    return create_app(agent, session_service=InMemorySessionService(), auth=AUTH,
+    return create_app(agent, session_service=new_service(), auth=AUTH,
                       settings=settings)
 
 
@@ -255,7 +255,7 @@ async def test_long_running_output_from_the_client_continues(client_for: Any) ->
 
     model = ScriptedModel().call("ask_human", {"question": "ok?"}, call_id="h1").reply("Thanks.")
     app = create_app(Agent(name="ops", model=model, tools=[ask_human]),
-                     session_service=InMemorySessionService(), auth=AUTH)
+                     session_service=new_service(), auth=AUTH)
     client = await client_for(app)
     first = await client.post("/vercel/ops", json=chat_body("c1", user("ask")), headers=A)
     chunks = chunks_of(first.text)

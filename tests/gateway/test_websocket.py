@@ -20,10 +20,11 @@ from headwater import Agent, Content, ToolContext, tool
 from headwater.gateway import StaticTokenAuth, create_app
 from headwater.gateway.sse import FRAME_TYPES
 from headwater.models import LlmRequest
-from headwater.sessions import InMemorySessionService
 from headwater.settings import Settings
 from headwater.testing import ScriptedCall, ScriptedModel, ScriptedTurn, wait_until
 from headwater.tools.approval import approval_response
+
+from .stores import new_service
 
 Serve = Callable[[Any], Awaitable[str]]
 A = {"Authorization": "Bearer token-a"}
@@ -98,7 +99,7 @@ async def server_for(serve: Serve) -> AsyncIterator[Callable[..., Awaitable[Serv
                    **overrides: Any) -> Server:
         model = ScriptedModel(responder=responder)
         agent = Agent(name="voice", model=model, tools=tools or [])
-        app = create_app(agent, session_service=InMemorySessionService(), auth=auth,
+        app = create_app(agent, session_service=new_service(), auth=auth,
                          settings=settings(**overrides))
         base = await serve(app)
         client = httpx.AsyncClient(base_url=base, timeout=10)

@@ -3,13 +3,23 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import httpx
 
 from headwater import Agent, Content, Event, LiveRequestQueue, Runner
+from headwater.models import LlmRequest
 from headwater.models.openai import OpenAIChatModel
-from headwater.sessions import InMemorySessionService
-from headwater.testing import FakeProvider, Scenario, Sleep, render_openai
+from headwater.sessions import InMemorySessionService, SqlSessionService
+from headwater.settings import Settings
+from headwater.testing import (
+    FakeProvider,
+    Scenario,
+    ScriptedModel,
+    ScriptedTurn,
+    Sleep,
+    render_openai,
+)
 
 
 async def wait_until(predicate: object, seconds: float = 3.0) -> None:
@@ -65,3 +75,43 @@ async def test_a_new_user_message_interrupts_the_answer_and_closes_the_stream() 
     second = provider.requests[1].json()["messages"]
     assert [m["role"] for m in second] == ["user", "assistant", "user"]
     assert second[1]["content"] == spoken
+
+
+async def test_the_message_that_cut_an_answer_is_stored_before_a_fast_reply_to_it(
+        tmp_path: Path) -> None:
+    # The store's writes take a thread hop (no inline writes), so the model's instant
+    # reply to "hi" is out while the cut answer is still being stored; it waits.
+    def respond(request: LlmRequest) -> ScriptedTurn:
+        if request.contents[-1].text == "tell me a long story":
+            return ScriptedTurn(text=[f"word{i} " for i in range(60)], delay=0.03)
+        return ScriptedTurn(text=["Hello ", "there."])
+
+    service = SqlSessionService(f"sqlite:///{tmp_path / 'sessions.db'}",
+                                settings=Settings(sqlite_inline_writes=False))
+    runner = Runner(agent=Agent(name="voice", model=ScriptedModel(responder=respond)),
+                    app_name="app", session_service=service, auto_create_session=True)
+    async with runner:
+        queue = LiveRequestQueue()
+        events: list[Event] = []
+
+        async def consume() -> None:
+            async for event in runner.run_live(user_id="u", session_id="s",
+                                               live_request_queue=queue):
+                events.append(event)
+
+        task = asyncio.create_task(consume())
+        queue.send_content(Content.from_text("tell me a long story"))
+        await wait_until(lambda: sum(1 for e in events if e.partial) >= 3)
+        queue.send_content(Content.from_text("hi"))
+        await wait_until(lambda: any(e.text == "Hello there." for e in events))
+        queue.close()
+        await asyncio.wait_for(task, 5)
+        session = await service.get_session(app_name="app", user_id="u", session_id="s")
+    assert session is not None
+    stored = [(e.author, e.text, e.interrupted) for e in session.events]
+    spoken = stored[1][1]
+    assert spoken.startswith("word0 word1 word2 ")
+    assert stored == [("user", "tell me a long story", False), ("voice", spoken, True),
+                      ("user", "hi", False), ("voice", "Hello there.", False)]
+    told = [(e.author, e.text) for e in events if not e.partial]
+    assert told == [(a, t) for a, t, _ in stored]  # yielded in the order stored

@@ -7,10 +7,17 @@ fails in CI otherwise). A test narrows the stores with
 ``@pytest.mark.parametrize("store", [...], indirect=True)``. Every service a
 test opens is closed at teardown: an unclosed sqlite3 connection is a
 ResourceWarning, which fails the test.
+
+With ``HEADWATER_TEST_STORE=postgres`` (scripts/test's PostgreSQL run of this suite
+and the gateway suite) only the tests on the PostgreSQL store are collected here:
+the in-memory and SQLite cases, and the tests that are about SQLite by nature (its
+writer thread, inline writes, WAL, the file's schema and integrity: parametrized
+to ``["sqlite"]`` or building their own SQLite file), ran in the ordinary run.
 """
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -25,6 +32,22 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
 
 from headwater.sessions import BaseSessionService, InMemorySessionService, SqlSessionService
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if os.environ.get("HEADWATER_TEST_STORE") != "postgres":
+        return
+    here = Path(__file__).parent
+    keep: list[pytest.Item] = []
+    dropped: list[pytest.Item] = []
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        on_postgres = callspec is not None and callspec.params.get("store") == "postgres"
+        in_suite = here in item.path.parents
+        (dropped if in_suite and not on_postgres else keep).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = keep
 
 
 @dataclass

@@ -9,16 +9,13 @@ every later request name it consistently, and the run goes on.
 from __future__ import annotations
 
 from collections import Counter
-from pathlib import Path
 from typing import Any
-
-import pytest
 
 from headwater import Agent, Runner
 from headwater.events import Event
 from headwater.models import LlmRequest
 from headwater.models.openai_realtime import OpenAIRealtimeModel
-from headwater.sessions import BaseSessionService, InMemorySessionService, SqlSessionService
+from headwater.sessions import BaseSessionService
 from headwater.sessions.ledger import CallLedger
 from headwater.testing import (
     FakeLiveProvider,
@@ -35,12 +32,6 @@ from headwater.types import Content, FunctionCall, FunctionResponse, Part
 def lookup(order_id: str) -> dict[str, str]:
     """Find an order."""
     return {"order": order_id}
-
-
-def store(kind: str, tmp_path: Path) -> BaseSessionService:
-    if kind == "memory":
-        return InMemorySessionService()
-    return SqlSessionService(f"sqlite:///{tmp_path / 'sessions.db'}")
 
 
 async def history(runner: Runner, session_id: str = "s") -> list[Event]:
@@ -73,13 +64,12 @@ def pairs(request: LlmRequest) -> list[tuple[str, str]]:
     return found
 
 
-@pytest.mark.parametrize("kind", ["memory", "sqlite"])
-async def test_a_call_id_reused_in_a_later_turn_gets_a_fresh_id(kind: str,
-                                                                tmp_path: Path) -> None:
+async def test_a_call_id_reused_in_a_later_turn_gets_a_fresh_id(
+        service: BaseSessionService) -> None:
     model = (ScriptedModel().call("lookup", {"order_id": "1"}, call_id="call_1").reply("one")
              .call("lookup", {"order_id": "2"}, call_id="call_1").reply("two"))
     runner = Runner(agent=Agent(name="bot", model=model, tools=[lookup]), app_name="app",
-                    session_service=store(kind, tmp_path), auto_create_session=True)
+                    session_service=service, auto_create_session=True)
     async with runner:
         first = await runner.run_once(user_id="u", session_id="s", new_message="first")
         second = await runner.run_once(user_id="u", session_id="s", new_message="second")
@@ -160,9 +150,9 @@ async def test_a_live_emulated_run_that_reuses_a_call_id_goes_on() -> None:
     assert pairs(model.requests[-1])[-2:] == [("call", "call_1"), ("result", "call_1")]
 
 
-async def test_a_native_live_connection_gets_the_result_under_the_id_it_gave() -> None:
+async def test_a_native_live_connection_gets_the_result_under_the_id_it_gave(
+        service: BaseSessionService) -> None:
     scripted = ScriptedModel().call("lookup", {"order_id": "1"}, call_id="call-7").reply("one")
-    service = InMemorySessionService()
     first = Runner(agent=Agent(name="bot", model=scripted, tools=[lookup]), app_name="app",
                    session_service=service, auto_create_session=True)
     assert (await first.run_once(user_id="u", session_id="s", new_message="first")).text == "one"

@@ -153,6 +153,8 @@ class LiveFlow:
         self._realtime_to_model = True
         self._received = 0
         self._progress = asyncio.Event()
+        self._hold_at: int | None = None  # the model pump handles no response past this count
+        self._unhold = asyncio.Event()  # ... until this is set (see _caught_up)
         self._admitted = 0  # turns counted when admitted, whose first response is still due
         self._spent = False
 
@@ -275,9 +277,9 @@ class LiveFlow:
                     conn = self._conn
                     assert conn is not None
                     await conn.send_content(self._as_given(content), interrupt=True)
-                    await self._caught_up()  # an answer this cut short is stored first
-                    await self._emit(Event(invocation_id=self.ctx.invocation_id, author="user",
-                                           content=content))
+                    async with self._caught_up():  # an answer this cut short is stored first
+                        await self._emit(Event(invocation_id=self.ctx.invocation_id,
+                                               author="user", content=content))
             elif request.blob is not None and self._realtime_to_model:
                 async with gate:
                     conn = self._conn
@@ -367,13 +369,29 @@ class LiveFlow:
                  for p in content.parts]
         return Content(content.role, parts)
 
-    async def _caught_up(self) -> None:
-        """Wait until every response the connection has put out so far has been handled."""
+    @contextlib.asynccontextmanager
+    async def _caught_up(self) -> AsyncIterator[None]:
+        """Enter once every response the connection has put out so far has been handled;
+        the model pump handles no later one until the block is left.
+
+        What the block stores goes in between: after an answer the content cut short,
+        before the answer to that content (a fast model's, or one the store's write let
+        through).
+        """
         assert self._conn is not None
         queued = self._conn.queued
-        while queued is not None and self._received < queued:
-            self._progress.clear()
-            await self._progress.wait()
+        if queued is None:
+            yield
+            return
+        self._hold_at = queued
+        try:
+            while self._received < queued:
+                self._progress.clear()
+                await self._progress.wait()
+            yield
+        finally:
+            self._hold_at = None
+            self._unhold.set()
 
     def _copy_to_input_streams(self, request: LiveRequest) -> None:
         for stream in list(self._streams.values()):
@@ -413,6 +431,9 @@ class LiveFlow:
         """Handle ``conn``'s responses as ``flow``'s agent's, until the connection closes."""
         async with aclosing(conn.receive()) as responses:
             async for response in responses:
+                while self._hold_at is not None and self._received >= self._hold_at:
+                    self._unhold.clear()
+                    await self._unhold.wait()
                 await self._handle_response(flow, response)
                 self._received += 1
                 self._progress.set()
