@@ -226,8 +226,9 @@ def start_run(*, agent: str, session_id: str, invocation_id: str,
     span = tracer.start_span(f"invoke_agent {agent}", kind=_otel.SpanKind.INTERNAL, attributes={
         "gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": agent,
         "gen_ai.conversation.id": session_id, "headwater.invocation_id": invocation_id})
-    if not span.is_recording():
-        return _RunSpan(tracer, span, None, agent, capture_content)
+    if not span.is_recording():  # no SDK, or not sampled: its model and tool calls are not
+        span.end()                 # either (children follow their parent), so nothing more
+        return NO_TRACE            # is spent on spans for this run
     return _RunSpan(tracer, span, _otel.set_span_in_context(span), agent, capture_content)
 
 
