@@ -417,7 +417,7 @@ class _Hold:
             invocation_id=spec.invocation_id, app_name=runner.app_name, session=session,
             run_config=spec.config, settings=runner.settings, stats=spec.stats,
             artifact_service=runner.artifact_service, clock=runner.clock,
-            ledger=runner._ledger(session), trace=self.trace)
+            ledger=runner.ledger_for(session), trace=self.trace)
         self._recorder = _Recorder(runner.session_service, ctx, self._lease)
         self._heartbeat = _Heartbeat(runner.session_service, self._recorder,
                                      runner.settings.session_lease_ttl)
@@ -466,7 +466,7 @@ class _Hold:
         message = spec.message
         if message is None or message.function_responses:
             return None
-        ledger = runner._ledgers.get((spec.user_id, spec.session_id))
+        ledger = runner.known_ledger(spec.user_id, spec.session_id)
         event = Event(invocation_id=spec.invocation_id, author="user", content=message)
         if ledger is None:
             return event, None
@@ -497,17 +497,17 @@ class _Hold:
                 if first is None:
                     lease = await service.acquire_lease(
                         app_name=runner.app_name, user_id=user_id, session_id=session_id,
-                        owner=runner._owner, run_id=run_id, ttl=settings.session_lease_ttl,
+                        owner=runner.lease_owner, run_id=run_id, ttl=settings.session_lease_ttl,
                         wait=settings.session_lock_timeout)
                     return lease, (None if unsure else False)
                 return await service.acquire_lease_and_append(
                     app_name=runner.app_name, user_id=user_id, session_id=session_id,
-                    owner=runner._owner, run_id=run_id, ttl=settings.session_lease_ttl,
+                    owner=runner.lease_owner, run_id=run_id, ttl=settings.session_lease_ttl,
                     wait=settings.session_lock_timeout, event=first[0], after=first[1])
             except asyncio.CancelledError:
                 # The write may have taken the lease anyway: give it back, or the session
                 # stays busy for a whole TTL (release matches on owner and run id alone).
-                self._lease = Lease(runner.app_name, user_id, session_id, runner._owner,
+                self._lease = Lease(runner.app_name, user_id, session_id, runner.lease_owner,
                                     run_id, 0.0)
                 await self._release()
                 raise
@@ -715,7 +715,8 @@ class Runner:
         self.settings = settings_or_default(settings)
         self.session_service = session_service or InMemorySessionService(settings=self.settings)
         self.auto_create_session = auto_create_session
-        self._owner = f"{socket.gethostname()}:{os.getpid()}:{new_id('runner')}"
+        self.lease_owner = f"{socket.gethostname()}:{os.getpid()}:{new_id('runner')}"
+        """Who holds the leases of this runner's runs (host, pid, a runner id)."""
         self._ledgers: collections.OrderedDict[tuple[str, str], CallLedger] = (
             collections.OrderedDict())
         self._sync_loop: asyncio.AbstractEventLoop | None = None
@@ -815,7 +816,11 @@ class Runner:
                          invocation_id=stream.invocation_id,
                          error_code=last.error_code if last is not None else None)
 
-    def _ledger(self, session: Session) -> CallLedger:
+    def known_ledger(self, user_id: str, session_id: str) -> CallLedger | None:
+        """The ledger this runner keeps of a session, if it still has one (no read)."""
+        return self._ledgers.get((user_id, session_id))
+
+    def ledger_for(self, session: Session) -> CallLedger:
         """The session's ledger: kept from the last run when history still follows it."""
         key = (session.user_id, session.id)
         ledger = self._ledgers.pop(key, None)
