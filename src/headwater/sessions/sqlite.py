@@ -93,12 +93,34 @@ def _connect(config: SqliteConfig) -> sqlite3.Connection:
     # but only ever used by the one thread they belong to.
     conn = sqlite3.connect(config.database, uri=config.uri, isolation_level=None,
                            timeout=config.busy_timeout_ms / 1000, check_same_thread=False)
-    for pragma in (f"PRAGMA busy_timeout={config.busy_timeout_ms}", "PRAGMA journal_mode=WAL",
-                   f"PRAGMA synchronous={config.synchronous}", "PRAGMA foreign_keys=ON"):
+    conn.execute(f"PRAGMA busy_timeout={config.busy_timeout_ms}")
+    _to_wal(conn, config.busy_timeout_ms / 1000)
+    for pragma in (f"PRAGMA synchronous={config.synchronous}", "PRAGMA foreign_keys=ON"):
         conn.execute(pragma)
     if config.trace is not None:
         conn.set_trace_callback(config.trace)
     return conn
+
+
+def _to_wal(conn: sqlite3.Connection, within: float) -> None:
+    """Switch the file to WAL, waiting up to ``within`` seconds for the lock it takes.
+
+    SQLite answers "database is locked" at once, without its busy handler, when
+    the switch could deadlock with a connection that holds the write lock (a
+    process migrating the same new file): waiting here is what the busy timeout
+    promises.
+    """
+    deadline = time.monotonic() + within
+    pause = 0.002
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() >= deadline:
+                raise
+        time.sleep(pause)  # on a store thread (opening, or a reader), never on the loop
+        pause = min(pause * 2, 0.05)
 
 
 def _store_error(exc: BaseException) -> BaseException:
