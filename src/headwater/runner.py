@@ -552,14 +552,14 @@ class _Run:
     own; iterating starts it when nobody did.
     """
 
-    __slots__ = ("_exits", "_hold", "_loop", "_source", "phase", "spec")
+    __slots__ = ("_held", "_hold", "_loop", "_source", "phase", "spec")
 
     def __init__(self, runner: Runner, spec: _RunSpec) -> None:
         self.spec = spec
         self.phase: Literal["new", "starting", "started", "closed"] = "new"
         self._loop: asyncio.AbstractEventLoop | None = None
         self._hold = _Hold(runner, spec)
-        self._exits = contextlib.AsyncExitStack()
+        self._held = False  # the hold was entered and is not left yet
         self._source: AsyncGenerator[Event, None] | None = None
 
     @property
@@ -583,7 +583,8 @@ class _Run:
         self.phase = "starting"
         self._loop = asyncio.get_running_loop()
         try:
-            hold = await self._exits.enter_async_context(self._hold)
+            hold = await self._hold.__aenter__()
+            self._held = True
             if hold.failure is None:
                 await self._prepare(hold)
         except BaseException as exc:
@@ -664,7 +665,9 @@ class _Run:
                 await self._source.aclose()
         finally:
             try:
-                await self._exits.aclose()
+                if self._held:
+                    self._held = False
+                    await self._hold.__aexit__(None, None, None)
             finally:
                 self._hold.end_trace()
 

@@ -96,13 +96,19 @@ class TreeRun:
         self.root = root
         self.ctx = ctx
         self.recorder = recorder
-        self._not_last = _NotLast(recorder)
+        self._not_last: _NotLast | None = None  # made when a nested agent first needs it
         ctx.driver = self.drive  # agents used as tools run through this run
 
     @property
     def name(self) -> str:
         """The root agent's name: the author of the run's own records (errors, seals)."""
         return self.root.name
+
+    def _inner(self) -> _NotLast:
+        """The recorder of agents whose last event is not the run's last."""
+        if self._not_last is None:
+            self._not_last = _NotLast(self.recorder)
+        return self._not_last
 
     # -- the runner's seams -----------------------------------------------------------------
 
@@ -142,7 +148,7 @@ class TreeRun:
                      ) -> AsyncGenerator[Event, None]:
         asked = Event(invocation_id=self.ctx.invocation_id, author="user", branch=branch,
                       content=message)
-        await self._not_last.commit(asked)
+        await self._inner().commit(asked)
         yield asked
         async with aclosing(self._run(agent, branch, False, _Outcome())) as events:
             async for event in events:
@@ -241,7 +247,7 @@ class TreeRun:
 
     async def _llm(self, agent: Agent, branch: str | None, tail: bool, outcome: _Outcome,
                    resume: Resume) -> AsyncGenerator[Event, None]:
-        recorder = self.recorder if tail else self._not_last
+        recorder = self.recorder if tail else self._inner()
         while True:
             flow = Flow(agent, replace(self.ctx, branch=branch, resume=resume), recorder)
             resume = []

@@ -260,8 +260,9 @@ class CallLedger:
                 if part.function_call is not None:
                     calls.append(part.function_call)
                 rest.append(part)
-        origin = (event.author, event.branch)
-        if content.role == "model" and not in_call(event.branch):
+        branch = event.branch
+        origin = (event.author, branch)
+        if content.role == "model" and (branch is None or CALL_MARK not in branch):
             speakers = self._speakers
             speakers.pop(event.author, None)
             speakers[event.author] = None
@@ -286,13 +287,14 @@ class CallLedger:
         index = len(self._contents)
         self._contents.append(content)
         self._origins.append(origin)
-        author = origin[0]
-        if author != "user" and author not in self._authors:
+        author, branch = origin
+        if author != "user":
             self._authors.add(author)
-        if not self._in_calls and in_call(origin[1]):
+        if branch is not None and not self._in_calls and CALL_MARK in branch:
             self._in_calls = True
-        for view in self._views.values():
-            view.add(index, content, origin)
+        if self._views:  # built once a second agent or a branch asked (contents_for)
+            for view in self._views.values():
+                view.add(index, content, origin)
 
     def _record_response(self, response: FunctionResponse, tickets: Sequence[str],
                          at: float) -> None:
@@ -327,7 +329,10 @@ class CallLedger:
         model's response keeps the ids the model gave), else ``content`` itself.
         """
         parts = content.parts
-        if not any(part.function_call is not None for part in parts):
+        for part in parts:
+            if part.function_call is not None:
+                break
+        else:  # no call: the common case of an answer
             return content
         calls, unmatched = self._calls, self._unmatched
         seen: set[str] = set()
