@@ -39,9 +39,17 @@ TOKENS = {CANARY_TOKEN: "alice", "token-b": "bob"}
 A = {"Authorization": f"Bearer {CANARY_TOKEN}"}
 B = {"Authorization": "Bearer token-b"}
 GRACE = 3.0  # HEADWATER_SHUTDOWN_GRACE of the served app
-# The issue asks for "within 1 s"; a loaded 2-core CI machine gets this much before a
-# check fails (what the server must do is still bounded: nothing here waits unboundedly).
-WITHIN = 3.0
+# What issue 23 ("Checks") promises, each measured from its event (not from when a test
+# starts looking) to when the test first sees it hold, so an upper bound of the real time:
+DISCONNECT_FREED = 1.0  # a client gone: upstream closed, tool child gone, run cancelled,
+#                         counters at baseline
+RESTART_TURN = 3.0  # kill -9, then the restarted server ready: each session takes a new turn
+CHURN_SETTLED = 2.0  # runs leaving at random points: counters at baseline after the last left
+# How long a check polls before it fails. Far past every promise: a miss fails with the
+# time it measured (against the promise) instead of hanging or failing at a guess.
+POLL_TIMEOUT = 15.0
+# How often a check polls: part of what it measures, so small next to the promises.
+POLL_EVERY = 0.02
 
 
 # -- the child ---------------------------------------------------------------------------------
@@ -179,13 +187,16 @@ async def server(spawn: Spawn) -> Served:
     return await spawn()
 
 
-async def eventually(check: Callable[[], Awaitable[bool]], within: float, message: str) -> None:
-    """Poll ``check`` until it holds (fails past ``within`` seconds)."""
+async def eventually(check: Callable[[], Awaitable[bool]], message: str,
+                     within: float = POLL_TIMEOUT) -> float:
+    """Poll ``check`` until it holds (fails past ``within`` seconds); the
+    ``time.monotonic()`` at which it was first seen to hold."""
     deadline = time.monotonic() + within
     while not await check():
         if time.monotonic() > deadline:
             pytest.fail(f"not within {within} s: {message}")
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(POLL_EVERY)
+    return time.monotonic()
 
 
 async def warm(served: Served, provider: FakeProvider) -> dict[str, Any]:
@@ -202,10 +213,11 @@ async def warm(served: Served, provider: FakeProvider) -> dict[str, Any]:
     return await served.stats()
 
 
-async def settle(served: Served, baseline: dict[str, Any], within: float = WITHIN,
-                 keys: Iterable[str] = ("active_runs", "tool_processes", "sockets")) -> None:
+async def settle(served: Served, baseline: dict[str, Any], within: float = POLL_TIMEOUT,
+                 keys: Iterable[str] = ("active_runs", "tool_processes", "sockets")) -> float:
     """Wait until the server's counters are back at ``baseline`` (tasks too, with the
-    few a server keeps alive between requests allowed)."""
+    few a server keeps alive between requests allowed); the ``time.monotonic()`` at
+    which they were first seen there (when the answer that says so arrived)."""
     deadline = time.monotonic() + within
     while True:
         now = await served.stats()
@@ -215,10 +227,10 @@ async def settle(served: Served, baseline: dict[str, Any], within: float = WITHI
         if now["store_fds"] > baseline["store_fds"]:
             off["store_fds"] = (baseline["store_fds"], now["store_fds"])
         if not off:
-            return
+            return time.monotonic()
         if time.monotonic() > deadline:
             pytest.fail(f"counters not at baseline after {within} s (baseline, now): {off}")
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(POLL_EVERY)
 
 
 # -- raw sockets -------------------------------------------------------------------------------

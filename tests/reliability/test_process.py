@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import signal
 import time
 from typing import Any
@@ -17,6 +18,7 @@ from headwater.testing import FakeProvider
 
 from .conftest import (
     CANARY_TOKEN,
+    RESTART_TURN,
     A,
     Raw,
     Served,
@@ -31,6 +33,7 @@ from .conftest import (
 )
 
 pytestmark = [pytest.mark.reliability, pytest.mark.slow, pytest.mark.timeout(240)]
+logger = logging.getLogger(__name__)
 
 WORDS = [f"w{i} " for i in range(400)]
 EXIT_MARGIN = 5.0  # interpreter teardown after uvicorn returns, on a loaded machine
@@ -63,7 +66,22 @@ async def test_kill_9_with_ten_sessions_streaming_loses_no_frame_a_client_saw(
     database = server.folder / "sessions.db"
     assert integrity(database) == "ok"
     again = await spawn(port=server.port)  # the same database, the same address
+    ready = time.monotonic()  # /healthz answered: from here each session takes a new turn
     async with again.client() as client:
+        # at once (each lease's holder is provably dead), all ten sessions together
+        provider.enqueue(*(text("again") for _ in sids))
+
+        async def new_turn(sid: str) -> float:
+            response = await client.post(f"/sessions/{sid}/runs", json={"message": "again"},
+                                         headers=A)
+            assert response.status_code == 200, response.text
+            assert "event: done" in response.text, response.text
+            return time.monotonic() - ready
+
+        took = await asyncio.gather(*(new_turn(sid) for sid in sids))
+        logger.info("seconds from the restart being ready to each new turn done: %s",
+                 [round(t, 3) for t in took])
+        assert max(took) <= RESTART_TURN, f"a new turn past {RESTART_TURN} s: {took}"
         for sid, raw in zip(sids, raws, strict=True):
             items = await history(client, sid)
             assert not any(i.get("partial") for i in items), items
@@ -75,15 +93,6 @@ async def test_kill_9_with_ten_sessions_streaming_loses_no_frame_a_client_saw(
                         assert call["id"] in stored, (frame, items)
                 elif frame.event == "message":
                     assert json.loads(frame.data)["id"] in stored, (frame, items)
-        # each session takes a new turn at once (its lease's holder is provably dead)
-        provider.enqueue(*(text("again") for _ in sids))
-        for sid in sids:
-            started = time.monotonic()
-            response = await client.post(f"/sessions/{sid}/runs", json={"message": "again"},
-                                         headers=A)
-            assert response.status_code == 200, response.text
-            assert "event: done" in response.text, response.text
-            assert time.monotonic() - started < 3 + 5, "a new turn took too long"  # 3 s + load
     assert sorted(c for c, _, _ in again.effects()) == sorted(c for c, _, _ in effects)
     assert integrity(database) == "ok"
 
