@@ -440,6 +440,7 @@ class _Hold:
                 if self._heartbeat is not None:
                     await self._heartbeat.stop()
             finally:  # a cancel landing in the wait above must not keep the session busy
+                tree.end()
                 if not recorder.released:
                     await self._release()
 

@@ -110,6 +110,15 @@ class TreeRun:
             self._not_last = _NotLast(self.recorder)
         return self._not_last
 
+    def end(self) -> None:
+        """The run is over: its context drives no more agents.
+
+        Drops the context's reference back to this run, so the run's objects go
+        with their last reference rather than waiting for the cycle collector.
+        """
+        if self.ctx.driver == self.drive:
+            self.ctx.driver = None
+
     # -- the runner's seams -----------------------------------------------------------------
 
     def run(self) -> AsyncGenerator[Event, None]:

@@ -86,6 +86,8 @@ Origin = tuple[str, str | None]
 """The author and branch of a content entry."""
 
 
+_NO_IDS: frozenset[str] = frozenset()
+
 CALL_MARK = ":"
 """Marks the branch of an agent driven by a call (an ``AgentTool``): ``"<agent>:<call id>"``.
 An agent name never holds it (names are identifiers)."""
@@ -186,8 +188,9 @@ class CallLedger:
     :meth:`observe` after each commit.
     """
 
-    __slots__ = ("_authors", "_calls", "_contents", "_in_calls", "_last_id", "_observed",
-                 "_origins", "_slots", "_speakers", "_unmatched", "_views")
+    __slots__ = ("_author", "_calls", "_contents", "_in_calls", "_last_id", "_observed",
+                 "_origins", "_several", "_slots", "_speaker", "_speakers", "_unmatched",
+                 "_views")
 
     def __init__(self) -> None:
         self._reset()
@@ -197,13 +200,19 @@ class CallLedger:
         self._contents: list[Content] = []
         # call id -> (index in _contents of the results content, index of its part)
         self._slots: dict[str, tuple[int, int]] = {}
-        self._unmatched: set[str] = set()  # ids of responses to no call (the store holds them)
+        # ids of responses to no call (the store holds them); made at the first
+        self._unmatched: set[str] | None = None
         self._observed = 0
         self._last_id: str | None = None
-        self._origins: list[Origin] = []  # the author and branch of each entry of _contents
-        self._authors: set[str] = set()  # agents that authored an entry
-        self._views: dict[Origin, _View] = {}  # (agent, branch) -> its conversation
-        self._speakers: dict[str, None] = {}  # agents that spoke as a model, latest last
+        # The author and branch of each entry of _contents: the author alone when on no
+        # branch (no tuple kept per entry on the single-agent path; :meth:`_origin`).
+        self._origins: list[str | Origin] = []
+        self._author: str | None = None  # the first agent that authored an entry
+        self._several = False  # another agent authored one too
+        self._views: dict[Origin, _View] | None = None  # (agent, branch) -> its conversation
+        self._speaker: str | None = None  # the agent that last spoke as a model
+        # every agent that did, latest last, once a second one has
+        self._speakers: dict[str, None] | None = None
         self._in_calls = False  # an entry lies on a call's branch (an agent used as a tool)
 
     @classmethod
@@ -263,9 +272,7 @@ class CallLedger:
         branch = event.branch
         origin = (event.author, branch)
         if content.role == "model" and (branch is None or CALL_MARK not in branch):
-            speakers = self._speakers
-            speakers.pop(event.author, None)
-            speakers[event.author] = None
+            self._spoke(event.author)
         if responses:
             if rest:
                 self._append(Content(content.role, rest), origin)
@@ -286,21 +293,46 @@ class CallLedger:
     def _append(self, content: Content, origin: Origin) -> None:
         index = len(self._contents)
         self._contents.append(content)
-        self._origins.append(origin)
         author, branch = origin
-        if author != "user":
-            self._authors.add(author)
-        if branch is not None and not self._in_calls and CALL_MARK in branch:
-            self._in_calls = True
-        if self._views:  # built once a second agent or a branch asked (contents_for)
+        if branch is None:
+            self._origins.append(author)
+        else:
+            self._origins.append(origin)
+            if not self._in_calls and CALL_MARK in branch:
+                self._in_calls = True
+        if author != "user" and not self._several:
+            if self._author is None:
+                self._author = author
+            elif author != self._author:
+                self._several = True
+        if self._views is not None:  # built once another agent or a branch asked
             for view in self._views.values():
                 view.add(index, content, origin)
+
+    def _origin(self, index: int) -> Origin:
+        """The author and branch of entry ``index``."""
+        origin = self._origins[index]
+        return (origin, None) if isinstance(origin, str) else origin
+
+    def _spoke(self, author: str) -> None:
+        """``author`` spoke as a model, last (:meth:`speakers`)."""
+        speakers = self._speakers
+        if speakers is None:
+            if self._speaker is None or self._speaker == author:
+                self._speaker = author
+                return
+            speakers = self._speakers = {self._speaker: None}
+        speakers.pop(author, None)
+        speakers[author] = None
+        self._speaker = author
 
     def _record_response(self, response: FunctionResponse, tickets: Sequence[str],
                          at: float) -> None:
         record = self._calls.get(response.id)
         if record is None:  # a response to no call of this session: not part of the conversation
-            self._unmatched.add(response.id)  # but its id is taken: the store holds a result
+            if self._unmatched is None:  # but its id is taken: the store holds a result
+                self._unmatched = set()
+            self._unmatched.add(response.id)
             return
         record.response = response
         record.approval = None
@@ -314,8 +346,9 @@ class CallLedger:
             parts = list(old.parts)  # a new Content: requests already built keep theirs
             parts[n] = Part(function_response=response)
             new = self._contents[index] = Content(old.role, parts)
-            for view in self._views.values():
-                view.replace(index, new, self._origins[index])
+            if self._views is not None:
+                for view in self._views.values():
+                    view.replace(index, new, self._origin(index))
 
     # -- the one id per call rule ----------------------------------------------------------
 
@@ -334,7 +367,7 @@ class CallLedger:
                 break
         else:  # no call: the common case of an answer
             return content
-        calls, unmatched = self._calls, self._unmatched
+        calls, unmatched = self._calls, self._unmatched or _NO_IDS
         seen: set[str] = set()
         kept: list[Part] | None = None
         for n, part in enumerate(parts):
@@ -373,22 +406,25 @@ class CallLedger:
         otherwise its view (see the module docstring), built on first use and
         kept level from then on.
         """
-        authors = self._authors
-        if branch is None and not self._in_calls and (
-                not authors or (len(authors) == 1 and agent in authors)):
+        if (branch is None and not self._in_calls and not self._several
+                and (self._author is None or self._author == agent)):
             return list(self._contents)
         key = (agent, branch)
-        view = self._views.get(key)
+        views = self._views
+        if views is None:
+            views = self._views = {}
+        view = views.get(key)
         if view is None:
-            view = self._views[key] = _View(agent, branch)
-            for index, (content, origin) in enumerate(zip(self._contents, self._origins,
-                                                          strict=True)):
-                view.add(index, content, origin)
+            view = views[key] = _View(agent, branch)
+            for index, content in enumerate(self._contents):
+                view.add(index, content, self._origin(index))
         return list(view.contents)
 
     def speakers(self) -> list[str]:
         """The agents that spoke as a model in this session, the latest first (an agent
         used as a tool, on its call's branch, does not count: it answered the call)."""
+        if self._speakers is None:
+            return [] if self._speaker is None else [self._speaker]
         return list(reversed(self._speakers))
 
     def record(self, call_id: str) -> CallRecord | None:
