@@ -28,8 +28,9 @@
     │   │   └── LeaseLostError     a lease this run held was taken over or released
     │   ├── CallAlreadyAnsweredError  a call already has its one final result (call_ids)
     │   └── PartialEventError      a partial event was offered to the store
-    └── BudgetExceeded             a run hit one of its budgets
-        └── RunLogFull             a run wrote ``run_log_max_frames`` frames
+    ├── BudgetExceeded             a run hit one of its budgets
+    │   └── RunLogFull             a run wrote ``run_log_max_frames`` frames
+    └── RunStoreUnavailable        the gateway's shared run store (Redis) cannot be reached
 
 On the wire an error is one of the codes of :data:`ERRORS`, the one registry of
 each code's message, HTTP status, WebSocket close code and retryability (a run
@@ -61,6 +62,7 @@ ErrorCode = Literal[
     "cancelled",
     "server_shutdown",
     "store_unavailable",
+    "run_store_unavailable",
     "internal",
 ]
 
@@ -122,6 +124,8 @@ ERRORS: Final[Mapping[str, ErrorInfo]] = MappingProxyType({
     "cancelled": ErrorInfo("The run was cancelled.", 499, 1000, False),
     "server_shutdown": ErrorInfo("The server is stopping.", 503, 1001, True),
     "store_unavailable": ErrorInfo("The session store failed.", 503, 1011, True),
+    "run_store_unavailable": ErrorInfo(
+        "The store of live runs could not be reached.", 503, 1013, True),
     "internal": ErrorInfo("An internal error occurred.", 500, 1011, False),
     # the gateway's own
     "unauthorized": ErrorInfo("Missing or refused credentials.", 401, 1008, False),
@@ -406,6 +410,18 @@ class RunLogFull(BudgetExceeded):
     Nothing was appended. The log still accepts the run's terminal frame, so the
     run can end with ``error`` ``budget_exceeded``.
     """
+
+
+class RunStoreUnavailable(HeadwaterError):
+    """The store the gateway's replicas share runs through (Redis: frames, run records,
+    stream counts) did not answer: down, refused or past ``Settings.redis_timeout``.
+
+    Nothing of the run's history is lost: that lives in the session store. A
+    request answers 503 ``run_store_unavailable`` with ``Retry-After``; a stream
+    that was following a run ends with a terminal ``error`` frame of that code.
+    """
+
+    code: ErrorCode = "run_store_unavailable"
 
 
 class RunLogClosed(UserError):

@@ -162,10 +162,16 @@ class Settings(BaseSettings):
             them) and its open streams (as the per-user count sees them) last
             unless it renews them, which it does every third of this; a dead
             replica's runs and streams age out after it.
-        redis_max_connections: Redis connections one replica holds at most;
-            each follower of a run waiting for frames holds one.
+        redis_max_connections: Redis connections one replica holds at most in
+            each of its pools (commands; followers of a run waiting for frames,
+            each of which holds one).
         redis_pool_timeout: seconds a Redis command waits for a free connection
             before failing.
+        redis_timeout: seconds to connect to Redis and for it to answer a
+            command (a follower's blocking read waits ``heartbeat_interval``
+            more). Past it, or when Redis refuses, a request that needs Redis
+            answers 503 ``run_store_unavailable`` and a stream following a run
+            ends with that error; the next request tries Redis again.
         gc_freeze: the gateway moves everything alive at startup out of the
             garbage collector's passes (``gc.freeze()``), so full collections
             scan only what runs allocate (shorter event-loop stalls).
@@ -294,6 +300,7 @@ class Settings(BaseSettings):
     redis_liveness_ttl: float = Field(default=30.0, gt=0)
     redis_max_connections: int = Field(default=2048, ge=2)
     redis_pool_timeout: float = Field(default=10.0, gt=0)
+    redis_timeout: float = Field(default=5.0, gt=0)
     max_page_size: int = Field(default=200, ge=1)
     session_title_chars: int = Field(default=80, ge=2)
     gc_freeze: bool = True

@@ -208,11 +208,16 @@ def _gateway(agents: Sequence[BaseAgent], session_service: BaseSessionService | 
     service = session_service or SqlSessionService(settings.database_url, settings=settings)
     registry: RunRegistry | None = None
     if settings.redis_url:  # an empty HEADWATER_REDIS_URL is none
-        from .redis_backend import RedisRunLog, RedisRunRegistry  # needs headwater[redis]
+        from .redis_backend import (  # needs headwater[redis]
+            RedisHealth,
+            RedisRunLog,
+            RedisRunRegistry,
+        )
 
-        registry = RedisRunRegistry(settings.redis_url, settings=settings)
+        health = RedisHealth(settings.redis_url)  # one log line per outage, for both
+        registry = RedisRunRegistry(settings.redis_url, settings=settings, health=health)
         if run_log is None:
-            run_log = RedisRunLog(settings.redis_url, settings=settings)
+            run_log = RedisRunLog(settings.redis_url, settings=settings, health=health)
     if run_log is None:
         run_log = InMemoryRunLog(settings=settings)
     return Gateway(agents, service, auth, settings, run_log, owns_service, registry)

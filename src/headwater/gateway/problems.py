@@ -29,7 +29,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import HTTPConnection, Request
 from starlette.responses import JSONResponse, Response
 
-from ..errors import ERRORS, UserError
+from ..errors import ERRORS, RunStoreUnavailable, UserError
 
 logger = logging.getLogger("headwater.gateway")
 
@@ -175,6 +175,9 @@ def install_error_handlers(app: FastAPI) -> None:
     """Make every error of ``app`` answer with the envelope.
 
     - :class:`GatewayHTTPError`: its code, message, status and headers.
+    - :class:`~headwater.errors.RunStoreUnavailable` (the shared run store,
+      Redis, is unreachable): its code, ``run_store_unavailable`` (503, with
+      ``Retry-After``), unlogged (the store logs each outage once).
     - ``RequestValidationError``: 422 ``invalid_request`` naming the bad
       fields and why (``body.message (missing)``), never their values.
     - Starlette's ``HTTPException`` (routing's 404 and 405, or one a route
@@ -186,6 +189,7 @@ def install_error_handlers(app: FastAPI) -> None:
       so the server does not log it a second time.
     """
     app.add_exception_handler(GatewayHTTPError, _on_gateway_error)
+    app.add_exception_handler(RunStoreUnavailable, _on_run_store_unavailable)
     app.add_exception_handler(RequestValidationError, _on_validation_error)
     app.add_exception_handler(HTTPException, _on_http_exception)
     app.add_exception_handler(Exception, _on_unexpected)
@@ -195,6 +199,11 @@ async def _on_gateway_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, GatewayHTTPError)
     return error_response(exc.code, exc.message, request_id_of(request), status=exc.status,
                           headers=exc.headers)
+
+
+async def _on_run_store_unavailable(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, RunStoreUnavailable)
+    return await _on_gateway_error(request, GatewayHTTPError(exc.code))
 
 
 async def _on_validation_error(request: Request, exc: Exception) -> Response:

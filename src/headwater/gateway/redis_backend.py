@@ -21,6 +21,12 @@ runs and ``redis_ended_ttl`` after its terminal frame. Its record, its
 session's active key and the stream entries expire ``redis_liveness_ttl``
 after their replica last renewed them (it renews every third of that), so a
 dead replica's runs and streams age out. One Redis server (not a cluster).
+
+Redis down, refusing or silent past ``redis_timeout``: every call raises
+:class:`~headwater.errors.RunStoreUnavailable` (``run_store_unavailable``), and
+:class:`RedisHealth` logs one line when the outage starts and one when Redis
+answers again. Nothing is retried here and nothing needs a restart: each call
+takes a connection from the pool, which connects again once Redis is back.
 """
 
 from __future__ import annotations
@@ -29,10 +35,11 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import AsyncGenerator, Callable, Mapping
+from collections.abc import AsyncGenerator, Callable, Iterator, Mapping
 from typing import Any, cast, get_args
+from urllib.parse import urlsplit
 
-from ..errors import RunLogClosed, RunLogFull, RunNotFound, UserError
+from ..errors import RunLogClosed, RunLogFull, RunNotFound, RunStoreUnavailable, UserError
 from ..settings import Settings
 from .registry import RunInfo, RunRegistry, RunStatus
 from .runlog import RunLog, check_after
@@ -43,27 +50,35 @@ logger = logging.getLogger("headwater.gateway")
 _STATUSES = frozenset(get_args(RunStatus))
 
 
-def connect(url: str, settings: Settings) -> Any:
+def connect(url: str, settings: Settings, *, blocking: bool = False) -> Any:
     """A redis-py asyncio client on ``url`` with a blocking pool of
     ``redis_max_connections`` (a command waits up to ``redis_pool_timeout`` for one).
 
-    A read gives Redis ``heartbeat_interval`` plus 5 s to answer: a follower's
-    ``XREAD BLOCK`` waits up to ``heartbeat_interval`` (redis-py's own 5 s
-    default would end every follower of a run silent for 5 s).
+    Connecting, and each answer, may take ``redis_timeout``; a client for
+    ``blocking`` reads gives each answer ``heartbeat_interval`` more (a
+    follower's ``XREAD BLOCK`` waits up to ``heartbeat_interval``). A command
+    whose connection turns out closed is sent once more on a new one (a pooled
+    connection outlives a Redis restart); a command Redis does not answer in
+    time is not.
 
     Raises:
         ImportError: redis-py is not installed (the message names the extra).
     """
     try:
         import redis.asyncio as aioredis
+        from redis.asyncio.retry import Retry
+        from redis.backoff import NoBackoff
+        from redis.exceptions import ConnectionError as RedisConnectionError
     except ImportError as exc:
         raise ImportError(
             'the gateway needs redis-py for Settings.redis_url: pip install "headwater[redis]"'
         ) from exc
+    answer = settings.redis_timeout + (settings.heartbeat_interval if blocking else 0.0)
     pool = aioredis.BlockingConnectionPool.from_url(
         url, max_connections=settings.redis_max_connections,
-        timeout=settings.redis_pool_timeout,
-        socket_timeout=settings.heartbeat_interval + 5.0)
+        timeout=settings.redis_pool_timeout, socket_connect_timeout=settings.redis_timeout,
+        socket_timeout=answer,
+        retry=Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,)))
     return aioredis.Redis(connection_pool=pool)
 
 
@@ -71,6 +86,76 @@ async def disconnect(client: Any) -> None:
     """Close a client made by :func:`connect` and its pool."""
     await client.aclose()
     await client.connection_pool.disconnect()
+
+
+class RedisHealth:
+    """Whether Redis answers, as the calls of one replica find it: one log line per outage.
+
+    Every call to Redis runs inside :meth:`guard`. The first that finds Redis
+    unreachable (refused, reset, or silent past ``redis_timeout``) logs one
+    WARNING; the calls that fail after it log nothing; the first that gets an
+    answer again logs one INFO line. The run log and the run registry of an
+    app share one.
+
+    Args:
+        url: the Redis server (named in the log without its credentials).
+    """
+
+    def __init__(self, url: str) -> None:
+        self.where = _where(url)
+        self.down = False
+        self.outages = 0
+        try:
+            from redis.exceptions import ConnectionError as RedisConnectionError
+            from redis.exceptions import TimeoutError as RedisTimeoutError
+        except ImportError:  # no redis-py: no client either (connect() says so)
+            self._errors: tuple[type[BaseException], ...] = (OSError,)
+        else:
+            self._errors = (RedisConnectionError, RedisTimeoutError, OSError)
+
+    @contextlib.contextmanager
+    def guard(self) -> Iterator[None]:
+        """Run one call to Redis: an unreachable Redis becomes ``RunStoreUnavailable``.
+
+        Raises:
+            RunStoreUnavailable: Redis refused, dropped the connection or did not
+                answer in time.
+        """
+        try:
+            yield
+        except self._errors as exc:
+            self.failed(exc)
+            raise RunStoreUnavailable(f"Redis at {self.where} is unreachable "
+                                      f"({type(exc).__name__})") from exc
+        self.answered()
+
+    def failed(self, exc: BaseException) -> None:
+        """A call found Redis unreachable; logged once per outage."""
+        if not self.down:
+            self.down = True
+            self.outages += 1
+            logger.warning("Redis at %s is unreachable (%s: %s); requests that need it "
+                           "answer 503 run_store_unavailable until it is back", self.where,
+                           type(exc).__name__, exc)
+
+    def answered(self) -> None:
+        """A call got Redis's answer; ends an outage."""
+        if self.down:
+            self.down = False
+            logger.info("Redis at %s answers again", self.where)
+
+
+def _where(url: str) -> str:
+    """``host:port/db`` of a Redis URL (never its user or password)."""
+    parts = urlsplit(url)
+    if parts.scheme == "unix":
+        return parts.path
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    host = parts.hostname or "localhost"
+    return f"{host}:{port or 6379}{parts.path or ''}"
 
 
 def _ms(seconds: float) -> int:
@@ -89,12 +174,17 @@ return 1
 """
 
 # KEYS: meta, frames. ARGV: id, type, bytes, terminal (0/1), max_frames, maxlen, running ttl,
-# ended ttl. Returns {code, last id}: 1 stored; 0 the id is not the next one (the caller
-# encodes again); -1 no such run; -2 ended; -3 full.
+# ended ttl. Returns {code, last id}: 1 stored (or already stored: the same frame sent again
+# after its answer was lost); 0 the id is not the next one (the caller encodes again); -1 no
+# such run; -2 ended; -3 full.
 _APPEND = """
 local meta = redis.call('HMGET', KEYS[1], 'n', 'end')
 if not meta[1] then return {-1, 0} end
 local n = tonumber(meta[1])
+if n > 0 and tonumber(ARGV[1]) == n then
+  local last = redis.call('XRANGE', KEYS[2], n .. '-0', n .. '-0')
+  if last[1] and last[1][2][4] == ARGV[3] then return {1, n} end
+end
 if meta[2] == '1' then return {-2, n} end
 if ARGV[4] == '0' and n >= tonumber(ARGV[5]) then return {-3, n} end
 if tonumber(ARGV[1]) ~= n + 1 then return {0, n} end
@@ -134,11 +224,17 @@ class RedisRunLog(RunLog):
     (their followers get ``RunNotFound``) and leaves ended ones to their TTL, so
     the other replicas can still replay them; afterwards this log knows no run.
 
+    Redis unreachable: every method raises
+    :class:`~headwater.errors.RunStoreUnavailable` (a follower too, mid-run),
+    except :meth:`forget` and :meth:`close`, which leave the run to its TTL.
+
     Args:
         url: the Redis server (``redis://host:6379/0``).
         settings: ``run_log_max_frames``, ``heartbeat_interval``, the ``redis_*`` bounds.
         max_frames: overrides ``settings.run_log_max_frames``.
         read_batch: most entries one read returns.
+        health: where outages are told (shared with the app's registry); its own
+            by default.
 
     Raises:
         ImportError: redis-py is not installed.
@@ -146,14 +242,16 @@ class RedisRunLog(RunLog):
     """
 
     def __init__(self, url: str, *, settings: Settings, max_frames: int | None = None,
-                 read_batch: int = 512) -> None:
+                 read_batch: int = 512, health: RedisHealth | None = None) -> None:
         max_frames = settings.run_log_max_frames if max_frames is None else max_frames
         if max_frames < 1:
             raise ValueError(f"max_frames must be at least 1, got {max_frames}")
         if read_batch < 1:
             raise ValueError(f"read_batch must be at least 1, got {read_batch}")
         self.max_frames = max_frames
+        self.health = health if health is not None else RedisHealth(url)
         self._redis = connect(url, settings)
+        self._blocking = connect(url, settings, blocking=True)  # followers' XREAD BLOCK
         self._prefix = settings.redis_key_prefix
         self._running_ttl = _ms(settings.redis_run_ttl)
         self._ended_ttl = _ms(settings.redis_ended_ttl)
@@ -177,7 +275,8 @@ class RedisRunLog(RunLog):
     async def _state(self, run_id: str) -> tuple[int, bool]:
         """The run's last id and whether it ended."""
         self._check(run_id)
-        n, end = await self._redis.hmget(self._keys(run_id)[0], "n", "end")
+        with self.health.guard():
+            n, end = await self._redis.hmget(self._keys(run_id)[0], "n", "end")
         if n is None:
             raise RunNotFound(f"no run log for run {run_id!r}")
         return int(n), end == b"1"
@@ -185,7 +284,9 @@ class RedisRunLog(RunLog):
     async def open(self, run_id: str) -> None:
         if self._closed:
             raise UserError("the run log is closed; make a new one")
-        if not await self._open(keys=self._keys(run_id), args=[self._running_ttl]):
+        with self.health.guard():
+            opened = await self._open(keys=self._keys(run_id), args=[self._running_ttl])
+        if not opened:
             raise UserError(f"run {run_id!r} already has a log; run ids must be unique")
         self._opened.add(run_id)
         self._last[run_id] = 0
@@ -196,10 +297,11 @@ class RedisRunLog(RunLog):
         guess = self._last.get(run_id, 0) + 1
         for _ in range(3):
             frame = encode_frame(guess, type, data)
-            code, last = await self._append(
-                keys=self._keys(run_id),
-                args=[frame.id, type, frame.raw, int(terminal), self.max_frames,
-                      self.max_frames + 1, self._running_ttl, self._ended_ttl])
+            with self.health.guard():
+                code, last = await self._append(
+                    keys=self._keys(run_id),
+                    args=[frame.id, type, frame.raw, int(terminal), self.max_frames,
+                          self.max_frames + 1, self._running_ttl, self._ended_ttl])
             if code == 1:
                 if not terminal:
                     _cancelled_meanwhile()
@@ -222,10 +324,11 @@ class RedisRunLog(RunLog):
         check_after(after)
         self._check(run_id)
         meta, frames = self._keys(run_id)
-        async with self._redis.pipeline(transaction=True) as pipe:
-            pipe.exists(meta)
-            pipe.xrange(frames, f"{after + 1}-0", "+")
-            exists, entries = await pipe.execute()
+        with self.health.guard():
+            async with self._redis.pipeline(transaction=True) as pipe:
+                pipe.exists(meta)
+                pipe.xrange(frames, f"{after + 1}-0", "+")
+                exists, entries = await pipe.execute()
         if not exists:
             raise RunNotFound(f"no run log for run {run_id!r}")
         return [_frame(entry_id, fields) for entry_id, fields in entries if b"gone" not in fields]
@@ -242,8 +345,9 @@ class RedisRunLog(RunLog):
         cursor = after
         while True:
             self._check(run_id)
-            found = await self._redis.xread({frames_key: f"{cursor}-0"}, count=self._batch,
-                                            block=self._block)
+            with self.health.guard():
+                found = await self._blocking.xread({frames_key: f"{cursor}-0"},
+                                                   count=self._batch, block=self._block)
             _cancelled_meanwhile()  # a follower never goes on once cancelled
             if not found:  # a quiet while: is the run still there?
                 last, ended = await self._state(run_id)
@@ -273,7 +377,8 @@ class RedisRunLog(RunLog):
             return
         self._opened.discard(run_id)
         self._last.pop(run_id, None)
-        await self._forget(keys=self._keys(run_id), args=[self._block])
+        with contextlib.suppress(RunStoreUnavailable), self.health.guard():
+            await self._forget(keys=self._keys(run_id), args=[self._block])
 
     async def close(self) -> None:
         if self._closed:
@@ -285,7 +390,10 @@ class RedisRunLog(RunLog):
             self._closed = True
             self._opened.clear()
             self._last.clear()
-            await disconnect(self._redis)
+            try:
+                await disconnect(self._redis)
+            finally:
+                await disconnect(self._blocking)
 
 
 def _cancelled_meanwhile() -> None:
@@ -371,16 +479,25 @@ class RedisRunRegistry(RunRegistry):
     its streams every third of ``redis_liveness_ttl``; a replica that dies
     stops renewing them, so they age out.
 
+    Redis unreachable: every method that answers raises
+    :class:`~headwater.errors.RunStoreUnavailable`; the steps in the background
+    (holding and releasing streams, renewing, listening for cancels) fail
+    quietly and try again on their next turn.
+
     Args:
         url: the Redis server.
         settings: the ``redis_*`` bounds.
+        health: where outages are told (shared with the app's run log); its own
+            by default.
 
     Raises:
         ImportError: redis-py is not installed.
     """
 
-    def __init__(self, url: str, *, settings: Settings) -> None:
+    def __init__(self, url: str, *, settings: Settings,
+                 health: RedisHealth | None = None) -> None:
         self.replica = uuid.uuid4().hex
+        self.health = health if health is not None else RedisHealth(url)
         self._redis = connect(url, settings)
         self._prefix = settings.redis_key_prefix
         self._live_seconds = settings.redis_liveness_ttl
@@ -418,13 +535,15 @@ class RedisRunRegistry(RunRegistry):
     async def register(self, info: RunInfo) -> None:
         await self._subscribe()
         self._renew_in_background()
-        async with self._redis.pipeline(transaction=True) as pipe:
-            pipe.hset(self._run_key(info.id, "info"), mapping={
-                "user": info.user_id, "session": info.session_id, "agent": info.agent,
-                "replica": info.replica, "status": info.status})
-            pipe.pexpire(self._run_key(info.id, "info"), self._live)
-            pipe.set(self._active_key(info.user_id, info.session_id), info.id, px=self._live)
-            await pipe.execute()
+        with self.health.guard():
+            async with self._redis.pipeline(transaction=True) as pipe:
+                pipe.hset(self._run_key(info.id, "info"), mapping={
+                    "user": info.user_id, "session": info.session_id, "agent": info.agent,
+                    "replica": info.replica, "status": info.status})
+                pipe.pexpire(self._run_key(info.id, "info"), self._live)
+                pipe.set(self._active_key(info.user_id, info.session_id), info.id,
+                         px=self._live)
+                await pipe.execute()
         self._runs[info.id] = info
 
     async def ended(self, run_id: str, status: RunStatus) -> None:
@@ -432,16 +551,19 @@ class RedisRunRegistry(RunRegistry):
         keys = [self._run_key(run_id, "info")]
         if info is not None:
             keys.append(self._active_key(info.user_id, info.session_id))
-        await self._ended(keys=keys, args=[status, self._ended_ttl, run_id])
+        with self.health.guard():
+            await self._ended(keys=keys, args=[status, self._ended_ttl, run_id])
 
     async def forget(self, run_id: str) -> None:
         self._runs.pop(run_id, None)
         if not self._closed:
-            await self._redis.delete(self._run_key(run_id, "info"),
-                                     self._run_key(run_id, "followers"))
+            with self.health.guard():
+                await self._redis.delete(self._run_key(run_id, "info"),
+                                         self._run_key(run_id, "followers"))
 
     async def lookup(self, run_id: str) -> RunInfo | None:
-        found = await self._redis.hgetall(self._run_key(run_id, "info"))
+        with self.health.guard():
+            found = await self._redis.hgetall(self._run_key(run_id, "info"))
         try:
             status = found[b"status"].decode()
             info = RunInfo(id=run_id, user_id=found[b"user"].decode(),
@@ -453,7 +575,8 @@ class RedisRunRegistry(RunRegistry):
         return info if status in _STATUSES else None
 
     async def active(self, user_id: str, session_id: str) -> str | None:
-        found = await self._redis.get(self._active_key(user_id, session_id))
+        with self.health.guard():
+            found = await self._redis.get(self._active_key(user_id, session_id))
         return found.decode() if found is not None else None
 
     # streams
@@ -463,11 +586,13 @@ class RedisRunRegistry(RunRegistry):
                    and not s.held.done()]
         if pending:  # this replica's newest streams are counted before the answer
             await asyncio.wait(pending)
-        return int(await self._count(keys=[self._streams_key(user_id)]))
+        with self.health.guard():
+            return int(await self._count(keys=[self._streams_key(user_id)]))
 
     async def count_run(self, user_id: str, window: float) -> tuple[int, float]:
-        count, left = await self._count_run(
-            keys=[f"{self._prefix}starts:{len(user_id)}:{user_id}"], args=[_ms(window)])
+        with self.health.guard():
+            count, left = await self._count_run(
+                keys=[f"{self._prefix}starts:{len(user_id)}:{user_id}"], args=[_ms(window)])
         return int(count), int(left) / 1000
 
     def stream_opened(self, user_id: str, run_id: str) -> object:
@@ -490,9 +615,10 @@ class RedisRunRegistry(RunRegistry):
         asyncio.ensure_future(self._release(token)).add_done_callback(_quiet)
 
     async def _hold_stream(self, stream: _Stream) -> None:
-        await self._hold(keys=[self._streams_key(stream.user_id),
-                               self._run_key(stream.run_id, "followers")],
-                         args=[stream.token, self._live])
+        with self.health.guard():
+            await self._hold(keys=[self._streams_key(stream.user_id),
+                                   self._run_key(stream.run_id, "followers")],
+                             args=[stream.token, self._live])
 
     async def _release(self, stream: _Stream) -> None:
         if stream.held is not None:
@@ -500,18 +626,21 @@ class RedisRunRegistry(RunRegistry):
                 await stream.held
         if self._closed:
             return
-        async with self._redis.pipeline(transaction=False) as pipe:
-            pipe.zrem(self._streams_key(stream.user_id), stream.token)
-            pipe.zrem(self._run_key(stream.run_id, "followers"), stream.token)
-            await pipe.execute()
+        with self.health.guard():
+            async with self._redis.pipeline(transaction=False) as pipe:
+                pipe.zrem(self._streams_key(stream.user_id), stream.token)
+                pipe.zrem(self._run_key(stream.run_id, "followers"), stream.token)
+                await pipe.execute()
 
     async def followers(self, run_id: str) -> int:
-        return int(await self._count(keys=[self._run_key(run_id, "followers")]))
+        with self.health.guard():
+            return int(await self._count(keys=[self._run_key(run_id, "followers")]))
 
     # cancel
 
     async def request_cancel(self, info: RunInfo) -> bool:
-        return int(await self._redis.publish(self._channel(info.replica), info.id)) > 0
+        with self.health.guard():
+            return int(await self._redis.publish(self._channel(info.replica), info.id)) > 0
 
     def on_cancel(self, callback: Callable[[str], None]) -> None:
         self._callback = callback
@@ -525,20 +654,23 @@ class RedisRunRegistry(RunRegistry):
 
     async def _start_listening(self) -> None:
         pubsub = self._redis.pubsub(ignore_subscribe_messages=True)
-        await pubsub.subscribe(self._channel(self.replica))
+        with self.health.guard():
+            await pubsub.subscribe(self._channel(self.replica))
         self._pubsub = pubsub
         self._listener = asyncio.ensure_future(self._listen(pubsub))
 
     async def _listen(self, pubsub: Any) -> None:
         while True:
             try:
-                message = await pubsub.get_message(ignore_subscribe_messages=True,
-                                                   timeout=None)
+                with self.health.guard():
+                    message = await pubsub.get_message(ignore_subscribe_messages=True,
+                                                       timeout=None)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                logger.warning("listening for cancels failed (%s); again in 1 s",
-                               type(exc).__name__)
+                if not isinstance(exc, RunStoreUnavailable):  # an outage is logged once
+                    logger.warning("listening for cancels failed (%s); again in 1 s",
+                                   type(exc).__name__)
                 await asyncio.sleep(1.0)
                 continue
             if message is None or message.get("type") != "message":
@@ -564,6 +696,8 @@ class RedisRunRegistry(RunRegistry):
                 await self._renew()
             except asyncio.CancelledError:
                 raise
+            except RunStoreUnavailable:
+                pass  # logged once per outage; the next turn tries again
             except Exception as exc:
                 logger.warning("renewing this replica's runs in Redis failed: %s",
                                type(exc).__name__)
@@ -574,16 +708,18 @@ class RedisRunRegistry(RunRegistry):
         streams = [s for group in self._streams.values() for s in group]
         if not runs and not streams:
             return
-        async with self._redis.pipeline(transaction=False) as pipe:
-            for info in runs:
-                pipe.pexpire(self._run_key(info.id, "info"), self._live)
-                pipe.pexpire(self._active_key(info.user_id, info.session_id), self._live)
-            for stream in streams:
-                if not stream.closed:
-                    await self._hold(keys=[self._streams_key(stream.user_id),
-                                           self._run_key(stream.run_id, "followers")],
-                                     args=[stream.token, self._live], client=pipe)  # queued
-            await pipe.execute()
+        with self.health.guard():
+            async with self._redis.pipeline(transaction=False) as pipe:
+                for info in runs:
+                    pipe.pexpire(self._run_key(info.id, "info"), self._live)
+                    pipe.pexpire(self._active_key(info.user_id, info.session_id), self._live)
+                for stream in streams:
+                    if not stream.closed:
+                        await self._hold(keys=[self._streams_key(stream.user_id),
+                                               self._run_key(stream.run_id, "followers")],
+                                         args=[stream.token, self._live],
+                                         client=pipe)  # queued
+                await pipe.execute()
 
     async def close(self) -> None:
         if self._closed:
@@ -602,6 +738,8 @@ class RedisRunRegistry(RunRegistry):
 
 
 def _quiet(task: asyncio.Future[None]) -> None:
-    if not task.cancelled() and task.exception() is not None:
-        logger.warning("a Redis step of the run registry failed: %s",
-                       type(task.exception()).__name__)
+    if task.cancelled():
+        return
+    error = task.exception()
+    if error is not None and not isinstance(error, RunStoreUnavailable):  # logged per outage
+        logger.warning("a Redis step of the run registry failed: %s", type(error).__name__)

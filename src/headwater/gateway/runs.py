@@ -20,22 +20,32 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from types import MappingProxyType
+from typing import Final, Literal
 
-from ..errors import RunLogClosed, RunNotFound, code_of
+from ..errors import ErrorCode, RunLogClosed, RunNotFound, RunStoreUnavailable, code_of
 from ..events import Event
 from ..runner import RunStream
 from ..settings import Settings
 from .frames import FrameMapper, FramePayload, above, done_frame, error_frame
 from .registry import LocalRunRegistry, RunInfo, RunRegistry, RunStatus
 from .runlog import RunLog
-from .sse import Frame
+from .sse import Frame, encode_frame
 
 logger = logging.getLogger("headwater.gateway")
 
-StopReason = Literal["cancelled", "disconnected", "detached_ttl", "server_shutdown"]
+StopReason = Literal["cancelled", "disconnected", "detached_ttl", "server_shutdown",
+                     "run_store_unavailable"]
+
+
+_STOPPED: Final[Mapping[str, tuple[ErrorCode, RunStatus]]] = MappingProxyType({
+    "server_shutdown": ("server_shutdown", "interrupted"),
+    "run_store_unavailable": ("run_store_unavailable", "error"),
+})
+"""A stopped run's terminal code and status, by its stop reason (others: ``_CANCELLED``)."""
+_CANCELLED: Final[tuple[ErrorCode, RunStatus]] = ("cancelled", "cancelled")
 
 
 @dataclass(slots=True, eq=False)
@@ -144,12 +154,21 @@ class RunManager:
 
         ``run`` is this replica's or another's (followed from the shared log).
         The follower counts against its user's stream limit until the callback.
+        A log that becomes unreachable (``RunStoreUnavailable``) ends the frames
+        with a terminal ``error`` ``run_store_unavailable`` of the next id, which
+        is not in the log (:func:`_until_unreachable`), and stops this replica's
+        run (it could store no more frames): its record in the session store is
+        sealed as for a cancel.
         """
         slot = self.registry.stream_opened(run.user_id, run.id)
         frames = self.log.follow(run.id, after)
         if isinstance(run, RunInfo):
             registry = self.registry
-            return self._watched(run, frames), lambda gone: registry.stream_closed(slot)
+            frames = _until_unreachable(self._watched(run, frames), after, "", None)
+            return frames, lambda gone: registry.stream_closed(slot)
+        local = run
+        frames = _until_unreachable(frames, after, run.request_id,
+                                    lambda: self.stop(local, "run_store_unavailable"))
         run.followers += 1
         if run.detached is not None:
             run.detached.cancel()
@@ -199,6 +218,8 @@ class RunManager:
             try:
                 if await self.registry.lookup(info.id) is not None:
                     continue
+            except RunStoreUnavailable:  # logged once per outage; its follower ends too
+                continue
             except Exception:  # the registry is unreachable: nothing can be told, go on
                 logger.warning("run %s: asking the registry failed", info.id, exc_info=True)
                 continue
@@ -228,6 +249,8 @@ class RunManager:
         async def check() -> None:
             try:
                 followed = await self.registry.followers(run.id) > 0
+            except RunStoreUnavailable:  # logged once per outage
+                followed = False
             except Exception:
                 logger.warning("run %s: counting its followers failed", run.id, exc_info=True)
                 followed = False
@@ -342,17 +365,17 @@ class RunManager:
             if terminal is None:
                 terminal = done_frame(run.stream.usage)
         except asyncio.CancelledError:
-            reason = run.stop_reason or "cancelled"
-            code = "server_shutdown" if reason == "server_shutdown" else "cancelled"
-            terminal = error_frame(code, run.request_id)
-            run.status = "interrupted" if code == "server_shutdown" else "cancelled"
+            stop_code, run.status = _STOPPED.get(run.stop_reason or "cancelled", _CANCELLED)
+            terminal = error_frame(stop_code, run.request_id)
         except Exception as exc:
             code = code_of(exc)  # RunLogFull: budget_exceeded; LeaseLostError: session_busy
             # The client gets the code only; the log says what happened (for `internal`, a
-            # bug of ours: with its traceback, at ERROR).
-            logger.log(logging.ERROR if code == "internal" else logging.WARNING,
-                       "run %s failed (%s): %s: %s", run.id, code, type(exc).__name__, exc,
-                       exc_info=exc if code == "internal" else None,
+            # bug of ours: with its traceback, at ERROR; an unreachable run store is told
+            # once per outage, by the store).
+            level = {"internal": logging.ERROR,
+                     "run_store_unavailable": logging.DEBUG}.get(code, logging.WARNING)
+            logger.log(level, "run %s failed (%s): %s: %s", run.id, code, type(exc).__name__,
+                       exc, exc_info=exc if code == "internal" else None,
                        extra={"run": run.id, "request_id": run.request_id})
             terminal = error_frame(code, run.request_id)
         finally:
@@ -362,15 +385,23 @@ class RunManager:
                 terminal = error_frame("internal", run.request_id)
             if run.status == "running":
                 run.status = "done" if terminal[0] == "done" else "error"
-            try:  # before the terminal frame: who sees it sees the run's status
-                await self.registry.ended(run.id, run.status)
-            except Exception:
-                logger.warning("run %s: recording its end failed", run.id, exc_info=True)
-            try:
-                await self._append(run, terminal)
-            except Exception:
-                logger.exception("run %s: writing its terminal frame failed", run.id)
-            self._ended(run)
+            await self._end(run, terminal)
+
+    async def _end(self, run: Run, terminal: FramePayload) -> None:
+        """Record the run's end, then write its terminal frame; quiet on failure."""
+        try:  # before the terminal frame: who sees it sees the run's status
+            await self.registry.ended(run.id, run.status)
+        except RunStoreUnavailable:
+            pass  # logged once per outage; the record ages out (redis_liveness_ttl)
+        except Exception:
+            logger.warning("run %s: recording its end failed", run.id, exc_info=True)
+        try:
+            await self._append(run, terminal)
+        except RunStoreUnavailable:
+            pass  # its followers end with run_store_unavailable themselves
+        except Exception:
+            logger.exception("run %s: writing its terminal frame failed", run.id)
+        self._ended(run)
 
     async def _append(self, run: Run, payload: FramePayload) -> None:
         await self.log.append(run.id, payload[0], payload[1])
@@ -403,6 +434,28 @@ class RunManager:
         asyncio.ensure_future(self.registry.forget(run.id)).add_done_callback(_quiet)
 
 
+async def _until_unreachable(frames: AsyncGenerator[Frame, None], after: int,
+                             request_id: str, unreachable: Callable[[], None] | None,
+                             ) -> AsyncGenerator[Frame, None]:
+    """``frames`` (after ``after``); when the run log becomes unreachable, ``unreachable()``
+    and a terminal ``error`` ``run_store_unavailable`` frame, numbered after the last one
+    sent, in place of the rest. The follower's client learns the run is over and may
+    retry; the run's record is whole in the session store."""
+    last = after
+    try:
+        async with contextlib.aclosing(frames):
+            async for frame in frames:
+                last = frame.id
+                yield frame
+    except RunStoreUnavailable as exc:
+        if unreachable is not None:
+            unreachable()
+        yield encode_frame(last + 1, *error_frame(exc.code, request_id))
+
+
 def _quiet(task: asyncio.Future[None]) -> None:
-    if not task.cancelled() and task.exception() is not None:
-        logger.warning("a run's background step failed: %s", type(task.exception()).__name__)
+    if task.cancelled():
+        return
+    error = task.exception()
+    if error is not None and not isinstance(error, RunStoreUnavailable):  # logged per outage
+        logger.warning("a run's background step failed: %s", type(error).__name__)

@@ -13,8 +13,8 @@ Opening: the token comes from the ``Sec-WebSocket-Protocol`` header
 code, the code's in the registry (:data:`headwater.errors.ERRORS`): 1008 for
 a missing or refused token (``unauthorized``), 4404 for a session that is
 missing or another user's (the same), 4409 ``session_busy``, 1013
-``rate_limited`` or ``too_many_streams``, 1001 ``server_shutdown``, 1011
-``store_unavailable``.
+``rate_limited``, ``too_many_streams`` or ``run_store_unavailable``, 1001
+``server_shutdown``, 1011 ``store_unavailable``.
 
 Messages in (JSON text): ``content`` (``text`` or a Content JSON
 ``content``), ``realtime`` (base64 ``data`` and ``mime_type``),
@@ -29,7 +29,8 @@ past it).
 
 Lifetime: the run's terminal frame closes the socket (1000 after ``done``;
 after ``error``, its code's close code: 1000 ``cancelled``, 1001
-``server_shutdown``, 4409 ``session_busy``, 1011 for the others). On shutdown
+``server_shutdown``, 4409 ``session_busy``, 1013 ``run_store_unavailable``,
+1011 for the others). On shutdown
 ``headwater serve`` waits (up to ``shutdown_grace``) for every socket to send
 its terminal frame and close before it closes connections itself
 (:meth:`Gateway.drain_sockets`). The client leaving closes the queue and stops
@@ -55,7 +56,7 @@ from typing import Annotated, Any, Final, Literal
 from fastapi import APIRouter, Depends, WebSocket, WebSocketDisconnect
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
-from ..errors import ERRORS, QueueFull, UserError
+from ..errors import ERRORS, QueueFull, RunStoreUnavailable, UserError
 from ..live_request_queue import LiveRequestQueue
 from ..runner import Runner, RunStream
 from ..settings import Settings
@@ -356,7 +357,7 @@ class LiveSocket:
             agent, _ = await gw.find_session(user, self.session_id)
             return await gw.start_run(user, agent, self.session_id, run_live, self.request_id,
                                       live=True)
-        except GatewayHTTPError as exc:
+        except (GatewayHTTPError, RunStoreUnavailable) as exc:
             await self._close_with(exc.code)
             return None
 

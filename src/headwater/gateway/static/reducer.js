@@ -36,6 +36,7 @@ const ERROR_WORDS = {
   session_busy: "Another answer is still running in this session.",
   server_shutdown: "The server is restarting; try again shortly.",
   store_unavailable: "The conversation could not be saved.",
+  run_store_unavailable: "The server lost track of live answers; try again shortly.",
   unauthorized: "The server refused the token.",
   not_found: "That session or run no longer exists.",
   invalid_request: "The server could not accept that request.",
