@@ -221,8 +221,9 @@ _new_event = object.__new__
 _now = time.time
 
 
-def partial_event(invocation_id: str, author: str, content: Content | None, *,
-                  branch: str | None = None, tool_progress: ToolProgress | None = None) -> Event:
+def partial_event(invocation_id: str, author: str, content: Content | None,
+                  branch: str | None = None, *, tool_progress: ToolProgress | None = None
+                  ) -> Event:
     """A partial (screen-only) event, built for the per-chunk path.
 
     The same as ``Event(..., partial=True)`` except that its ``actions`` and

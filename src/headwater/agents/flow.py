@@ -160,7 +160,7 @@ class Flow:
                             if response.partial and not done:
                                 check_partial(response)
                                 yield partial_event(invocation_id, author, response.content,
-                                                    branch=branch)
+                                                    branch)
                             else:
                                 done = True
                                 contract.check(response)

@@ -24,6 +24,8 @@ that another call of the same final took, is stored under a fresh id
 
 from __future__ import annotations
 
+import sys
+
 from ..errors import ModelProtocolViolation, OutputTooLong
 from .llm_response import LlmResponse
 
@@ -37,14 +39,15 @@ class StreamContract:
     ``max_chars`` (``None``: unbounded).
     """
 
-    __slots__ = ("_chars", "_final", "_max_chars", "_texts", "_thoughts")
+    __slots__ = ("_final", "_max_chars", "_room", "_texts", "_thoughts")
 
     def __init__(self, max_chars: int | None = None) -> None:
         self._texts: list[str] = []
         self._thoughts: list[str] = []
         self._final: LlmResponse | None = None
-        self._chars = 0
         self._max_chars = max_chars
+        # characters the call may still stream (one subtraction per chunk)
+        self._room = max_chars if max_chars is not None else sys.maxsize
 
     @property
     def final(self) -> LlmResponse | None:
@@ -74,9 +77,9 @@ class StreamContract:
                     "calls_only_on_final", "a partial response carried a function call")
             text = part.text
             if text is not None:
-                self._chars += len(text)
-                if self._max_chars is not None and self._chars > self._max_chars:
-                    raise OutputTooLong(self._max_chars)
+                self._room -= len(text)
+                if self._room < 0:
+                    raise OutputTooLong(self._max_chars or 0)
                 if part.thought:
                     self._thoughts.append(text)
                 else:
@@ -95,7 +98,10 @@ class StreamContract:
         texts, thoughts = self._texts, self._thoughts
         if (not texts and not thoughts and content is not None
                 and self._max_chars is not None):  # a final that was not streamed
-            chars = sum(len(part.text) for part in content.parts if part.text is not None)
+            chars = 0
+            for part in content.parts:
+                if part.text is not None:
+                    chars += len(part.text)
             if chars > self._max_chars:
                 raise OutputTooLong(self._max_chars)
         if texts:

@@ -101,6 +101,8 @@ class ToolContext(CallbackContext):
         Returns:
             How many were still running.
         """
+        if not self._processes:
+            return 0
         processes, self._processes = self._processes, []
         running = [p for p in processes if p.returncode is None
                    and not (isinstance(p, subprocess.Popen) and p.poll() is not None)]
