@@ -221,9 +221,8 @@ def start_run(*, agent: str, session_id: str, invocation_id: str,
         :data:`NO_TRACE` when the OpenTelemetry API is not installed.
     """
     tracer = _get_tracer()
-    if tracer is None or (_provider is None
-                          and type(_otel.get_tracer_provider()) is _otel.ProxyTracerProvider):
-        return NO_TRACE  # no API, or no SDK configured yet: nothing would record
+    if tracer is None:
+        return NO_TRACE
     span = tracer.start_span(f"invoke_agent {agent}", kind=_otel.SpanKind.INTERNAL, attributes={
         "gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": agent,
         "gen_ai.conversation.id": session_id, "headwater.invocation_id": invocation_id})
