@@ -7,7 +7,11 @@ Its one home is ``headwater.examples.research``::
 
 import sys
 
-from headwater.examples.research import main
+from headwater.examples.research import build_agent, main
+from headwater.models import DemoModel
+
+# For `headwater run examples/research.py "message"`: the root is a SequentialAgent.
+root_agent = build_agent(DemoModel())
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -444,6 +444,158 @@ def test_run_bad_files(tmp_path: Path, env: dict[str, str]) -> None:
     assert "bad.py:1: syntax error" in line
 
 
+# -- run: any root agent, each agent's text labelled ---------------------------------------------
+
+TREE_FILE = '''
+from headwater import Agent, LoopAgent, ParallelAgent, SequentialAgent
+from headwater.testing import ScriptedModel
+
+first = Agent(name="{first}", model=ScriptedModel().reply({first_text}))
+second = Agent(name="{second}", model=ScriptedModel().reply({second_text}))
+root_agent = {root}(name="pipeline", sub_agents=[first, second]{options})
+'''
+
+
+def tree_file(root: str, options: str = "", first: str = "drafter", second: str = "editor",
+              first_text: tuple[str, ...] = ("A draft ", "of words."),
+              second_text: tuple[str, ...] = ("An edit ", "of the draft.")) -> str:
+    return TREE_FILE.format(root=root, options=options, first=first, second=second,
+                            first_text=", ".join(map(repr, first_text)),
+                            second_text=", ".join(map(repr, second_text)))
+
+
+@pytest.mark.parametrize(("root", "options"), [("SequentialAgent", ""),
+                                               ("LoopAgent", ", max_iterations=1")])
+def test_run_takes_a_workflow_root_and_labels_each_agents_text(
+        root: str, options: str, tmp_path: Path, env: dict[str, str]) -> None:
+    (tmp_path / "pipeline.py").write_text(tree_file(root, options))
+    result = hw("run", "pipeline.py", "Write it", cwd=tmp_path, env=env)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "drafter> A draft of words.\neditor> An edit of the draft.\n"
+    assert result.stderr == ""
+
+
+def test_run_takes_a_parallel_root_each_branch_on_lines_of_its_own(
+        tmp_path: Path, env: dict[str, str]) -> None:
+    """Interleaved deltas of two branches: every line is one agent's, labelled with it, and
+    each agent's lines say its answer once (no record written again)."""
+    web, papers = ("Web ", "one ", "two ", "three."), ("Papers ", "four ", "five ", "six.")
+    (tmp_path / "pipeline.py").write_text(tree_file("ParallelAgent", first="web", second="papers",
+                                                    first_text=web, second_text=papers))
+    result = hw("run", "pipeline.py", "Search", cwd=tmp_path, env=env)
+    assert result.returncode == 0, result.stderr
+    said: dict[str, str] = {"web": "", "papers": ""}
+    for line in result.stdout.splitlines():
+        author, mark, text = line.partition("> ")
+        assert mark and author in said, result.stdout
+        said[author] += text
+    assert said == {"web": "".join(web), "papers": "".join(papers)}
+
+
+def test_run_labels_an_agent_used_as_a_tool_under_its_call(tmp_path: Path,
+                                                           env: dict[str, str]) -> None:
+    """The research example's root is a SequentialAgent: a ParallelAgent of two searchers,
+    then a writer that calls fact_checker (AgentTool), whose lines go under the call."""
+    script = Path(__file__).resolve().parents[1] / "examples" / "research.py"
+    result = hw("run", str(script), "Research rivers", cwd=tmp_path, env=env)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert "  fact_checker> The claim is supported (2 sources)." in lines
+    assert any(line.startswith("  [tool call] check_claim(") for line in lines)
+    assert lines[-1].startswith("writer> Here is what the research found.")
+    texts = [line.partition("> ")[0].strip() for line in lines if "> " in line
+             and not line.lstrip().startswith("[")]
+    assert set(texts) == {"web", "papers", "fact_checker", "writer"}
+
+
+def test_run_writes_text_before_a_tool_call_on_its_own_line(tmp_path: Path,
+                                                            env: dict[str, str]) -> None:
+    """A lone agent that says something, then calls a tool, then answers."""
+    (tmp_path / "shop.py").write_text(AGENT_FILE.replace(
+        "model=DemoModel()", "model=ScriptedModel().call('lookup_order', {'order_id': '7'}, "
+        "text=('Let me ', 'look.')).reply('Order 7 ', 'is due Friday.')").replace(
+        "from headwater.models import DemoModel", "from headwater.testing import ScriptedModel"))
+    result = hw("run", "shop.py", "Where is order 7?", cwd=tmp_path, env=env)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [
+        "shop> Let me look.", '[tool call] lookup_order({"order_id": "7"})',
+        '[tool result] lookup_order -> {"order_id": "7", "status": "shipped", '
+        '"shipped_on": "1 May", "due": "Friday"}',
+        "shop> Order 7 is due Friday."]
+
+
+def test_run_a_lone_agents_output_is_as_before(tmp_path: Path, env: dict[str, str]) -> None:
+    (tmp_path / "shop.py").write_text(AGENT_FILE)
+    result = hw("run", "shop.py", "Where is order 7001?", cwd=tmp_path, env=env)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == (
+        '[tool call] lookup_order({"order_id": "7001"})\n'
+        '[tool result] lookup_order -> {"order_id": "7001", "status": "shipped", '
+        '"shipped_on": "1 May", "due": "Friday"}\n'
+        "shop> Order 7001 shipped on 1 May and is due Friday.\n")
+    (tmp_path / "broken.py").write_text(FAILING_FILE)
+    result = hw("run", "broken.py", "hi", cwd=tmp_path, env=env)
+    assert result.returncode == 1, result.stderr
+    assert result.stdout == "broken> Half\n[error] provider_error: boom\n"
+
+
+@pytest.mark.parametrize(("source", "said"), [
+    ('root_agent = "a pipeline"\n', "pipeline.py: `root_agent` is a str, not an agent"),
+    ("from headwater import SequentialAgent\nroot_agent = SequentialAgent\n",
+     "pipeline.py: `root_agent` is the class SequentialAgent, not an agent: build one, "
+     "SequentialAgent(name=…)"),
+    ("def agent():\n    pass\n",
+     "pipeline.py: `agent` is the function agent, not an agent: call it to build the agent"),
+    ("import json as agent\nroot_agent = 3\n",
+     "pipeline.py: `agent` is the module json, not an agent"),
+    ("root_agent = 3\n", "pipeline.py: `root_agent` is an int, not an agent"),
+])
+def test_run_says_what_the_file_holds_when_it_is_not_an_agent(
+        source: str, said: str, tmp_path: Path, env: dict[str, str]) -> None:
+    (tmp_path / "pipeline.py").write_text(source)
+    line = one_line_error(hw("run", "pipeline.py", "hi", cwd=tmp_path, env=env))
+    assert line == f"headwater run: {said}"
+
+
+def test_run_takes_root_agent_when_agent_is_not_an_agent(tmp_path: Path,
+                                                         env: dict[str, str]) -> None:
+    (tmp_path / "pipeline.py").write_text("agent = 'the name'\n" + tree_file("SequentialAgent"))
+    result = hw("run", "pipeline.py", "Write it", cwd=tmp_path, env=env)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "drafter> A draft of words.\neditor> An edit of the draft.\n"
+
+
+BOSS_FILE = '''
+from headwater import Agent
+from headwater.testing import ScriptedModel
+
+helper = Agent(name="helper", description="Looks up orders with lookup_order.",
+               model=ScriptedModel().reply("Order 1042 ", "is on its way."))
+root_agent = Agent(name="boss", model=ScriptedModel(), sub_agents=[helper])
+'''
+
+
+def test_run_model_puts_the_root_agent_on_it_and_its_agents_keep_theirs(
+        tmp_path: Path, env: dict[str, str]) -> None:
+    """The root's own model has no turn to play: on the demo model it transfers to helper,
+    which answers on its own scripted model."""
+    (tmp_path / "boss.py").write_text(BOSS_FILE)
+    line = one_line_error(hw("run", "boss.py", "Where is order 1042?", cwd=tmp_path, env=env))
+    assert "no scripted turn left" in line
+    result = hw("run", "boss.py", "Where is order 1042?", "--model", "demo", cwd=tmp_path,
+                env={**env, "HEADWATER_MODEL": "no-such-provider:x"})  # never read by run
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-1] == "helper> Order 1042 is on its way."
+    (tmp_path / "pipeline.py").write_text(tree_file("SequentialAgent"))
+    line = one_line_error(hw("run", "pipeline.py", "hi", "--model", "demo", cwd=tmp_path,
+                             env=env))
+    assert line == ("headwater run: --model sets the root agent's model; 'pipeline' is a "
+                    "SequentialAgent, which calls no model (its agents run on their own models)")
+    result = hw("run", "pipeline.py", "Write it", cwd=tmp_path,
+                env={**env, "HEADWATER_MODEL": "no-such-provider:x"})
+    assert result.returncode == 0, result.stderr  # each agent on its own model
+
+
 # -- demo: the gateway on 127.0.0.1 ----------------------------------------------------------------
 
 @pytest.mark.parametrize("command", [["demo", "--no-browser"], ["serve", "shop:app"]])

@@ -62,9 +62,18 @@ environment (docs/deployment.md):
 """
 
 RUN_EPILOG = """\
+agents:
+  The root may be any agent: an Agent, or a SequentialAgent, ParallelAgent or
+  LoopAgent over others (docs/multi-agent.md). Each agent's text is labelled
+  `name>`; when several speak, each goes on lines of its own, and an agent used
+  as a tool writes under its call.
+
 models:
-  The agent runs on the model its file gives it; --model runs it on this model
-  string instead ("demo": the offline demo model). HEADWATER_MODEL is not read here.
+  The agents run on the models their file gives them. --model runs the root
+  agent on this model string instead ("demo": the offline demo model); the
+  agents under it (sub-agents, agents used as tools) keep their own models. A
+  workflow root calls no model, so --model is refused for it: give its agents
+  their models in the file. HEADWATER_MODEL is not read here.
 """ + MODEL_STRINGS
 
 CHAT_EPILOG = """\
@@ -171,14 +180,15 @@ def _parser() -> argparse.ArgumentParser:
     run = commands.add_parser(
         "run", formatter_class=formatter, epilog=RUN_EPILOG,
         help="stream one run of an agent file to stdout",
-        description="Load path/to/agent.py (its `agent`, else `root_agent`) and stream one run "
-                    "of MESSAGE to stdout. Exit code 1 when the run ends in an error.")
+        description="Load path/to/agent.py (its `agent`, else `root_agent`: any agent, the "
+                    "root of a tree too) and stream one run of MESSAGE to stdout. Exit code 1 "
+                    "when the run ends in an error.")
     run.add_argument("path", help="a Python file defining `agent` or `root_agent`")
     run.add_argument("message", help="the user's message")
     run.add_argument("--json", action="store_true",
                      help="one JSON object per event (type, author, text, partial, …)")
     run.add_argument("--model", default=None, metavar="M",
-                     help="run the agent on this model string instead, e.g. "
+                     help="run the root agent on this model string, e.g. "
                           "openai:gpt-4o-mini (default: the model the agent file gives it)")
     _add_db(run)
 

@@ -27,8 +27,9 @@ from urllib.parse import urlsplit
 from rich.console import Console
 from rich.markup import escape
 
-from ._chat_view import Approval, RunView, error_words, nesting
+from ._chat_view import Approval, RunView, error_words
 from ._common import CommandError
+from ._drafts import nesting
 from ._gateway_client import GatewayClient, GatewayError
 
 STOP_TIMEOUT = 10.0

@@ -1,18 +1,19 @@
 """How ``headwater chat`` shows a run's frames in the terminal (with ``rich``).
 
-The rule of the page's reducer holds here too: ``delta`` text is written as it
-arrives, as its author's draft (one draft per author and branch: when another
-agent's text or a tool line comes between, the draft goes on in a new line
-labelled with its agent); the ``message`` frame (the record) replaces the
-draft, so a message whose text the deltas already showed is not written again.
-Because a terminal cannot take back lines that have scrolled away, a record
-that differs from its draft (rare: the contract makes them equal) is written
-below it, marked as the record. Every message is labelled with its agent; an
-inner agent's activity (a frame whose branch names a call, docs/frame-protocol.md)
-is indented under the call's line, a level per call. Tool calls are lines
-(with the agent that made them), tool progress is a bar per call, a transfer
-says where the conversation went, approvals are collected for the chat to ask,
-errors are words with their code, and ``done`` brings the run's token usage.
+The rule of the page's reducer holds here too, as ``headwater run`` writes it
+(:mod:`._drafts`): ``delta`` text is written as it arrives, as its author's
+draft (one draft per author and branch: when another agent's text or a tool
+line comes between, the draft goes on in a new line labelled with its agent);
+the ``message`` frame (the record) replaces the draft, so a message whose text
+the deltas already showed is not written again. Because a terminal cannot take
+back lines that have scrolled away, a record that differs from its draft (rare:
+the contract makes them equal) is written below it, marked as the record. Every
+message is labelled with its agent; an inner agent's activity (a frame whose
+branch names a call, docs/frame-protocol.md) is indented under the call's line,
+a level per call. Tool calls are lines (with the agent that made them), tool
+progress is a bar per call, a transfer says where the conversation went,
+approvals are collected for the chat to ask, errors are words with their code,
+and ``done`` brings the run's token usage.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, TaskID, TaskProgressColumn, TextColumn
 
 from ..errors import ERRORS
-from ..sessions.ledger import CALL_MARK
+from ._drafts import Draft, Drafts, nesting
 from ._gateway_client import WireFrame
 
 NETWORK = "network"
@@ -87,8 +88,7 @@ class RunView:
         self.approvals: list[Approval] = []
         self.error: str | None = None
         self.ended = False
-        self._drafts: dict[Draft, str] = {}  # what each agent's deltas showed so far
-        self._line: Draft | None = None  # whose draft the open line holds
+        self._drafts = Drafts()  # what each agent's deltas showed, whose line is open
         self._reasoning = False
         self._progress: Progress | None = None
         self._tasks: dict[str, TaskID] = {}
@@ -107,11 +107,10 @@ class RunView:
         key, text = _draft(data), str(data.get("text", ""))
         if self._reasoning:
             self._end_line()
-        if self._line != key:
+        if self._drafts.starts(key):
             self._end_draft()
             self.console.print(f"{_indent(data)}{_label(key[0])} ", end="")
-            self._line = key
-        self._drafts[key] = self._drafts.get(key, "") + text
+        self._drafts.add(key, text)
         self._write(text)
 
     def _on_reasoning(self, data: dict[str, Any]) -> None:
@@ -127,16 +126,16 @@ class RunView:
             self._end_line()
         stopped = " [dim](stopped here)[/]" if data.get("interrupted") else ""
         indent = _indent(data)
-        draft = self._drafts.pop(key, None)
-        if draft is not None and (text == draft or not text):  # the deltas said it all
-            if self._line == key:
-                self.console.print(stopped)
-                self._line = None
-            elif stopped:
+        settled = self._drafts.settle(key, text)
+        if settled == "ends":  # the deltas said it all, on the open line
+            self.console.print(stopped)
+            return
+        if settled == "said":  # the deltas said it all, on a line since ended
+            if stopped:
                 self.console.print(f"{indent}{_label(key[0])}{stopped}")
             return
         self._end_draft()
-        if draft is not None:  # the record differs from what was shown: show the record
+        if settled == "record":  # the record differs from what was shown: show the record
             self.console.print(f"{indent}[dim]record:[/] {_label(key[0])} ", end="")
             self._write(text)
             self.console.print(stopped)
@@ -163,7 +162,7 @@ class RunView:
     def _on_agent_error(self, data: dict[str, Any]) -> None:
         self._end_draft()
         code = str(data.get("code", "internal"))
-        self._drafts.pop(_draft(data), None)
+        self._drafts.drop(_draft(data))
         self.console.print(f"{_indent(data)}[red]✗ {escape(str(data.get('author', '')))} "
                            f"failed:[/] {escape(error_words(code))} ({escape(code)})")
 
@@ -272,19 +271,14 @@ class RunView:
         """End the open line (a draft goes on in a new line at its next delta)."""
         if self._reasoning:
             self._end_line()
-        if self._line is not None:
+        if self._drafts.end_line():
             self.console.print()
-            self._line = None
 
     def _stop_progress(self) -> None:
         if self._progress is not None:
             self._progress.stop()
             self._progress = None
             self._tasks.clear()
-
-
-Draft = tuple[str, str | None]
-"""Whose draft: an author and its branch."""
 
 
 def _draft(data: dict[str, Any]) -> Draft:
@@ -297,12 +291,6 @@ def _label(author: str) -> str:
 
 def _indent(data: dict[str, Any]) -> str:
     return nesting(data.get("branch"))
-
-
-def nesting(branch: Any) -> str:  # a frame's or history item's branch, from the wire
-    """Two spaces per call a branch nests under (its ``<agent>:<call id>`` segments,
-    docs/frame-protocol.md): an inner agent's activity goes under its call."""
-    return "  " * branch.count(CALL_MARK) if isinstance(branch, str) else ""
 
 
 def _short(value: Any, limit: int = 80) -> str:  # JSON from the wire

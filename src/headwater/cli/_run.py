@@ -7,10 +7,12 @@ import asyncio
 import importlib.util
 import json
 import sys
+import types
 from pathlib import Path
 from typing import Any, TextIO
 
 from ..agents.agent import Agent
+from ..agents.base import BaseAgent
 from ..events import Event
 from ..run_config import RunConfig, StreamingMode
 from ..runner import Runner
@@ -18,25 +20,45 @@ from ._common import DEMO_USER, CommandError
 from ._store import open_store, probe
 from ._terminal import narrate
 
+AGENT_NAMES = ("agent", "root_agent")
+"""The names ``headwater run`` looks up in the agent file, in order (``root_agent``: ADK's)."""
+
 
 def run_command(args: Any) -> int:  # argparse.Namespace
     """Run the file's agent once; 0 on success, 1 when the run ends in an error event."""
     agent = load_agent(Path(args.path))
     if args.model:
-        from ._models import resolve_model
-
-        agent.model = resolve_model(args.model)
+        on_model(agent, args.model)
     return asyncio.run(run_once(agent, args.message, args.db, args.json, sys.stdout))
 
 
-def load_agent(path: Path) -> Agent:
-    """The ``agent`` (else ``root_agent``) of the Python file at ``path``.
+def on_model(agent: BaseAgent, model: str) -> None:
+    """``--model``: the root agent runs on ``model``; the agents under it (its sub-agents,
+    the agents it calls as tools) keep their own models.
+
+    Raises:
+        CommandError: the root is a workflow agent (it calls no model).
+        UserError: an unknown provider, a malformed string or a missing API key.
+    """
+    if not isinstance(agent, Agent):
+        raise CommandError(f"--model sets the root agent's model; {agent.name!r} is "
+                           f"{_a(type(agent).__name__)}, which calls no model (its agents run "
+                           "on their own models)")
+    from ._models import resolve_model
+
+    agent.model = resolve_model(model)
+
+
+def load_agent(path: Path) -> BaseAgent:
+    """The ``agent`` (else ``root_agent``) of the Python file at ``path``: any agent kind
+    (an ``Agent``, a ``SequentialAgent``, …), the root of the tree the run drives.
 
     A file that runs an event loop at import (a module-level ``asyncio.run(main())``)
     has run before the command's run; one line on stderr says so.
 
     Raises:
-        CommandError: no such file (or a directory), a syntax error, or no agent in it.
+        CommandError: no such file (or a directory), a syntax error, no agent in it, or
+            ``agent`` / ``root_agent`` is something else (the error says what).
     """
     if path.is_dir():
         raise CommandError(f"{path} is a directory: give the Python file that defines the "
@@ -61,11 +83,32 @@ def load_agent(path: Path) -> Agent:
             print(f"headwater run: note: {path}:{line} runs {call}(…) at import, so that code "
                   "ran before this run; put it under `if __name__ == \"__main__\":`",
                   file=sys.stderr, flush=True)
-    for name in ("agent", "root_agent"):
-        found = getattr(module, name, None)
-        if isinstance(found, Agent):
-            return found
+    found = {name: getattr(module, name) for name in AGENT_NAMES if hasattr(module, name)}
+    for value in found.values():
+        if isinstance(value, BaseAgent):
+            return value
+    if found:
+        name, value = next(iter(found.items()))
+        raise CommandError(f"{path}: {not_an_agent(name, value)}")
     raise CommandError(f"{path} defines no Agent named `agent` or `root_agent`")
+
+
+def not_an_agent(name: str, value: object) -> str:
+    """What an error says of a name that holds no agent: ```root_agent` is a str, not an
+    agent``; a class or a function not called says so."""
+    if isinstance(value, type):
+        return (f"`{name}` is the class {value.__name__}, not an agent: build one, "
+                f"{value.__name__}(name=…)")
+    if isinstance(value, types.FunctionType | types.BuiltinFunctionType):
+        return (f"`{name}` is the function {value.__name__}, not an agent: call it to build "
+                "the agent")
+    if isinstance(value, types.ModuleType):
+        return f"`{name}` is the module {value.__name__}, not an agent"
+    return f"`{name}` is {_a(type(value).__name__)}, not an agent"
+
+
+def _a(kind: str) -> str:
+    return f"{'an' if kind[:1].lower() in 'aeiou' else 'a'} {kind}"
 
 
 _LOOP_RUNNERS = {"asyncio", "anyio", "trio", "uvloop"}
@@ -126,7 +169,7 @@ def _is_main_guard(test: ast.expr) -> bool:
             and test.comparators[0].value == "__main__")
 
 
-async def run_once(agent: Agent, message: str, db: str | None, as_json: bool,
+async def run_once(agent: BaseAgent, message: str, db: str | None, as_json: bool,
                    out: TextIO) -> int:
     """Stream one run of ``message`` to ``out``; returns the exit code."""
     service, shown = open_store(db)

@@ -4,6 +4,7 @@ in the terminal.
 The agent is the one ``headwater demo`` serves (``headwater.examples.support``),
 on ``--model``, else ``HEADWATER_MODEL``, else the offline demo model (no
 network, no key); sessions go to the SQLite store unless ``--db`` names another.
+:func:`narrate` writes its events, and ``headwater run``'s.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from ..examples import support
 from ..run_config import RunConfig, StreamingMode
 from ..runner import Runner, RunStream
 from ._common import DEMO_APP, DEMO_USER
+from ._drafts import Drafts, nesting
 from ._models import describe_model, resolve_model
 from ._store import open_store, probe
 
@@ -63,42 +65,64 @@ async def demo(prompt: str, db: str | None, model_name: str | None, mode: Stream
 async def narrate(stream: RunStream, out: TextIO) -> bool:
     """Write a run's events as a terminal transcript (the caller closes the stream).
 
+    Text goes by the rule ``headwater chat`` shows it by (:mod:`._drafts`): each
+    agent's deltas as its draft, on a line labelled ``author>``; the record
+    replaces the draft (not written again when the deltas said it). A lone
+    agent's answer is one labelled line; when several agents speak, each one's
+    text is on lines of its own, labelled with it, and an agent used as a tool
+    writes under its call.
+
     Returns:
         Whether an error event came.
     """
-    draft: str | None = None
+    drafts = Drafts()
     failed = False
+
+    def new_line(indent: str) -> str:
+        """End the open line; ``indent``, for the line that follows."""
+        if drafts.end_line():
+            out.write("\n")
+        return indent
+
     async for event in stream:
+        key, indent = (event.author, event.branch), nesting(event.branch)
         if event.tool_progress is not None:
             progress = event.tool_progress
-            out.write(f"[progress] {progress.tool_name}: {progress.event.delta or ''}\n")
+            out.write(f"{new_line(indent)}[progress] {progress.tool_name}: "
+                      f"{progress.event.delta or ''}\n")
             continue
         if event.partial:
-            if draft is None:
-                out.write(f"{event.author}> ")
-                draft = ""
-            draft += event.text
-            out.write(event.text)
-            out.flush()
+            if event.text:
+                if drafts.starts(key):
+                    out.write(f"{new_line(indent)}{event.author}> ")
+                drafts.add(key, event.text)
+                out.write(event.text)
+                out.flush()
             continue
         if event.error_code:
             failed = True
-            out.write(f"\n[error] {event.error_code}: {event.error_message}\n")
-        for approval in event.actions.requested_approvals:
-            out.write(f"[approval required] {approval.tool_name}"
-                      f"({json.dumps(approval.args)})\n")
-        for call in event.function_calls:
-            out.write(f"[tool call] {call.name}({json.dumps(call.args)})\n")
-        for response in event.function_responses:
-            out.write(f"[tool result] {response.name} -> {json.dumps(response.response)}\n")
-        if event.text and not event.function_calls:
+            drafts.end_line()  # the error's line break ends it
+            if not event.text:
+                drafts.drop(key)
+            out.write(f"\n{indent}[error] {event.error_code}: {event.error_message}\n")
+        content = event.content
+        if content is not None and content.role == "model" and event.text:
             # The aggregate replaces the draft: it is the record. When it says what the
             # deltas said, the streamed line stands; otherwise the record is shown.
-            if draft is None:
-                out.write(f"{event.author}> {event.text}\n")
-            elif draft == event.text:
+            settled = drafts.settle(key, event.text)
+            if settled == "ends":
                 out.write("\n")
-            else:
-                out.write(f"\n[record] {event.author}> {event.text}\n")
-            draft = None
+            elif settled == "record":
+                out.write(f"{new_line(indent)}[record] {event.author}> {event.text}\n")
+            elif settled == "new":
+                out.write(f"{new_line(indent)}{event.author}> {event.text}\n")
+        for approval in event.actions.requested_approvals:
+            out.write(f"{new_line(indent)}[approval required] {approval.tool_name}"
+                      f"({json.dumps(approval.args)})\n")
+        for call in event.function_calls:
+            out.write(f"{new_line(indent)}[tool call] {call.name}({json.dumps(call.args)})\n")
+        for response in event.function_responses:
+            out.write(f"{new_line(indent)}[tool result] {response.name} -> "
+                      f"{json.dumps(response.response)}\n")
+    new_line("")
     return failed
