@@ -22,7 +22,7 @@ import httpx
 import pytest
 from websockets.asyncio.client import connect
 
-from headwater import Agent, tool
+from headwater import Agent
 from headwater.errors import ERRORS
 from headwater.gateway import create_app
 from headwater.settings import Settings
@@ -33,6 +33,7 @@ from .conftest import Serve, unavailable
 from .deployment import free_port
 from .stores import new_service
 from .test_gateway import AUTH, A, Received, new_session, post_run
+from .test_replicas import Gate
 from .test_websocket import closed, recv, responder, until
 
 pytestmark = pytest.mark.redis
@@ -126,30 +127,6 @@ async def redis_server(tmp_path: Path) -> AsyncIterator[PrivateRedis]:
         await server.close()
 
 
-class Gate:
-    """A tool that holds its run until the test lets go."""
-
-    def __init__(self) -> None:
-        self.holding = asyncio.Event()
-        self.held = asyncio.Event()
-
-    def agent(self) -> Agent:
-        async def hold(order_id: str) -> str:
-            """Hold until the test lets go.
-
-            Args:
-                order_id: the order.
-            """
-            self.holding.set()
-            await self.held.wait()
-            return "released"
-
-        model = ScriptedModel()
-        for _ in range(3):
-            model.call("hold", {"order_id": "1"}).reply("after the hold")
-        return Agent(name="support", model=model, tools=[tool(hold)])
-
-
 AppFor = Callable[..., Awaitable[httpx.AsyncClient]]
 
 
@@ -197,7 +174,7 @@ def outage_lines(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
 async def test_requests_answer_503_while_redis_is_away_and_succeed_once_it_is_back(
         app_for: AppFor, redis_server: PrivateRedis, caplog: pytest.LogCaptureFixture,
         how: str) -> None:
-    gate = Gate()
+    gate = Gate(turns=3)
     gate.held.set()  # the tool returns at once
     client = await app_for(gate.agent())
     sid = await new_session(client)
@@ -241,7 +218,7 @@ async def test_requests_answer_503_while_redis_is_away_and_succeed_once_it_is_ba
 async def test_a_streaming_run_ends_with_a_terminal_error_frame_and_is_stored_whole(
         app_for: AppFor, redis_server: PrivateRedis, caplog: pytest.LogCaptureFixture,
         how: str) -> None:
-    gate = Gate()
+    gate = Gate(turns=3)
     client = await app_for(gate.agent())
     sid = await new_session(client)
     frames: list[tuple[int, str, dict[str, Any]]] = []

@@ -95,11 +95,13 @@ def _lookup(order_id: str) -> dict[str, str]:
 
 
 class Gate:
-    """A tool that holds its run until the test lets go (both replicas share it)."""
+    """A tool that holds its run until the test lets go (both replicas share it); its
+    model calls the tool and answers ``turns`` times."""
 
-    def __init__(self) -> None:
+    def __init__(self, turns: int = 1) -> None:
         self.holding = asyncio.Event()  # the tool is running
         self.held = asyncio.Event()  # the test lets it return
+        self.turns = turns
 
     def agent(self) -> Agent:
         async def hold(order_id: str) -> str:
@@ -112,7 +114,9 @@ class Gate:
             await self.held.wait()
             return "released"
 
-        model = ScriptedModel().call("hold", {"order_id": "1"}).reply("after the hold")
+        model = ScriptedModel()
+        for _ in range(self.turns):
+            model.call("hold", {"order_id": "1"}).reply("after the hold")
         return Agent(name="support", model=model, tools=[tool(hold)])
 
 
