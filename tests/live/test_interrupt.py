@@ -29,6 +29,25 @@ async def wait_until(predicate: object, seconds: float = 3.0) -> None:
         await asyncio.sleep(0.01)
 
 
+async def cut_a_story(runner: Runner, cut: str
+                      ) -> tuple[LiveRequestQueue, list[Event], asyncio.Task[None]]:
+    """Start a live run, ask for a long story and send ``cut`` once three partials are in;
+    the queue, the events yielded so far (the list keeps filling) and the consuming task."""
+    queue = LiveRequestQueue()
+    events: list[Event] = []
+
+    async def consume() -> None:
+        async for event in runner.run_live(user_id="u", session_id="s",
+                                           live_request_queue=queue):
+            events.append(event)
+
+    task = asyncio.create_task(consume())
+    queue.send_content(Content.from_text("tell me a long story"))
+    await wait_until(lambda: sum(1 for e in events if e.partial) >= 3)
+    queue.send_content(Content.from_text(cut))
+    return queue, events, task
+
+
 async def test_a_new_user_message_interrupts_the_answer_and_closes_the_stream() -> None:
     words = [f"word{i} " for i in range(40)]
     slow = render_openai(text=words)
@@ -43,18 +62,7 @@ async def test_a_new_user_message_interrupts_the_answer_and_closes_the_stream() 
                                 http_client=client)
         runner = Runner(agent=Agent(name="voice", model=model), app_name="app",
                         session_service=service, auto_create_session=True)
-        queue = LiveRequestQueue()
-        events: list[Event] = []
-
-        async def consume() -> None:
-            async for event in runner.run_live(user_id="u", session_id="s",
-                                               live_request_queue=queue):
-                events.append(event)
-
-        task = asyncio.create_task(consume())
-        queue.send_content(Content.from_text("tell me a long story"))
-        await wait_until(lambda: sum(1 for e in events if e.partial) >= 3)
-        queue.send_content(Content.from_text("stop, please"))
+        queue, events, task = await cut_a_story(runner, "stop, please")
         record = await provider.wait_closed(0, timeout=2.0)
         assert record.close_kind in ("client_fin", "client_rst")
         await wait_until(lambda: any(e.text == "Sure, stopping." for e in events))
@@ -91,18 +99,7 @@ async def test_the_message_that_cut_an_answer_is_stored_before_a_fast_reply_to_i
     runner = Runner(agent=Agent(name="voice", model=ScriptedModel(responder=respond)),
                     app_name="app", session_service=service, auto_create_session=True)
     async with runner:
-        queue = LiveRequestQueue()
-        events: list[Event] = []
-
-        async def consume() -> None:
-            async for event in runner.run_live(user_id="u", session_id="s",
-                                               live_request_queue=queue):
-                events.append(event)
-
-        task = asyncio.create_task(consume())
-        queue.send_content(Content.from_text("tell me a long story"))
-        await wait_until(lambda: sum(1 for e in events if e.partial) >= 3)
-        queue.send_content(Content.from_text("hi"))
+        queue, events, task = await cut_a_story(runner, "hi")
         await wait_until(lambda: any(e.text == "Hello there." for e in events))
         queue.close()
         await asyncio.wait_for(task, 5)

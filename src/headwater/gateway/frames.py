@@ -84,6 +84,14 @@ def outer_call_id(branch: str | None) -> str | None:
     return branch[mark + 1:] if end < 0 else branch[mark + 1:end]
 
 
+def _on_branch(frame: dict[str, Any], branch: str | None) -> dict[str, Any]:
+    """``frame`` with its ``branch`` when the event ran on one (docs/frame-protocol.md,
+    "Provenance"): the main line's frames carry none."""
+    if branch:
+        frame["branch"] = branch
+    return frame
+
+
 class FrameMapper:
     """Turns a run's events into frame payloads for one agent's tools.
 
@@ -118,24 +126,17 @@ class FrameMapper:
             data = {"author": event.author, "call_id": progress.call_id,
                     "name": progress.tool_name, "type": item.type, "index": item.index,
                     "delta": item.delta}
-            if event.branch:
-                data["branch"] = event.branch
-            yield "tool_progress", data
+            yield "tool_progress", _on_branch(data, event.branch)
             return
         content = event.content
         if content is not None and content.role == "model":
             text = content.text
             if text:
-                data = {"author": event.author, "text": text}
-                if event.branch:
-                    data["branch"] = event.branch
-                yield "delta", data
+                yield "delta", _on_branch({"author": event.author, "text": text}, event.branch)
             thought = content.thought_text
             if thought:
-                data = {"author": event.author, "text": thought}
-                if event.branch:
-                    data["branch"] = event.branch
-                yield "reasoning", data
+                yield "reasoning", _on_branch({"author": event.author, "text": thought},
+                                              event.branch)
 
     def _whole(self, event: Event) -> Iterator[FramePayload]:
         """A whole event's frames: its content's, then approvals and the turn's end."""
@@ -159,9 +160,7 @@ class FrameMapper:
                                         "args_sha256": request.args_sha256}
             if self.exposes(request.tool_name):
                 approval["args"] = request.args
-            if branch:
-                approval["branch"] = branch
-            yield "approval_required", approval
+            yield "approval_required", _on_branch(approval, branch)
         if self.live and event.turn_complete and event.author != "user":
             yield "turn_complete", {"author": event.author, "interrupted": event.interrupted}
 
@@ -174,17 +173,13 @@ class FrameMapper:
                                        "final": event.is_final_response()}
             if event.interrupted:
                 message["interrupted"] = True
-            if branch:
-                message["branch"] = branch
-            yield "message", message
+            yield "message", _on_branch(message, branch)
         calls = content.function_calls
         if calls:
             call_frame: dict[str, Any] = {
                 "author": event.author, "names": [c.name for c in calls],
                 "calls": [self._call(c.id, c.name, c.args) for c in calls]}
-            if branch:
-                call_frame["branch"] = branch
-            yield "tool_call", call_frame
+            yield "tool_call", _on_branch(call_frame, branch)
 
     def _results(self, event: Event,
                  responses: list[FunctionResponse]) -> Iterator[FramePayload]:
@@ -193,16 +188,12 @@ class FrameMapper:
         result_frame: dict[str, Any] = {
             "author": event.author, "count": len(responses),
             "results": [self._result(r) for r in responses]}
-        if branch:
-            result_frame["branch"] = branch
-        yield "tool_result", result_frame
+        yield "tool_result", _on_branch(result_frame, branch)
         target = event.actions.transfer_to_agent
         if target:
             transfer: dict[str, Any] = {"author": event.author, "to": target,
                                         "call_id": _transfer_call(responses)}
-            if branch:
-                transfer["branch"] = branch
-            yield "agent_transfer", transfer
+            yield "agent_transfer", _on_branch(transfer, branch)
 
     @staticmethod
     def branch_error(event: Event) -> FramePayload:
