@@ -310,11 +310,13 @@ async def test_same_limits_and_cancellation_as_the_typed_runs(client_for: Any) -
     runs = app.state.gateway.runs.runs
     async with client.stream("POST", "/vercel/ops", json=chat_body("c1", user("go")),
                              headers=A) as response:
-        async for line in response.aiter_lines():
+        lines = response.aiter_lines()  # held: a dropped iterator's finalizer hangs up early
+        async for line in lines:
             if "text-delta" in line:
-                break  # hang up mid-answer
+                break
         busy = await client.post("/vercel/ops", json=chat_body("c1", user("x")), headers=A)
         assert (busy.status_code, busy.json()["error"]["code"]) == (409, "session_busy")
+    # leaving the block hangs up mid-answer
     await wait_until(lambda: model.streams[0].closed_early, timeout=2.0)
     await wait_until(lambda: all(r.ended for r in runs.values()), timeout=2.0)
     again = await client.post("/vercel/ops", json=chat_body("c1", user("again")), headers=A)
