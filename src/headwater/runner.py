@@ -29,8 +29,9 @@ from typing import Any, Literal
 from .agents.approvals import answered_calls, split_approvals
 from .agents.base import BaseAgent
 from .agents.expiry import expired_event
+from .agents.flow import Flow
 from .agents.invocation import InvocationContext, RunStats
-from .agents.tree import TreeRun
+from .agents.tree import TreeRun, lone_agent
 from .artifacts import BaseArtifactService
 from .clock import SYSTEM_CLOCK, Clock
 from .errors import (
@@ -551,9 +552,15 @@ class _Run:
     """One run: a start phase (hold the session, make it whole, store the message), then
     its events, then the hold's end. :meth:`RunStream.start` runs the start phase on its
     own; iterating starts it when nobody did.
+
+    A message to a lone LLM agent (the common case) is one flow's run: its
+    events are :meth:`Flow.top`'s, with this object as the flow's
+    :class:`~headwater.agents.flow.RunTop`, so the reader steps the flow with no
+    layer in between. Any other run (a tree, a live run) is a generator here
+    around the tree's events, with the same start, stop and end.
     """
 
-    __slots__ = ("_held", "_hold", "_loop", "_source", "phase", "spec")
+    __slots__ = ("_flow", "_held", "_hold", "_loop", "_source", "phase", "spec", "top")
 
     def __init__(self, runner: Runner, spec: _RunSpec) -> None:
         self.spec = spec
@@ -561,7 +568,10 @@ class _Run:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._hold = _Hold(runner, spec)
         self._held = False  # the hold was entered and is not left yet
-        self._source: AsyncGenerator[Event, None] | None = None
+        # the run is one flow's (Flow.top): its flow, once started
+        self.top = spec.queue is None and lone_agent(runner.agent) is not None
+        self._flow: Flow | None = None
+        self._source: AsyncGenerator[Event, None] | None = None  # any other run's events
 
     @property
     def reason(self) -> SealReason:
@@ -611,49 +621,81 @@ class _Run:
             first = hold.first
             if first is not None and hold.stored is None:  # the write with it failed
                 hold.stored = any(e.id == first.id for e in reversed(ctx.session.events))
-            if hold.stored:
-                self._source = tree.run()  # the message went in with the lease
-            elif spec.message is not None:
+            if spec.message is not None and not hold.stored:  # else it went in with the lease
                 content, decisions = split_approvals(spec.message)
                 ctx.resume = answered_calls(ctx.ledger, content, decisions)
                 await recorder.commit(Event(
                     invocation_id=spec.invocation_id, author="user", content=content,
                     actions=EventActions(approval_decisions=decisions)))
+            if self.top:
+                self._flow = tree.lone_flow()
+            elif spec.queue is None:
                 self._source = tree.run()
             else:
-                assert spec.queue is not None
                 self._source = tree.live(spec.queue)
         except SessionError as exc:  # the store failed: one error event, not a raise
             logger.warning("run %s: the session store failed: %s", spec.invocation_id,
                            type(exc).__name__)
             hold.failure = tree.error_event(exc.code, public_message(exc))
 
-    async def events(self) -> AsyncGenerator[Event, None]:
+    def events(self) -> AsyncGenerator[Event, None]:
         """The run's events; every non-partial one was committed before it is yielded."""
-        if self.phase == "new":
-            await self.start()
-        if self.phase != "started":
-            return  # the start failed (and raised) or the run was closed
-        hold = self._hold
+        return Flow.top(self) if self.top else self._events()
+
+    async def _events(self) -> AsyncGenerator[Event, None]:
+        """The events of a tree's or a live run, around the tree's (see the class docstring)."""
+        if not await self._started():
+            return
         try:
-            if hold.failure is not None:
-                yield hold.failure
+            failure = self._hold.failure
+            if failure is not None:  # the start failed as an event: the run's only one
+                yield failure
                 return
             source = self._source
-            assert source is not None and hold.tree is not None
+            assert source is not None
             try:
                 async for event in source:
                     yield event
-            except SessionError as exc:  # the store failed mid-run: one error event
-                logger.warning("run %s: the session store failed: %s", self.spec.invocation_id,
-                               type(exc).__name__)
-                hold.trace.fail(exc.code)
-                yield hold.tree.error_event(exc.code, public_message(exc))
+            except SessionError as exc:
+                yield self.store_failed(exc)  # the store failed mid-run: one error event
         except (GeneratorExit, asyncio.CancelledError):
-            hold.stopped = self.spec.stop_counts()
+            self.stopped()
             raise
         finally:
             await self.close()
+
+    # -- the run's side of its events (agents.flow.RunTop) ----------------------------------
+
+    async def begin(self) -> Flow | Event | None:
+        """Start the run unless :meth:`RunStream.start` did: the flow to drive, the
+        failure event that is the whole run, or ``None`` (no events)."""
+        if not await self._started():
+            return None
+        failure = self._hold.failure
+        return failure if failure is not None else self._flow
+
+    async def _started(self) -> bool:
+        """Start the run unless it was; whether it has events to give (it was not
+        closed, and its start did not fail and raise)."""
+        if self.phase == "new":
+            await self.start()
+        return self.phase == "started"
+
+    def store_failed(self, exc: SessionError) -> Event:
+        """The error event that ends a run whose store failed mid-run."""
+        hold = self._hold
+        logger.warning("run %s: the session store failed: %s", self.spec.invocation_id,
+                       type(exc).__name__)
+        hold.trace.fail(exc.code)
+        assert hold.tree is not None
+        return hold.tree.error_event(exc.code, public_message(exc))
+
+    def stopped(self) -> None:
+        """The reader closed or cancelled the run before its last event."""
+        self._hold.stopped = self.spec.stop_counts()
+
+    async def end(self) -> None:
+        await self.close()
 
     async def close(self) -> None:
         """End the run: close the flow (model stream, tools), then leave the hold
