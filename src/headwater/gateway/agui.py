@@ -66,7 +66,7 @@ from ..sse import encode_json
 from ..tools.approval import approval_response
 from ..types import Blob, Content, Part
 from .core import STREAM_RESPONSES, CurrentUser, GatewayDep
-from .frames import outer_call_id
+from .frames import outer_call_id, speaker_key
 from .problems import GatewayHTTPError, request_id_of
 from .sse import Frame
 
@@ -317,7 +317,7 @@ class AguiEncoder:
 
     def _close_branch(self, branch: str) -> list[dict[str, Any]]:
         """End the text messages still open on ``branch``."""
-        suffix = f"\0{branch}"
+        suffix = speaker_key("", branch)
         events = []
         for key in [k for k in self._text if k.endswith(suffix)]:
             events.append({"type": "TEXT_MESSAGE_END", "messageId": self._text.pop(key),
@@ -333,7 +333,7 @@ class AguiEncoder:
     def _delta(self, data: Mapping[str, Any]) -> list[dict[str, Any]]:
         author = data["author"]
         events = self._close_thinking(author)
-        key = _key(data)
+        key = speaker_key(data["author"], data.get("branch"))
         message_id = self._text.get(key)
         if message_id is None:
             message_id = self._text[key] = self._new_id("m")
@@ -346,7 +346,7 @@ class AguiEncoder:
     def _message(self, data: Mapping[str, Any]) -> list[dict[str, Any]]:
         author = data["author"]
         events = self._close_thinking(author)
-        message_id = self._text.pop(_key(data), None)
+        message_id = self._text.pop(speaker_key(data["author"], data.get("branch")), None)
         if message_id is None:  # no deltas came (streaming off, a tool-only turn's text)
             message_id = str(data["id"])
             events += [{"type": "TEXT_MESSAGE_START", "messageId": message_id,
@@ -475,12 +475,6 @@ _RENDERED: Final = frozenset({"delta", "reasoning", "message", "tool_call", "too
 _UNATTRIBUTED: Final = frozenset({"RUN_FINISHED", "RUN_ERROR", "CUSTOM", "SUBAGENT_STARTED",
                                    "SUBAGENT_FINISHED", "SUBAGENT_ERROR"})
 """Events that carry no ``subagentRunId`` of the frame they come from."""
-
-
-def _key(data: Mapping[str, Any]) -> str:
-    """A text message's key: its author, and its branch off the main line."""
-    branch = data.get("branch")
-    return f"{data['author']}\0{branch}" if branch else str(data["author"])
 
 
 # -- the route -----------------------------------------------------------------------------------

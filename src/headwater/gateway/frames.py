@@ -84,6 +84,13 @@ def outer_call_id(branch: str | None) -> str | None:
     return branch[mark + 1:] if end < 0 else branch[mark + 1:end]
 
 
+def speaker_key(author: str, branch: str | None) -> str:
+    """The key of one speaker's draft: its author, and its branch off the main line (a
+    client keeps one draft per key, docs/frame-protocol.md, "Provenance").
+    ``speaker_key("", branch)`` is the suffix every key on ``branch`` ends with."""
+    return f"{author}\0{branch}" if branch else author
+
+
 def _on_branch(frame: dict[str, Any], branch: str | None) -> dict[str, Any]:
     """``frame`` with its ``branch`` when the event ran on one (docs/frame-protocol.md,
     "Provenance"): the main line's frames carry none."""

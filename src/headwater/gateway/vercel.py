@@ -68,6 +68,7 @@ from ..sse import encode_event
 from ..tools.approval import approval_response
 from ..types import Content, FunctionResponse, Part
 from .core import STREAM_RESPONSES, CurrentUser, GatewayDep
+from .frames import speaker_key
 from .problems import GatewayHTTPError, request_id_of
 from .sse import Frame
 
@@ -297,7 +298,7 @@ class UIMessageEncoder:
 
     def _delta(self, data: Mapping[str, Any], kind: Literal["text", "reasoning"],
                frame_id: int, out: list[dict[str, Any]]) -> None:
-        key = _author_key(data)
+        key = speaker_key(data["author"], data.get("branch"))
         other = self.reasoning if kind == "text" else self.text
         if key in other:
             out.append({"type": f"{'reasoning' if kind == 'text' else 'text'}-end",
@@ -314,7 +315,7 @@ class UIMessageEncoder:
 
     def _message(self, data: Mapping[str, Any], frame_id: int,
                  out: list[dict[str, Any]]) -> None:
-        key = _author_key(data)
+        key = speaker_key(data["author"], data.get("branch"))
         reasoning = self.reasoning.pop(key, None)
         if reasoning is not None:
             out.append({"type": "reasoning-end", "id": reasoning})
@@ -406,11 +407,6 @@ def _provenance(data: Mapping[str, Any]) -> dict[str, Any]:
     branch = data.get("branch")
     agent = {"author": data["author"], "branch": branch} if branch else {"author": data["author"]}
     return {"headwater": agent}
-
-
-def _author_key(data: Mapping[str, Any]) -> str:
-    branch = data.get("branch")
-    return f"{data['author']}\0{branch}" if branch else str(data["author"])
 
 
 # -- the route -----------------------------------------------------------------------------------
