@@ -287,32 +287,50 @@ def tool_turn_model(turns: int, items: Sequence[str]) -> ScriptedModel:
 
 
 async def run_tool_turns(runner: Runner, turns: int, items: Sequence[str]) -> None:
+    await run_turns(runner, turns, len(items) + 3, "S2")  # call, response, partials, answer
+
+
+async def run_turns(runner: Runner, turns: int, events: int, what: str) -> None:
+    """``turns`` SSE turns, each on a new session, each yielding ``events`` events."""
     for _ in range(turns):
         count = await drain(runner, await new_session(runner))
-        expect_events(count, len(items) + 3, "S2")  # call, response, partials, answer
+        expect_events(count, events, what)
 
 
-async def ms_per_tool_turn(service: BaseSessionService, turns: int, sizes: Sizes) -> float:
-    items = chunks_of(sizes.s2_chunks)
-    runner = make_runner(tool_turn_model(turns + sizes.s2_warmup, items), service, [echo])
+async def ms_per_turn(runner: Runner, turns: int, warmup: int,
+                      run: Callable[[Runner, int], Awaitable[None]]) -> float:
+    """Mean wall time of ``turns`` turns after ``warmup`` ones; closes the runner's store."""
     try:
-        await run_tool_turns(runner, sizes.s2_warmup, items)
+        await run(runner, warmup)
         gc.collect()
         start = time.perf_counter_ns()
-        await run_tool_turns(runner, turns, items)
+        await run(runner, turns)
         return elapsed_since(start) / turns / 1e6
     finally:
-        await service.close()
+        await runner.session_service.close()
+
+
+async def in_memory_and_sqlite(measure: Callable[[BaseSessionService, bool], Awaitable[float]]
+                               ) -> Figures:
+    """``measure(store, in_memory)`` on an in-memory store, then on a SQLite file."""
+    from headwater.sessions import SqlSessionService
+
+    memory = await measure(InMemorySessionService(), True)
+    with tempfile.TemporaryDirectory(prefix="hw-bench-") as tmp:
+        sqlite = await measure(SqlSessionService(f"sqlite+aiosqlite:///{tmp}/sessions.db"), False)
+    return {"memory_ms_per_turn": memory, "sqlite_ms_per_turn": sqlite}
 
 
 async def _s2(sizes: Sizes) -> Figures:
-    from headwater.sessions import SqlSessionService
+    items = chunks_of(sizes.s2_chunks)
 
-    memory = await ms_per_tool_turn(InMemorySessionService(), sizes.s2_turns_memory, sizes)
-    with tempfile.TemporaryDirectory(prefix="hw-bench-") as tmp:
-        sql = SqlSessionService(f"sqlite+aiosqlite:///{tmp}/sessions.db")
-        sqlite = await ms_per_tool_turn(sql, sizes.s2_turns_sqlite, sizes)
-    return {"memory_ms_per_turn": memory, "sqlite_ms_per_turn": sqlite}
+    async def measure(service: BaseSessionService, in_memory: bool) -> float:
+        turns = sizes.s2_turns_memory if in_memory else sizes.s2_turns_sqlite
+        runner = make_runner(tool_turn_model(turns + sizes.s2_warmup, items), service, [echo])
+        return await ms_per_turn(runner, turns, sizes.s2_warmup,
+                                 lambda r, n: run_tool_turns(r, n, items))
+
+    return await in_memory_and_sqlite(measure)
 
 
 # -- S3: many concurrent sessions (run in a child process) --------------------------------
@@ -660,34 +678,17 @@ def transfer_turn_model(turns: int, items: Sequence[str]) -> ScriptedModel:
     return model
 
 
-async def run_transfer_turns(runner: Runner, turns: int, items: Sequence[str]) -> None:
-    for _ in range(turns):
-        count = await drain(runner, await new_session(runner))
-        # two calls and their results, the partials, the answer
-        expect_events(count, len(items) + 5, "M1")
-
-
-async def ms_per_transfer_turn(service: BaseSessionService, turns: int, sizes: Sizes) -> float:
-    items = chunks_of(sizes.m1_chunks)
-    runner = transfer_tree(transfer_turn_model(turns + sizes.m1_warmup, items), service)
-    try:
-        await run_transfer_turns(runner, sizes.m1_warmup, items)
-        gc.collect()
-        start = time.perf_counter_ns()
-        await run_transfer_turns(runner, turns, items)
-        return elapsed_since(start) / turns / 1e6
-    finally:
-        await service.close()
-
-
 async def _m1(sizes: Sizes) -> Figures:
-    from headwater.sessions import SqlSessionService
+    items = chunks_of(sizes.m1_chunks)
 
-    memory = await ms_per_transfer_turn(InMemorySessionService(), sizes.m1_turns_memory, sizes)
-    with tempfile.TemporaryDirectory(prefix="hw-bench-") as tmp:
-        sql = SqlSessionService(f"sqlite+aiosqlite:///{tmp}/sessions.db")
-        sqlite = await ms_per_transfer_turn(sql, sizes.m1_turns_sqlite, sizes)
-    return {"memory_ms_per_turn": memory, "sqlite_ms_per_turn": sqlite}
+    async def measure(service: BaseSessionService, in_memory: bool) -> float:
+        turns = sizes.m1_turns_memory if in_memory else sizes.m1_turns_sqlite
+        runner = transfer_tree(transfer_turn_model(turns + sizes.m1_warmup, items), service)
+        # two calls and their results, the partials, the answer
+        return await ms_per_turn(runner, turns, sizes.m1_warmup,
+                                 lambda r, n: run_turns(r, n, len(items) + 5, "M1"))
+
+    return await in_memory_and_sqlite(measure)
 
 
 # -- harness ------------------------------------------------------------------------------
