@@ -106,8 +106,8 @@ class RunStream:
         return self.stats.usage
 
     def __aiter__(self) -> AsyncGenerator[Event, None]:
-        # ``async for`` steps the run's generator itself: a Python ``__anext__`` here
-        # would cost a call from C per event (more than a generator layer).
+        # ``async for`` steps the run's generator itself (a lone agent's: its flow's,
+        # Flow.top): a Python ``__anext__`` here would cost a call from C per event.
         return self._agen
 
     def __anext__(self) -> Any:  # for stepping by hand: the generator's own awaitable
