@@ -128,15 +128,15 @@ async def test_a_cancel_reaches_the_replica_that_runs_the_run(redis_url: str,
 
 async def test_run_starts_are_counted_per_fixed_window() -> None:
     registry = LocalRunRegistry()
-    first, left = await registry.count_run("u", 0.5)
+    first, left = await registry.count_run("u", 0.5, 10)
     if left < 0.2:  # too near the window's end to count twice in it: start in the next
         await asyncio.sleep(left + 0.01)
-        first, left = await registry.count_run("u", 0.5)
-    second, _ = await registry.count_run("u", 0.5)
+        first, left = await registry.count_run("u", 0.5, 10)
+    second, _ = await registry.count_run("u", 0.5, 10)
     assert (first, second) == (1, 2) and 0 < left <= 0.5
-    assert (await registry.count_run("v", 0.5))[0] == 1
+    assert (await registry.count_run("v", 0.5, 10))[0] == 1
     await asyncio.sleep(left + 0.01)
-    assert (await registry.count_run("u", 0.5))[0] == 1  # a new window
+    assert (await registry.count_run("u", 0.5, 10))[0] == 1  # a new window
 
 
 @pytest.mark.redis
@@ -147,14 +147,21 @@ async def test_redis_counts_run_starts_over_every_replica(redis_url: str,
     a = RedisRunRegistry(redis_url, settings=settings)
     b = RedisRunRegistry(redis_url, settings=settings)
     try:
-        counts = [(await a.count_run("alice", 600))[0], (await b.count_run("alice", 600))[0],
-                  (await a.count_run("alice", 600))[0], (await b.count_run("bob", 600))[0]]
+        counts = [(await a.count_run("alice", 600, 10))[0],
+                  (await b.count_run("alice", 600, 10))[0],
+                  (await a.count_run("alice", 600, 10))[0],
+                  (await b.count_run("bob", 600, 10))[0]]
         if counts != [1, 2, 3, 1]:  # a 600 s window began between two counts: once more
-            counts = [(await a.count_run("carol", 600))[0],
-                      (await b.count_run("carol", 600))[0]]
+            counts = [(await a.count_run("carol", 600, 10))[0],
+                      (await b.count_run("carol", 600, 10))[0]]
             assert counts == [1, 2]
-        left = (await a.count_run("dave", 600))[1]
+        left = (await a.count_run("dave", 600, 10))[1]
         assert 0 < left <= 600
+        # past the limit a start is answered, not kept: the count stops at limit + 1
+        erin = [(await (a, b)[n % 2].count_run("erin", 600, 2))[0] for n in range(5)]
+        if erin[0] != 1 or erin != sorted(erin):  # a window began meanwhile: once more
+            erin = [(await a.count_run("frank", 600, 2))[0] for _ in range(5)]
+        assert erin == [1, 2, 3, 3, 3]
     finally:
         await a.close()
         await b.close()

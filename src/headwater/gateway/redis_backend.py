@@ -164,11 +164,15 @@ def _ms(seconds: float) -> int:
 
 # -- the run log ---------------------------------------------------------------------------------
 
-# KEYS: meta, frames. ARGV: ttl (ms). 1: opened; 0: it exists.
+# KEYS: meta, frames. ARGV: ttl (ms), the opener's token. 1: opened (or already opened by
+# this token: the call sent again after its answer was lost); 0: another opened it.
 _OPEN = """
-if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  if redis.call('HGET', KEYS[1], 'opener') == ARGV[2] then return 1 end
+  return 0
+end
 redis.call('DEL', KEYS[2])
-redis.call('HSET', KEYS[1], 'n', 0, 'end', 0)
+redis.call('HSET', KEYS[1], 'n', 0, 'end', 0, 'opener', ARGV[2])
 redis.call('PEXPIRE', KEYS[1], ARGV[1])
 return 1
 """
@@ -285,7 +289,10 @@ class RedisRunLog(RunLog):
         if self._closed:
             raise UserError("the run log is closed; make a new one")
         with self.health.guard():
-            opened = await self._open(keys=self._keys(run_id), args=[self._running_ttl])
+            # the opener's token: a call redis-py sends again (its connection closed before
+            # the answer) finds the log it opened, not another's
+            opened = await self._open(keys=self._keys(run_id),
+                                      args=[self._running_ttl, uuid.uuid4().hex])
         if not opened:
             raise UserError(f"run {run_id!r} already has a log; run ids must be unique")
         self._opened.add(run_id)
@@ -434,17 +441,23 @@ end
 return 1
 """
 
-# KEYS: the user's run counter (the window's index is appended). ARGV: window (ms).
-# Returns {starts in the current window, ms left in it}.
+# KEYS: the user's run starts (the window's index is appended). ARGV: window (ms), the
+# start's token, the limit. A start is kept as its token, up to the limit: the same call sent
+# again (redis-py's retry after a closed connection) is counted once, and a user past the
+# limit adds nothing. Returns {starts in the current window, this one included, ms left}.
 _COUNT_RUN = """
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local window = tonumber(ARGV[1])
 local index = math.floor(now / window)
 local key = KEYS[1] .. ':' .. index
-local n = redis.call('INCR', key)
-if n == 1 then redis.call('PEXPIRE', key, window) end
-return {n, (index + 1) * window - now}
+local left = (index + 1) * window - now
+local n = redis.call('SCARD', key)
+if redis.call('SISMEMBER', key, ARGV[2]) == 1 then return {n, left} end
+if n >= tonumber(ARGV[3]) then return {n + 1, left} end
+redis.call('SADD', key, ARGV[2])
+if n == 0 then redis.call('PEXPIRE', key, window) end
+return {n + 1, left}
 """
 
 # KEYS: info[, active]. ARGV: status, ttl (ms), run id.
@@ -589,10 +602,11 @@ class RedisRunRegistry(RunRegistry):
         with self.health.guard():
             return int(await self._count(keys=[self._streams_key(user_id)]))
 
-    async def count_run(self, user_id: str, window: float) -> tuple[int, float]:
+    async def count_run(self, user_id: str, window: float, limit: int) -> tuple[int, float]:
         with self.health.guard():
             count, left = await self._count_run(
-                keys=[f"{self._prefix}starts:{len(user_id)}:{user_id}"], args=[_ms(window)])
+                keys=[f"{self._prefix}starts:{len(user_id)}:{user_id}"],
+                args=[_ms(window), uuid.uuid4().hex, limit])
         return int(count), int(left) / 1000
 
     def stream_opened(self, user_id: str, run_id: str) -> object:

@@ -73,10 +73,12 @@ class RunRegistry(Protocol):
         """The streams the user has open on all replicas."""
         ...
 
-    async def count_run(self, user_id: str, window: float) -> tuple[int, float]:
+    async def count_run(self, user_id: str, window: float, limit: int) -> tuple[int, float]:
         """Count one more run start of the user in the current ``window`` (fixed windows
         of that many seconds, aligned to the clock); the starts counted in it so far,
-        this one included, and the seconds left in it."""
+        this one included, and the seconds left in it. A backend may stop counting
+        past ``limit`` (the answer is then ``limit + 1``); a call it sends again after
+        a lost answer counts once."""
         ...
 
     def stream_opened(self, user_id: str, run_id: str) -> object:
@@ -134,7 +136,7 @@ class LocalRunRegistry(RunRegistry):
     async def open_streams(self, user_id: str) -> int:
         return self._streams.get(user_id, 0)
 
-    async def count_run(self, user_id: str, window: float) -> tuple[int, float]:
+    async def count_run(self, user_id: str, window: float, limit: int) -> tuple[int, float]:
         now = time.time()
         index = math.floor(now / window)
         if len(self._starts) > 10_000:  # old windows' users: drop them all at once

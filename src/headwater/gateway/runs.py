@@ -101,7 +101,8 @@ class RunManager:
         limit = self.settings.max_runs_per_user
         if limit <= 0:
             return None
-        count, left = await self.registry.count_run(user_id, self.settings.run_rate_window)
+        count, left = await self.registry.count_run(user_id, self.settings.run_rate_window,
+                                                   limit)
         return left if count > limit else None
 
     async def has_room(self, user_id: str) -> bool:
