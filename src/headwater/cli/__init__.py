@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._common import DEMO_APPS, DEMO_USER
 from ._common import CommandError as CommandError
@@ -126,6 +126,10 @@ def _add_cors_origin(parser: argparse.ArgumentParser) -> None:
                              "HEADWATER_CORS_ORIGINS)")
 
 
+if TYPE_CHECKING:  # the sub-command table, as typeshed names it
+    _Commands = argparse._SubParsersAction[argparse.ArgumentParser]
+
+
 def _parser() -> argparse.ArgumentParser:
     formatter = argparse.RawDescriptionHelpFormatter
     parser = argparse.ArgumentParser(
@@ -133,7 +137,18 @@ def _parser() -> argparse.ArgumentParser:
         description="headwater: a streaming-first agent kit. Start with `headwater demo`.")
     parser.add_argument("--version", action="store_true", help="print the version and exit")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    _demo_command(commands)
+    _chat_command(commands)
+    _run_command(commands)
+    _sessions_command(commands)
+    _db_command(commands)
+    _serve_command(commands)
+    return parser
 
+
+def _demo_command(commands: _Commands) -> None:
+    """``headwater demo``: the example agents and their page."""
+    formatter = argparse.RawDescriptionHelpFormatter
     demo = commands.add_parser(
         "demo", formatter_class=formatter, epilog=MODELS_EPILOG,
         help="serve the example agents and their web page on 127.0.0.1",
@@ -153,6 +168,10 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--mode", choices=["sse", "none"], default="sse",
                       help="streaming mode of --terminal: sse streams deltas (default)")
 
+
+def _chat_command(commands: _Commands) -> None:
+    """``headwater chat``: a chat in the terminal."""
+    formatter = argparse.RawDescriptionHelpFormatter
     chat = commands.add_parser(
         "chat", formatter_class=formatter, epilog=CHAT_EPILOG + "\n" + MODELS_EPILOG,
         help="chat with the agents in the terminal (the demo's, or a gateway's at --url)",
@@ -177,6 +196,10 @@ def _parser() -> argparse.ArgumentParser:
     _add_model(chat)
     _add_db(chat)
 
+
+def _run_command(commands: _Commands) -> None:
+    """``headwater run``: one run of an agent file."""
+    formatter = argparse.RawDescriptionHelpFormatter
     run = commands.add_parser(
         "run", formatter_class=formatter, epilog=RUN_EPILOG,
         help="stream one run of an agent file to stdout",
@@ -192,6 +215,9 @@ def _parser() -> argparse.ArgumentParser:
                           "openai:gpt-4o-mini (default: the model the agent file gives it)")
     _add_db(run)
 
+
+def _sessions_command(commands: _Commands) -> None:
+    """``headwater sessions``: the stored sessions."""
     sessions = commands.add_parser(
         "sessions", help="list, show or delete stored sessions",
         description="Work with the session store: list sessions, show one's events, delete one.")
@@ -205,6 +231,9 @@ def _parser() -> argparse.ArgumentParser:
                                "default: the demo's agents, " + ", ".join(DEMO_APPS) + ")")
     sessions.add_argument("--user", default=DEMO_USER, help="user id (default: %(default)s)")
 
+
+def _db_command(commands: _Commands) -> None:
+    """``headwater db``: the session database's schema."""
     db = commands.add_parser(
         "db", help="upgrade the session database's schema, or show its revision",
         description="The session store's schema (Alembic revisions). upgrade: bring it to the "
@@ -214,6 +243,10 @@ def _parser() -> argparse.ArgumentParser:
     db.add_argument("action", choices=["upgrade", "current"], help="what to do")
     _add_db(db)
 
+
+def _serve_command(commands: _Commands) -> None:
+    """``headwater serve``: an app or agents over HTTP."""
+    formatter = argparse.RawDescriptionHelpFormatter
     serve = commands.add_parser(
         "serve", formatter_class=formatter, epilog=SERVE_EPILOG,
         help="serve an app, an agent or a list of agents over HTTP (uvicorn)",
@@ -245,7 +278,6 @@ def _parser() -> argparse.ArgumentParser:
                        choices=["critical", "error", "warning", "info", "debug"],
                        help="uvicorn's log level (default: %(default)s)")
     _add_cors_origin(serve)
-    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
