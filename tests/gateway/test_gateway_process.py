@@ -19,7 +19,7 @@ import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,13 +31,12 @@ from headwater.testing import (
     FakeProvider,
     Scenario,
     Sleep,
-    SSEMessage,
-    SSEParser,
     render_openai,
     wait_until,
 )
 
 from .live_sockets import live_socket, socket_to_end
+from .run_stream import RunStream
 
 pytestmark = pytest.mark.slow
 
@@ -152,47 +151,6 @@ async def gateway(spawn: Spawn, provider: FakeProvider, tmp_path: Path
 
 
 # -- reading a run's stream ----------------------------------------------------------------------
-
-
-@dataclass
-class RunStream:
-    """An open ``POST /sessions/{sid}/runs`` response, read as a browser would."""
-
-    response: httpx.Response
-    chunks: AsyncIterator[bytes]
-    parser: SSEParser = field(default_factory=SSEParser)
-    frames: list[SSEMessage] = field(default_factory=list)
-    raw: bytearray = field(default_factory=bytearray)
-    ended: bool = False
-
-    @property
-    def types(self) -> list[str]:
-        return [f.event for f in self.frames]
-
-    def data(self, index: int) -> dict[str, Any]:
-        data: dict[str, Any] = json.loads(self.frames[index].data)
-        return data
-
-    async def read_until(self, done: Callable[[RunStream], bool], within: float = 5.0) -> None:
-        """Read until ``done(self)`` or the end of the stream (fails past ``within``)."""
-        async with asyncio.timeout(within):
-            while not done(self) and not self.ended:
-                try:
-                    chunk = await anext(self.chunks)
-                except StopAsyncIteration:
-                    self.ended = True
-                    self.frames += self.parser.flush()
-                    break
-                self.raw += chunk
-                self.frames += self.parser.feed(chunk)
-
-    async def read_to_end(self, within: float = 5.0) -> None:
-        await self.read_until(lambda _: False, within)
-
-    async def hang_up(self) -> float:
-        """Close the connection mid-stream; when that happened (``time.monotonic()``)."""
-        await self.response.aclose()
-        return time.monotonic()
 
 
 async def open_run(client: httpx.AsyncClient, sid: str, message: str,
