@@ -2,9 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import AsyncIterator
 from typing import Any
 
-from headwater import Content, Event, RunConfig, Runner, StreamingMode
+from headwater import (
+    Content,
+    Event,
+    FunctionTool,
+    RunConfig,
+    Runner,
+    StreamingMode,
+    ToolStreamEvent,
+    tool,
+)
 from headwater.agents.base import BaseAgent
 from headwater.models import LlmRequest
 from headwater.sessions import InMemorySessionService
@@ -76,6 +87,21 @@ def assert_valid_history(contents: list[Content]) -> None:
             continue
         assert not open_calls, f"calls without results: {open_calls}"
         open_calls |= {c.id for c in content.function_calls}
+
+
+def slow_search(started: asyncio.Event) -> FunctionTool:
+    """A streaming ``slow_search`` tool: one progress delta, then ``started`` is set and it
+    sleeps 60 s (a run is cancelled around it)."""
+
+    @tool(streaming=True)
+    async def slow_search(query: str) -> AsyncIterator[ToolStreamEvent]:
+        """Search slowly."""
+        yield ToolStreamEvent("part_delta", delta="searching…")
+        started.set()
+        await asyncio.sleep(60)
+        yield ToolStreamEvent("done", response="never")
+
+    return slow_search
 
 
 def tool_names(request: LlmRequest) -> list[str]:
