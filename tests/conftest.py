@@ -1,4 +1,5 @@
-"""Shared test setup: a no-network guard, the PostgreSQL and Redis URLs, child-process fixtures.
+"""Shared test setup: a no-network guard, the PostgreSQL and Redis URLs, child-process fixtures,
+headwater's spans in memory.
 
 Tests never reach the network (docs/architecture.md): from `pytest_configure` on,
 connecting a socket, or resolving a name, outside loopback raises
@@ -11,14 +12,17 @@ from __future__ import annotations
 import ipaddress
 import os
 import socket
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 import headwater
 from headwater.testing import FakeProvider
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 _LOCAL_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost"})
 _patches: list[tuple[Any, str, Any]] = []
@@ -123,3 +127,22 @@ async def provider() -> AsyncIterator[FakeProvider]:
     """A loopback FakeProvider, closed after the test."""
     async with FakeProvider() as fake:
         yield fake
+
+
+@pytest.fixture
+def exporter() -> Iterator[InMemorySpanExporter]:
+    """headwater's spans, recorded in memory for this test only (through a provider given to
+    headwater alone; the OpenTelemetry SDK is imported only by the tests that use this)."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from headwater import telemetry
+
+    spans = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(spans))
+    telemetry.set_tracer_provider(provider)
+    yield spans
+    telemetry.set_tracer_provider(None)
+    provider.shutdown()

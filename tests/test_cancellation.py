@@ -7,24 +7,11 @@ import asyncio
 from contextlib import aclosing
 from typing import Any
 
+from agents.helpers import assert_valid_history
 from headwater import Agent, Event, RunConfig, Runner, StreamingMode
-from headwater.models import LlmRequest
 from headwater.testing import ScriptedModel
 
 SSE = RunConfig(streaming_mode=StreamingMode.SSE)
-
-
-def assert_valid_history(request: LlmRequest) -> None:
-    """Every call is answered before the next model or user turn (what providers demand)."""
-    open_calls: set[str] = set()
-    for content in request.contents:
-        responses = {r.id for r in content.function_responses}
-        if responses:
-            assert responses <= open_calls, f"response without call: {responses - open_calls}"
-            open_calls -= responses
-            continue
-        assert not open_calls, f"calls without results: {open_calls}"
-        open_calls |= {c.id for c in content.function_calls}
 
 
 async def setup(model: ScriptedModel, tools: list[Any]) -> Runner:
@@ -59,7 +46,7 @@ async def test_break_mid_stream_closes_the_model_stream() -> None:
     assert events[1].interrupted and events[2].error_code == "cancelled"
     again = [e async for e in run(runner, "again")]
     assert again[-1].text == "next"
-    assert_valid_history(model.requests[1])
+    assert_valid_history(model.requests[1].contents)
 
 
 async def test_plain_break_then_immediate_next_turn() -> None:
@@ -91,7 +78,7 @@ async def test_break_after_the_call_event_never_runs_the_tool_and_seals_it() -> 
     assert [(r.id, r.response["code"]) for r in sealed] == [("pay-1", "cancelled")]
     again = [e async for e in run(runner, "again")]
     assert again[-1].text == "next"
-    assert_valid_history(model.requests[1])
+    assert_valid_history(model.requests[1].contents)
     assert model.requests[1].contents[2].function_responses[0].response["code"] == "cancelled"
 
 
@@ -125,7 +112,7 @@ async def test_cancelling_the_consumer_cancels_a_running_tool() -> None:
     assert [(r.id, r.response["code"]) for r in sealed] == [("job-1", "cancelled")]
     again = [e async for e in run(runner, "again")]
     assert again[-1].text == "next"
-    assert_valid_history(model.requests[1])
+    assert_valid_history(model.requests[1].contents)
 
 
 async def test_aclose_while_two_tools_run_cancels_both() -> None:

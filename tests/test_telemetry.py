@@ -8,17 +8,16 @@ import json
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
 from opentelemetry import trace
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
-from headwater import Agent, RunConfig, Runner, SequentialAgent, StreamingMode, telemetry
+from headwater import Agent, RunConfig, Runner, SequentialAgent, StreamingMode
 from headwater.agents.base import BaseAgent
 from headwater.errors import ProviderTimeout, SessionBusyError
 from headwater.models import LlmRequest
@@ -35,18 +34,6 @@ SYSTEM = "You are the courier's helper."
 SECRETS = (QUESTION, ARGS_TEXT, RESULT_TEXT, "this morning", SYSTEM)
 USAGE = (Usage(input_tokens=40, output_tokens=9, total_tokens=49),
          Usage(input_tokens=71, output_tokens=14, total_tokens=85))
-
-
-@pytest.fixture
-def exporter() -> Iterator[InMemorySpanExporter]:
-    """headwater's spans, recorded in memory for this test only."""
-    spans = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(spans))
-    telemetry.set_tracer_provider(provider)
-    yield spans
-    telemetry.set_tracer_provider(None)
-    provider.shutdown()
 
 
 seen_in_tool: list[Any] = []

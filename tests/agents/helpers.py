@@ -2,9 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import AsyncIterator
 from typing import Any
 
-from headwater import Content, Event, RunConfig, Runner, StreamingMode
+from headwater import (
+    Content,
+    Event,
+    FunctionTool,
+    RunConfig,
+    Runner,
+    StreamingMode,
+    ToolStreamEvent,
+    tool,
+)
 from headwater.agents.base import BaseAgent
 from headwater.models import LlmRequest
 from headwater.sessions import InMemorySessionService
@@ -45,8 +56,13 @@ async def state(runner: Runner, sid: str) -> dict[str, Any]:
 
 def texts(request: LlmRequest) -> list[str]:
     """Each content of a request as ``role: text`` (calls and results by name)."""
+    return content_texts(request.contents)
+
+
+def content_texts(contents: list[Content]) -> list[str]:
+    """Each content as ``role: text`` (calls and results by name)."""
     out = []
-    for content in request.contents:
+    for content in contents:
         bits = []
         for part in content.parts:
             if part.text is not None:
@@ -57,6 +73,35 @@ def texts(request: LlmRequest) -> list[str]:
                 bits.append(f"result {part.function_response.name}")
         out.append(f"{content.role}: {' | '.join(bits)}")
     return out
+
+
+def assert_valid_history(contents: list[Content]) -> None:
+    """Every call is answered, once, before the next model or user turn (what providers
+    demand)."""
+    open_calls: set[str] = set()
+    for content in contents:
+        responses = {r.id for r in content.function_responses}
+        if responses:
+            assert responses <= open_calls, f"response without call: {responses - open_calls}"
+            open_calls -= responses
+            continue
+        assert not open_calls, f"calls without results: {open_calls}"
+        open_calls |= {c.id for c in content.function_calls}
+
+
+def slow_search(started: asyncio.Event) -> FunctionTool:
+    """A streaming ``slow_search`` tool: one progress delta, then ``started`` is set and it
+    sleeps 60 s (a run is cancelled around it)."""
+
+    @tool(streaming=True)
+    async def slow_search(query: str) -> AsyncIterator[ToolStreamEvent]:
+        """Search slowly."""
+        yield ToolStreamEvent("part_delta", delta="searching…")
+        started.set()
+        await asyncio.sleep(60)
+        yield ToolStreamEvent("done", response="never")
+
+    return slow_search
 
 
 def tool_names(request: LlmRequest) -> list[str]:

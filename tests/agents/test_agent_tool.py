@@ -53,7 +53,7 @@ from headwater.testing import (
 )
 from headwater.types import Content, FunctionCall, FunctionResponse, Part
 
-from .helpers import NONE, SSE, collect, make, stored, texts, tool_names
+from .helpers import NONE, SSE, collect, make, slow_search, stored, texts, tool_names
 
 BRANCH = "coordinator:c1"
 
@@ -340,17 +340,9 @@ async def test_cancelling_the_outer_run_closes_the_inner_model_stream_and_seals_
 async def test_a_dangling_inner_call_is_sealed_on_cancel() -> None:
     started = asyncio.Event()
 
-    @tool(streaming=True)
-    async def slow_search(query: str) -> AsyncIterator[ToolStreamEvent]:
-        """Search slowly."""
-        yield ToolStreamEvent("part_delta", delta="searching…")
-        started.set()
-        await asyncio.sleep(60)
-        yield ToolStreamEvent("done", response="never")
-
     inner = Agent(name="researcher", model=ScriptedModel().call("slow_search", {"query": "q"},
                                                                 call_id="s1"),
-                  tools=[slow_search])
+                  tools=[slow_search(started)])
     outer = ScriptedModel().call("researcher", {"request": "papers"}, call_id="c1")
     runner, sid = await make(Agent(name="coordinator", model=outer, tools=[AgentTool(inner)]))
     async with runner.run_async(user_id="u1", session_id=sid, new_message="go",

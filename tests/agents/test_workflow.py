@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -17,13 +16,22 @@ from headwater import (
     SequentialAgent,
     StreamingMode,
     ToolContext,
-    ToolStreamEvent,
     tool,
 )
 from headwater.errors import ProviderTruncated, UserError
 from headwater.testing import ScriptedModel, ScriptedTurn
 
-from .helpers import NONE, SSE, collect, drafts_by_author, make, state, stored, texts
+from .helpers import (
+    NONE,
+    SSE,
+    collect,
+    drafts_by_author,
+    make,
+    slow_search,
+    state,
+    stored,
+    texts,
+)
 
 
 async def test_sequential_runs_in_order_and_output_key_feeds_the_next_instruction() -> None:
@@ -211,19 +219,11 @@ async def test_max_llm_calls_counts_every_agent_of_the_tree() -> None:
 async def test_cancelling_a_parallel_run_closes_every_model_stream_and_seals_calls() -> None:
     started = asyncio.Event()
 
-    @tool(streaming=True)
-    async def slow_search(query: str) -> AsyncIterator[ToolStreamEvent]:
-        """Search slowly."""
-        yield ToolStreamEvent("part_delta", delta="searching…")
-        started.set()
-        await asyncio.sleep(60)
-        yield ToolStreamEvent("done", response="never")
-
     slow = [ScriptedTurn(text=tuple("x" * 200), delay=0.05)]
     tooled = ScriptedModel().call("slow_search", {"query": "q"})
     root = ParallelAgent(name="p", sub_agents=[
         Agent(name="a", model=ScriptedModel(slow)), Agent(name="b", model=ScriptedModel(slow)),
-        Agent(name="c", model=tooled, tools=[slow_search])])
+        Agent(name="c", model=tooled, tools=[slow_search(started)])])
     runner, sid = await make(root)
     seen: set[str] = set()
     async with runner.run_async(user_id="u1", session_id=sid, new_message="go",

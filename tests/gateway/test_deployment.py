@@ -16,7 +16,7 @@ import os
 import signal
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,12 +31,12 @@ from headwater.testing import (
     Scenario,
     Sleep,
     SSEMessage,
-    SSEParser,
     render_openai,
     wait_until,
 )
 
 from .deployment import Nginx, Served, need_nginx, serve, start_nginx
+from .run_stream import RunStream
 from .test_runlog import drop_keys
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.redis,
@@ -106,39 +106,10 @@ async def deployment(child_env: dict[str, str], tmp_path: Path, provider: FakePr
 # -- reading a run's stream ----------------------------------------------------------------------
 
 
-@dataclass
-class Stream:
-    """An open SSE response, read frame by frame."""
-
-    response: httpx.Response
-    chunks: AsyncIterator[bytes]
-    parser: SSEParser
-    frames: list[SSEMessage]
-    ended: bool = False
-
-    @property
-    def types(self) -> list[str]:
-        return [f.event for f in self.frames]
-
-    async def read_until(self, done: Callable[[Stream], bool], within: float = 30.0) -> None:
-        async with asyncio.timeout(within):
-            while not done(self) and not self.ended:
-                try:
-                    chunk = await anext(self.chunks)
-                except StopAsyncIteration:
-                    self.ended = True
-                    self.frames += self.parser.flush()
-                    break
-                self.frames += self.parser.feed(chunk)
-
-    async def read_to_end(self, within: float = 30.0) -> None:
-        await self.read_until(lambda _: False, within)
-
-
 async def open_stream(client: httpx.AsyncClient, method: str, path: str,
-                      **kwargs: Any) -> Stream:
+                      **kwargs: Any) -> RunStream:
     response = await client.send(client.build_request(method, path, **kwargs), stream=True)
-    return Stream(response, response.aiter_raw(), SSEParser(), [])
+    return RunStream(response, response.aiter_raw(), within=30.0)
 
 
 async def new_session(client: httpx.AsyncClient) -> str:
@@ -194,14 +165,20 @@ async def test_five_concurrent_runs_on_one_session_one_proceeds_four_get_409(
 # -- a replica dies mid-run ----------------------------------------------------------------------
 
 
-async def test_kill_9_of_a_mid_run_the_session_goes_on_on_b(
-        deployment: Deployment, provider: FakeProvider) -> None:
+async def hold_on_a(deployment: Deployment, provider: FakeProvider) -> tuple[str, RunStream]:
+    """A new session, and its resumable run on A, whose model calls ``hold`` for 120 s."""
     provider.enqueue(Scenario(body=render_openai(
         tool_calls=[{"name": "hold", "id": "call_hold", "arguments": {"seconds": 120}}],
         finish_reason="tool_calls")))
     sid = await new_session(deployment.via_nginx)
     on_a = await open_stream(deployment.via_a, "POST", f"/sessions/{sid}/runs",
                              json={"message": "hold on", "resumable": True})
+    return sid, on_a
+
+
+async def test_kill_9_of_a_mid_run_the_session_goes_on_on_b(
+        deployment: Deployment, provider: FakeProvider) -> None:
+    sid, on_a = await hold_on_a(deployment, provider)
     assert on_a.response.status_code == 200
     run_id = on_a.response.headers["x-run-id"]
     await on_a.read_until(lambda s: "tool_call" in s.types)
@@ -357,12 +334,7 @@ async def test_a_cancel_sent_to_b_stops_the_run_on_a(deployment: Deployment,
 
 async def test_a_follower_through_b_of_a_run_whose_replica_died_gets_a_terminal_frame(
         deployment: Deployment, provider: FakeProvider) -> None:
-    provider.enqueue(Scenario(body=render_openai(
-        tool_calls=[{"name": "hold", "id": "call_hold", "arguments": {"seconds": 120}}],
-        finish_reason="tool_calls")))
-    sid = await new_session(deployment.via_nginx)
-    on_a = await open_stream(deployment.via_a, "POST", f"/sessions/{sid}/runs",
-                             json={"message": "hold on", "resumable": True})
+    _, on_a = await hold_on_a(deployment, provider)
     run_id = on_a.response.headers["x-run-id"]
     await on_a.read_until(lambda s: "tool_call" in s.types)
     follower = await open_stream(deployment.via_b, "GET", f"/runs/{run_id}/stream",

@@ -19,25 +19,24 @@ import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from websockets.asyncio.client import ClientConnection, connect
-from websockets.exceptions import ConnectionClosed
 
 from headwater.sessions import SqlSessionService
 from headwater.testing import (
     FakeProvider,
     Scenario,
     Sleep,
-    SSEMessage,
-    SSEParser,
     render_openai,
     wait_until,
 )
+
+from .live_sockets import live_socket, socket_to_end
+from .run_stream import RunStream
 
 pytestmark = pytest.mark.slow
 
@@ -152,47 +151,6 @@ async def gateway(spawn: Spawn, provider: FakeProvider, tmp_path: Path
 
 
 # -- reading a run's stream ----------------------------------------------------------------------
-
-
-@dataclass
-class RunStream:
-    """An open ``POST /sessions/{sid}/runs`` response, read as a browser would."""
-
-    response: httpx.Response
-    chunks: AsyncIterator[bytes]
-    parser: SSEParser = field(default_factory=SSEParser)
-    frames: list[SSEMessage] = field(default_factory=list)
-    raw: bytearray = field(default_factory=bytearray)
-    ended: bool = False
-
-    @property
-    def types(self) -> list[str]:
-        return [f.event for f in self.frames]
-
-    def data(self, index: int) -> dict[str, Any]:
-        data: dict[str, Any] = json.loads(self.frames[index].data)
-        return data
-
-    async def read_until(self, done: Callable[[RunStream], bool], within: float = 5.0) -> None:
-        """Read until ``done(self)`` or the end of the stream (fails past ``within``)."""
-        async with asyncio.timeout(within):
-            while not done(self) and not self.ended:
-                try:
-                    chunk = await anext(self.chunks)
-                except StopAsyncIteration:
-                    self.ended = True
-                    self.frames += self.parser.flush()
-                    break
-                self.raw += chunk
-                self.frames += self.parser.feed(chunk)
-
-    async def read_to_end(self, within: float = 5.0) -> None:
-        await self.read_until(lambda _: False, within)
-
-    async def hang_up(self) -> float:
-        """Close the connection mid-stream; when that happened (``time.monotonic()``)."""
-        await self.response.aclose()
-        return time.monotonic()
 
 
 async def open_run(client: httpx.AsyncClient, sid: str, message: str,
@@ -536,26 +494,6 @@ async def test_sigint_does_not_wait_past_the_streams_and_a_second_one_exits_at_o
 # -- 5. SIGTERM: every live WebSocket gets its last frame, then its close; exit 0 ----------------
 
 
-async def live_socket(server: Server, sid: str) -> ClientConnection:
-    url = server.base_url.replace("http://", "ws://", 1) + f"/live/{sid}"
-    socket = await connect(url, additional_headers=A)
-    ready = json.loads(await socket.recv())
-    assert ready["type"] == "ready", ready
-    return socket
-
-
-async def socket_to_end(socket: ClientConnection, within: float) -> list[dict[str, Any]]:
-    """Every message until the server closes the socket."""
-    messages: list[dict[str, Any]] = []
-    async with asyncio.timeout(within):
-        try:
-            while True:
-                messages.append(json.loads(await socket.recv()))
-        except ConnectionClosed:
-            pass
-    return messages
-
-
 async def test_sigterm_gives_every_websocket_its_frame_then_its_close_and_exits_0(
         spawn: Spawn, provider: FakeProvider) -> None:
     server = await spawn("served_app:app", env={"HW_TEST_PROVIDER_URL": provider.base_url,
@@ -563,7 +501,7 @@ async def test_sigterm_gives_every_websocket_its_frame_then_its_close_and_exits_
     provider.enqueue(*[trickled(WORDS, every=0.05) for _ in range(6)])
     async with httpx.AsyncClient(base_url=server.base_url, timeout=10) as client:
         sids = [await new_session(client) for _ in range(6)]
-        sockets = [await live_socket(server, sid) for sid in sids[:4]]
+        sockets = [await live_socket(server.base_url, sid, A) for sid in sids[:4]]
         for socket in sockets:  # each mid-answer: the stop has a model call to close and seal
             await socket.send(json.dumps({"type": "content", "text": "go"}))
             async with asyncio.timeout(5):

@@ -6,16 +6,13 @@ to headwater alone."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 
 import httpx
-import pytest
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from websockets.asyncio.client import connect
 
-from headwater import Agent, telemetry
+from headwater import Agent
 from headwater.gateway import create_app
 from headwater.settings import Settings
 from headwater.testing import ScriptedModel, ScriptedTurn, wait_until
@@ -26,17 +23,6 @@ from .stores import new_service
 TRACE_ID = 0x4BF92F3577B34DA6A3CE929D0E0E4736
 PARENT_ID = 0x00F067AA0BA902B7
 TRACEPARENT = f"00-{TRACE_ID:032x}-{PARENT_ID:016x}-01"
-
-
-@pytest.fixture
-def exporter() -> Iterator[InMemorySpanExporter]:
-    spans = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(spans))
-    telemetry.set_tracer_provider(provider)
-    yield spans
-    telemetry.set_tracer_provider(None)
-    provider.shutdown()
 
 
 def run_spans(exporter: InMemorySpanExporter) -> list[ReadableSpan]:

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from agents.helpers import assert_valid_history, content_texts
 from headwater import Agent, Event, RunConfig, Runner, ToolContext, tool
 from headwater.models import BaseLlm, LlmRequest, LlmResponse
 from headwater.models.connection import EmulatedLlmConnection
@@ -42,35 +43,6 @@ CONTEXT = [
     "user: For context: | [coordinator] `transfer_to_agent` tool returned result: "
     '{"result": null}',
 ]
-
-
-def texts(contents: list[Content]) -> list[str]:
-    """Each content as ``role: text`` (calls and results by name)."""
-    out = []
-    for content in contents:
-        bits = []
-        for part in content.parts:
-            if part.text is not None:
-                bits.append(part.text)
-            elif part.function_call is not None:
-                bits.append(f"call {part.function_call.name}")
-            elif part.function_response is not None:
-                bits.append(f"result {part.function_response.name}")
-        out.append(f"{content.role}: {' | '.join(bits)}")
-    return out
-
-
-def assert_valid_history(contents: list[Content]) -> None:
-    """Every call is answered, once, before the next model or user turn."""
-    open_calls: set[str] = set()
-    for content in contents:
-        responses = {r.id for r in content.function_responses}
-        if responses:
-            assert responses <= open_calls, f"response without call: {responses - open_calls}"
-            open_calls -= responses
-            continue
-        assert not open_calls, f"calls without results: {open_calls}"
-        open_calls |= {c.id for c in content.function_calls}
 
 
 def tree(coordinator: BaseLlm, billing: BaseLlm, *, billing_tools: list[Any] | None = None,
@@ -140,12 +112,12 @@ async def test_emulated_transfer_closes_the_connection_and_billing_answers_over_
         request = billing.requests[0]
         assert request.system_instruction == BILLING
         assert [t.name for t in request.tools] == ["transfer_to_agent"]  # back to the parent
-        assert texts(request.contents) == CONTEXT
+        assert content_texts(request.contents) == CONTEXT
         # The client's queue goes on into billing's connection.
         await live.say("Thanks")
         await live.answered("billing", 2)
         assert len(coordinator.requests) == 1 and len(billing.requests) == 2
-        assert texts(billing.requests[1].contents)[-2:] == [
+        assert content_texts(billing.requests[1].contents)[-2:] == [
             "model: Your invoice is paid.", "user: Thanks"]
     assert shape(live.events) == [
         ("user", "message"), ("coordinator", "call"), ("coordinator", "result"),
@@ -163,7 +135,7 @@ async def test_emulated_transfer_closes_the_connection_and_billing_answers_over_
         await again.say("Hello?")
         await again.answered("billing")
     assert len(billing.connections) == 2 and len(coordinator.connections) == 1
-    assert texts(billing.requests[-1].contents)[-1] == "user: Hello?"
+    assert content_texts(billing.requests[-1].contents)[-1] == "user: Hello?"
     # And so does the next run_async turn.
     billing.reply("Yes.")
     async with runner.run_async(user_id="u", session_id="s", new_message="Sure?") as stream:
@@ -194,7 +166,7 @@ async def test_a_target_that_cannot_run_live_is_an_error_result_and_the_run_goes
     assert not any(e.actions.transfer_to_agent for e in live.events)
     assert live.finals("coordinator")[0].text == "I will help you myself."
     assert len(coordinator.connections) == 1  # the same connection throughout
-    assert texts(coordinator.requests[1].contents)[-1] == "user: result transfer_to_agent"
+    assert content_texts(coordinator.requests[1].contents)[-1] == "user: result transfer_to_agent"
 
 
 async def test_the_old_agents_live_stream_stops_and_stop_streaming_stays_the_built_in() -> None:
@@ -317,7 +289,7 @@ async def test_content_sent_during_the_switch_goes_to_the_target() -> None:
     users = [e for e in stored_events if e.author == "user"]
     transfer = next(e for e in stored_events if e.actions.transfer_to_agent)
     assert stored_events.index(users[1]) > stored_events.index(transfer)
-    assert texts(billing.requests[-1].contents)[-1] == "user: Hello, anyone?"
+    assert content_texts(billing.requests[-1].contents)[-1] == "user: Hello, anyone?"
     assert_valid_history(CallLedger.of(stored_events).contents)
 
 
@@ -352,7 +324,7 @@ async def test_an_approval_answered_after_the_transfer_runs_the_callers_tool() -
     assert ran == ["refund 5"]
     (result,) = [e for e in live.events for r in e.function_responses if r.name == "refund"]
     assert result.author == "coordinator"  # its call, run with its tools
-    assert texts(billing.requests[-1].contents)[-1] == (
+    assert content_texts(billing.requests[-1].contents)[-1] == (
         'user: For context: | [coordinator] `refund` tool returned result: '
         '{"result": "refunded"}')
     assert len(coordinator.requests) == 2 and len(coordinator.connections) == 1
@@ -423,7 +395,7 @@ async def test_native_transfer_closes_the_socket_and_opens_billings_with_the_his
             assert sent[0] == QUESTION
             assert sent[1:] == ["For context:", CONTEXT[1].split(" | ")[1],
                                 "For context:", CONTEXT[2].split(" | ")[1]]
-            assert texts(fake.requests[-1].contents) == CONTEXT
+            assert content_texts(fake.requests[-1].contents) == CONTEXT
             await live.say("And the next one?")
             await live.answered("billing", 2)
             assert len(fake.sessions) == 2  # the same socket goes on
@@ -500,7 +472,7 @@ async def test_a_realtime_agent_hands_off_to_a_text_agent_and_back(protocol: str
         assert first.closed.is_set() and first.close_code == 1000
         assert setup_of(second)[0] == ROUTE
         # The coordinator's new session holds its own turn as it was and billing's as context.
-        assert texts(fake.requests[-1].contents) == [
+        assert content_texts(fake.requests[-1].contents) == [
             *CONTEXT[:1], "model: call transfer_to_agent", "user: result transfer_to_agent",
             "user: For context: | [billing] said: Paid.", "user: Back to the desk, please.",
             "user: For context: | [billing] called tool `transfer_to_agent` with parameters: "

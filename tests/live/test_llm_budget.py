@@ -9,7 +9,7 @@ request they would start (call N + 1) is never sent.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
 from typing import Any
 
 import pytest
@@ -85,8 +85,10 @@ async def test_run_async_makes_exactly_max_llm_calls_requests(mode: StreamingMod
     check_record(events, await stored(service), pings)
 
 
-async def live_until_it_ends(runner: Runner, first: str = "go") -> list[Event]:
-    """A live run that ends by itself (its queue stays open), with its events."""
+def live_run(runner: Runner, first: str = "go"
+             ) -> tuple[LiveRequestQueue, list[Event], Coroutine[Any, Any, None]]:
+    """A live run under the budget, ``first`` sent: its queue, the list its events go to, and
+    the coroutine that runs it (to await, or to start as a task)."""
     queue = LiveRequestQueue()
     queue.send_content(Content.from_text(first))
     config = RunConfig(streaming_mode=StreamingMode.BIDI, max_llm_calls=LIMIT)
@@ -97,7 +99,13 @@ async def live_until_it_ends(runner: Runner, first: str = "go") -> list[Event]:
                                            live_request_queue=queue, run_config=config):
             events.append(event)
 
-    await asyncio.wait_for(consume(), 30)
+    return queue, events, consume()
+
+
+async def live_until_it_ends(runner: Runner, first: str = "go") -> list[Event]:
+    """A live run that ends by itself (its queue stays open), with its events."""
+    queue, events, run = live_run(runner, first)
+    await asyncio.wait_for(run, 30)
     queue.close()
     return events
 
@@ -153,17 +161,8 @@ async def test_emissions_past_the_budget_are_not_sent() -> None:
 
     model, service = ScriptedModel(responder=respond), InMemorySessionService()
     runner = runner_for(model, [ticker], service, clock)
-    queue = LiveRequestQueue()
-    queue.send_content(Content.from_text("go"))
-    config = RunConfig(streaming_mode=StreamingMode.BIDI, max_llm_calls=LIMIT)
-    events: list[Event] = []
-
-    async def consume() -> None:
-        async for event in runner.run_live(user_id="u", session_id="s",
-                                           live_request_queue=queue, run_config=config):
-            events.append(event)
-
-    task = asyncio.create_task(consume())
+    queue, events, run = live_run(runner)
+    task = asyncio.create_task(run)
     await clock.settle()
     for _ in range(5):
         await clock.advance(1)

@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
-from headwater import Agent, RunConfig, Runner, StreamingMode
+from headwater import Agent, Event, RunConfig, Runner, StreamingMode
 from headwater.models import BaseLlm
 from headwater.models.anthropic import AnthropicModel
 from headwater.models.gemini import GeminiModel
@@ -124,6 +124,17 @@ ADAPTERS = {
 }
 
 
+async def find_1_and_2(make: Callable[[FakeProvider, httpx.AsyncClient], BaseLlm],
+                       provider: FakeProvider) -> list[Event]:
+    """One SSE run of a bot with ``lookup`` over ``make``'s model, asked to find 1 and 2."""
+    async with httpx.AsyncClient() as client:
+        runner = Runner(agent=Agent(name="bot", model=make(provider, client), tools=[lookup]),
+                        app_name="app", auto_create_session=True)
+        return [e async for e in runner.run_async(
+            user_id="u", session_id="s", new_message="find 1 and 2",
+            run_config=RunConfig(streaming_mode=StreamingMode.SSE))]
+
+
 @pytest.mark.parametrize("fmt", list(ADAPTERS))
 async def test_a_reused_call_id_is_replaced_consistently_on_the_wire(
         fmt: str, provider: FakeProvider) -> None:
@@ -134,12 +145,7 @@ async def test_a_reused_call_id_is_replaced_consistently_on_the_wire(
         Scenario(body=call_turn(fmt, {"id": "call_1", "name": "lookup",
                                       "arguments": {"order_id": "2"}})),
         Scenario(body=text_turn(fmt, "Both found.")))
-    async with httpx.AsyncClient() as client:
-        runner = Runner(agent=Agent(name="bot", model=make(provider, client), tools=[lookup]),
-                        app_name="app", auto_create_session=True)
-        events = [e async for e in runner.run_async(
-            user_id="u", session_id="s", new_message="find 1 and 2",
-            run_config=RunConfig(streaming_mode=StreamingMode.SSE))]
+    events = await find_1_and_2(make, provider)
     assert [e.error_code for e in events if e.error_code] == []
     assert events[-1].text == "Both found."  # a 400 for the history would be an error event
     calls = [c.id for e in events if not e.partial for c in e.function_calls]
@@ -163,12 +169,7 @@ async def test_two_calls_with_one_id_in_one_response_pair_up_on_the_wire(
                                 {"id": "call_1", "name": "lookup", "fragments": 3,
                                  "arguments": {"order_id": "2"}})),
         Scenario(body=text_turn(fmt, "Both found.")))
-    async with httpx.AsyncClient() as client:
-        runner = Runner(agent=Agent(name="bot", model=make(provider, client), tools=[lookup]),
-                        app_name="app", auto_create_session=True)
-        events = [e async for e in runner.run_async(
-            user_id="u", session_id="s", new_message="find 1 and 2",
-            run_config=RunConfig(streaming_mode=StreamingMode.SSE))]
+    events = await find_1_and_2(make, provider)
     assert events[-1].text == "Both found.", [e.error_code for e in events]
     calls = [c.id for e in events if not e.partial for c in e.function_calls]
     answers = {r.id: r.response for e in events if not e.partial for r in e.function_responses}

@@ -11,9 +11,8 @@ import time
 from typing import Any
 
 import pytest
-from websockets.asyncio.client import ClientConnection, connect
-from websockets.exceptions import ConnectionClosed
 
+from gateway.live_sockets import live_socket, socket_to_end
 from headwater.testing import FakeProvider
 
 from .conftest import (
@@ -21,7 +20,6 @@ from .conftest import (
     RESTART_TURN,
     A,
     Raw,
-    Served,
     Spawn,
     history,
     integrity,
@@ -97,25 +95,6 @@ async def test_kill_9_with_ten_sessions_streaming_loses_no_frame_a_client_saw(
     assert integrity(database) == "ok"
 
 
-async def live_socket(served: Served, sid: str) -> ClientConnection:
-    url = served.base_url.replace("http://", "ws://", 1) + f"/live/{sid}"
-    socket = await connect(url, additional_headers=A)
-    ready = json.loads(await socket.recv())
-    assert ready["type"] == "ready", ready
-    return socket
-
-
-async def socket_to_end(socket: ClientConnection, within: float) -> list[dict[str, Any]]:
-    messages: list[dict[str, Any]] = []
-    async with asyncio.timeout(within):
-        try:
-            while True:
-                messages.append(json.loads(await socket.recv()))
-        except ConnectionClosed:
-            pass
-    return messages
-
-
 @pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 0), (signal.SIGINT, 130)])
 async def test_a_signal_with_50_streams_and_5_websockets_ends_each_then_exits(
         spawn: Spawn, provider: FakeProvider, sig: signal.Signals, code: int) -> None:
@@ -123,7 +102,7 @@ async def test_a_signal_with_50_streams_and_5_websockets_ends_each_then_exits(
     provider.enqueue(*(trickled(WORDS, every=0.1) for _ in range(55)))
     async with server.client() as client:
         sids = [await new_session(client) for _ in range(55)]
-        sockets = [await live_socket(server, sid) for sid in sids[:5]]
+        sockets = [await live_socket(server.base_url, sid, A) for sid in sids[:5]]
         for socket in sockets:
             await socket.send(json.dumps({"type": "content", "text": "go"}))
             async with asyncio.timeout(10):
