@@ -1,13 +1,18 @@
-"""A Redis command whose answer is lost is sent again by redis-py (``connect``'s one retry
-after a closed connection): the writes that retry meets must count once. Between the
-client and the real Redis sits a relay that, when armed, passes one command on and then
-closes the client's connection instead of passing the answer back: the command ran, the
-client saw the connection close and sent it again on a new one."""
+"""Redis calls through a relay to the real Redis that loses or holds answers.
+
+A command whose answer is lost is sent again by redis-py (``connect``'s one retry after a
+closed connection): the writes that retry meets must count once. The relay, when armed,
+passes one command on and then closes the client's connection instead of passing the
+answer back: the command ran, the client saw the connection close and sent it again.
+
+A replica whose every connection is busy (answers held) is not a Redis outage: its calls
+answer ``RunStoreUnavailable`` after ``redis_pool_timeout``, logged once as a full pool."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterator
 from urllib.parse import urlsplit
 
@@ -27,6 +32,8 @@ class LosesOneAnswer:
         self.host, self.port = host, port
         self.marker: bytes | None = None
         self.dropped = 0
+        self.flowing = asyncio.Event()  # cleared: answers are held back until it is set
+        self.flowing.set()
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -55,6 +62,7 @@ class LosesOneAnswer:
 
         async def answers() -> None:
             while chunk := await up_reader.read(65536):
+                await self.flowing.wait()
                 if drop.is_set():  # the command ran; its answer never reaches the client
                     self.dropped += 1
                     writer.transport.abort()
@@ -137,3 +145,32 @@ async def test_a_run_log_open_whose_answer_is_lost_opens_it(
 async def drop_keys_of(url: str, settings: Settings, user: str) -> None:
     with contextlib.suppress(Exception):
         await drop_keys(url, f"{settings.redis_key_prefix}starts:{len(user)}:{user}")
+
+
+async def test_a_full_pool_is_not_an_outage(relay: tuple[LosesOneAnswer, str, Settings],
+                                            caplog: pytest.LogCaptureFixture) -> None:
+    from headwater.errors import RunStoreUnavailable
+    from headwater.gateway.redis_backend import RedisRunRegistry
+
+    held, url, settings = relay
+    small = settings.model_copy(update={"redis_max_connections": 2, "redis_pool_timeout": 0.3})
+    registry = RedisRunRegistry(url, settings=small)
+    caplog.set_level(logging.INFO, logger="headwater.gateway")
+    try:
+        assert await registry.open_streams("warm-up") == 0
+        held.flowing.clear()  # the next calls' answers are held: their connections stay busy
+        busy = [asyncio.create_task(registry.open_streams(f"u{n}")) for n in range(2)]
+        await asyncio.sleep(0.1)
+        for _ in range(2):
+            with pytest.raises(RunStoreUnavailable, match="in use"):
+                await registry.open_streams("one-too-many")  # after redis_pool_timeout
+        assert not registry.health.down and registry.health.outages == 0
+        held.flowing.set()
+        assert await asyncio.gather(*busy) == [0, 0]
+        assert await registry.open_streams("again") == 0
+        lines = [r.getMessage() for r in caplog.records if "Redis" in r.getMessage()]
+        assert len(lines) == 1 and "in use" in lines[0] and "unreachable" not in lines[0]
+        assert not registry.health.busy
+    finally:
+        held.flowing.set()
+        await registry.close()

@@ -104,14 +104,17 @@ class RedisHealth:
     def __init__(self, url: str) -> None:
         self.where = _where(url)
         self.down = False
+        self.busy = False  # the pool had no connection free for the last call
         self.outages = 0
         try:
             from redis.exceptions import ConnectionError as RedisConnectionError
             from redis.exceptions import TimeoutError as RedisTimeoutError
         except ImportError:  # no redis-py: no client either (connect() says so)
             self._errors: tuple[type[BaseException], ...] = (OSError,)
+            self._refused: tuple[type[BaseException], ...] = ()
         else:
             self._errors = (RedisConnectionError, RedisTimeoutError, OSError)
+            self._refused = (RedisConnectionError,)
 
     @contextlib.contextmanager
     def guard(self) -> Iterator[None]:
@@ -124,10 +127,19 @@ class RedisHealth:
         try:
             yield
         except self._errors as exc:
+            if self._pool_exhausted(exc):  # Redis is fine: no connection of ours is free
+                self.exhausted(exc)
+                raise RunStoreUnavailable(f"every connection to Redis at {self.where} is in "
+                                          "use (Settings.redis_max_connections)") from exc
             self.failed(exc)
             raise RunStoreUnavailable(f"Redis at {self.where} is unreachable "
                                       f"({type(exc).__name__})") from exc
         self.answered()
+
+    def _pool_exhausted(self, exc: BaseException) -> bool:
+        """Whether redis-py's error says its pool had no connection free in time (its
+        ``BlockingConnectionPool`` raises ``ConnectionError`` from the wait's timeout)."""
+        return isinstance(exc, self._refused) and isinstance(exc.__cause__, TimeoutError)
 
     def failed(self, exc: BaseException) -> None:
         """A call found Redis unreachable; logged once per outage."""
@@ -139,10 +151,20 @@ class RedisHealth:
                            type(exc).__name__, exc)
 
     def answered(self) -> None:
-        """A call got Redis's answer; ends an outage."""
+        """A call got Redis's answer; ends an outage (and a spell of exhaustion)."""
+        self.busy = False
         if self.down:
             self.down = False
             logger.info("Redis at %s answers again", self.where)
+
+    def exhausted(self, exc: BaseException) -> None:
+        """A call waited ``redis_pool_timeout`` for a connection of this replica's pool and
+        got none: logged once until a call is answered again; not an outage."""
+        if not self.busy:
+            self.busy = True
+            logger.warning("every connection of this replica to Redis at %s is in use "
+                           "(Settings.redis_max_connections; waited redis_pool_timeout): "
+                           "requests that need one answer 503 run_store_unavailable", self.where)
 
 
 def _where(url: str) -> str:
