@@ -298,3 +298,38 @@ async def test_a_live_socket_ends_with_the_terminal_frame_and_the_code_s_close_c
         await redis_server.start()
         async with connect(url, subprotocols=["bearer", "token-a"]) as ws:  # type: ignore[list-item]
             assert (await recv(ws))["type"] == "ready"
+
+
+async def test_a_replica_hears_cancels_again_once_redis_is_back(
+        redis_server: PrivateRedis) -> None:
+    """A restarted Redis forgets every subscription: the replica's listener subscribes
+    again on its own, and a cancel another replica sends afterwards reaches the run."""
+    from headwater.gateway.redis_backend import RedisRunRegistry
+    from headwater.gateway.registry import RunInfo
+
+    settings = Settings(redis_url=redis_server.url, redis_timeout=TIMEOUT)
+    a = RedisRunRegistry(redis_server.url, settings=settings)
+    b = RedisRunRegistry(redis_server.url, settings=settings)
+    heard: list[str] = []
+    a.on_cancel(heard.append)
+    info = RunInfo(id="run-1", user_id="alice", session_id="s", agent="bot", replica=a.replica)
+    try:
+        await a.register(info)  # A listens on its cancel channel from here on
+        assert await b.request_cancel(info) is True
+        await wait_until(lambda: heard == ["run-1"], timeout=5)
+        await redis_server.kill()
+        await redis_server.start()  # the same port, no data, no subscriptions
+        deadline = time.monotonic() + 10  # A's listener retries once a second
+
+        async def reached() -> bool:
+            with contextlib.suppress(Exception):  # B's pooled connection died with Redis
+                return await b.request_cancel(info)
+            return False
+
+        while not await reached():
+            assert time.monotonic() < deadline, "A never subscribed again"
+            await asyncio.sleep(0.1)
+        await wait_until(lambda: heard == ["run-1", "run-1"], timeout=5)
+    finally:
+        await a.close()
+        await b.close()
