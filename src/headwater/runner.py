@@ -447,6 +447,8 @@ class _Hold:
 
     def end_trace(self) -> None:
         """End the run's span: its usage, and the error code of its last event if it has one."""
+        if self.trace is NO_TRACE:
+            return  # not traced: nothing to end
         error = self.failure.error_code if self.failure is not None else None
         if error is None and self.tree is not None:
             events = self.tree.ctx.session.events
