@@ -222,6 +222,39 @@ async def test_without_a_provider_of_ours_or_a_global_one_nothing_is_recorded() 
     assert result.text == "".join(ANSWER)
 
 
+def test_a_global_provider_set_after_the_first_run_traces_the_next() -> None:
+    """A run before any provider is set spends nothing on spans; one set afterwards with
+    the API's own ``set_tracer_provider`` (once per process: a child) gets the next run's."""
+    script = textwrap.dedent("""
+        import asyncio
+        from opentelemetry import trace
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+        from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
+            InMemorySpanExporter)
+        from headwater import Agent, Runner
+        from headwater.testing import ScriptedModel
+
+        async def main():
+            model = ScriptedModel().reply("one").reply("two")
+            runner = Runner(agent=Agent(name="a", model=model), app_name="t",
+                            auto_create_session=True)
+            first = await runner.run_once(user_id="u", new_message="hi")
+            exporter = InMemorySpanExporter()
+            provider = TracerProvider()
+            provider.add_span_processor(SimpleSpanProcessor(exporter))
+            trace.set_tracer_provider(provider)
+            second = await runner.run_once(user_id="u", new_message="hi")
+            print(first.text, second.text, sorted(s.name for s in exporter.get_finished_spans()))
+
+        asyncio.run(main())
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=60, check=False)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "one two ['chat scripted', 'invoke_agent a']"
+
+
 def test_without_the_api_installed_nothing_is_imported_and_runs_work() -> None:
     script = textwrap.dedent("""
         import asyncio, sys

@@ -87,6 +87,18 @@ def _get_tracer() -> Tracer | None:
     return _tracer
 
 
+def _no_provider() -> bool:
+    """Whether every span would be a no-op: no provider of ours, and no global one yet.
+
+    Until a global provider is set, the API's proxy tracer makes no-op spans, and
+    a global provider is set at most once (``opentelemetry.trace.set_tracer_provider``;
+    one named by ``OTEL_PYTHON_TRACER_PROVIDER`` is loaded by :func:`_get_tracer`'s
+    first call). Asking the proxy for a span each run costs more than this look at
+    the API's global; an API without that global is asked as before.
+    """
+    return _provider is None and getattr(_otel, "_TRACER_PROVIDER", False) is None
+
+
 class _Request(Protocol):
     """What a chat span reads of an ``LlmRequest``."""
 
@@ -221,7 +233,7 @@ def start_run(*, agent: str, session_id: str, invocation_id: str,
         :data:`NO_TRACE` when the OpenTelemetry API is not installed.
     """
     tracer = _get_tracer()
-    if tracer is None:
+    if tracer is None or _no_provider():
         return NO_TRACE
     span = tracer.start_span(f"invoke_agent {agent}", kind=_otel.SpanKind.INTERNAL, attributes={
         "gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": agent,
