@@ -444,6 +444,26 @@ def test_run_bad_files(tmp_path: Path, env: dict[str, str]) -> None:
     assert "bad.py:1: syntax error" in line
 
 
+@pytest.mark.parametrize(("model", "said"), [
+    ("...", "model=... is a placeholder, not a model"),
+    ("42", "model=42 (an int) is not a model"),
+    (None, "no model given"),
+])
+def test_run_says_in_one_line_when_an_agent_is_built_without_a_model(
+        model: str | None, said: str, tmp_path: Path, env: dict[str, str]) -> None:
+    # docs/multi-agent.md's first example, pasted as it is: the agent is refused when the
+    # file builds it, with where and why, not a traceback when the run starts.
+    given = "" if model is None else f", model={model}"
+    (tmp_path / "shop.py").write_text(
+        "from headwater import Agent\n\n"
+        f"billing = Agent(name='billing'{given}, description='Invoices and payments.')\n"
+        "agent = Agent(name='coordinator', model='demo', sub_agents=[billing])\n")
+    line = one_line_error(hw("run", "shop.py", "hi", cwd=tmp_path, env=env))
+    assert line.startswith(f"headwater run: shop.py:3: agent 'billing': {said}; a model is a "
+                           "BaseLlm object, 'demo' (the offline demo model) or a "
+                           "'provider:model' string"), line
+
+
 # -- run: any root agent, each agent's text labelled ---------------------------------------------
 
 TREE_FILE = '''

@@ -6,10 +6,13 @@ import pytest
 
 from headwater.agents.agent import Agent
 from headwater.cli._agents import PROMPT_AGENTS, build_coordinator, demo_agents
+from headwater.events import ApprovalRequest, Event
 from headwater.examples import deploy, docs_search, support
 from headwater.models import DemoModel
 from headwater.models.demo import HELP, PROMPTS, answer_from_emission, choose_call
 from headwater.runner import Runner
+from headwater.tools.approval import approval_response
+from headwater.types import Content
 
 EXAMPLES = {"support": support.build_agent, "docs": docs_search.build_agent,
             "deploy": deploy.build_agent}
@@ -71,8 +74,11 @@ async def test_story_help_and_a_missing_tool() -> None:
     assert len(story.split()) > 300
     _, text = await answer("support", "hello")
     assert text == HELP
+    # An agent asked for what none of its tools does names only the tools it has.
     _, text = await answer("support", "Deploy version 2 to staging")
-    assert "deploy tool, which this agent does not have" in text
+    assert text == "I cannot do that here: my tools are lookup_order."
+    _, text = await answer("support", "Check that rivers are long")
+    assert text == HELP  # no claim checker anywhere: "check" is not check_claim's
 
 
 @pytest.mark.parametrize("prompt", PROMPTS)
@@ -176,3 +182,104 @@ async def test_the_people_agent_counts_live_frames_in_the_demo() -> None:
                         "Nobody is in view.", "I can see 1 person."]
         await live.say("Stop counting.")
         assert live.texts()[-1] == "Stopped counting."
+
+
+TWO_PARTS = "Check where order 1042 is, then deploy version 2 to staging"
+
+
+async def turn(runner: Runner, session_id: str, message: str | Content
+               ) -> tuple[list[Event], list[ApprovalRequest]]:
+    """One run's stored events and the approvals it waits for."""
+    events = [e async for e in runner.run_async(user_id="u", session_id=session_id,
+                                                new_message=message) if not e.partial]
+    return events, [a for e in events for a in e.actions.requested_approvals]
+
+
+def steps(events: list[Event]) -> list[tuple[str, str]]:
+    """Each stored event as (author, what it did): a call, a transfer, or its text."""
+    out = []
+    for event in events:
+        calls = [c.name for c in event.function_calls if c.name != "transfer_to_agent"]
+        if event.text and not event.function_responses:
+            out.append((event.author, event.text))
+        if event.actions.transfer_to_agent:
+            out.append((event.author, f"-> {event.actions.transfer_to_agent}"))
+        if calls:
+            out.append((event.author, f"call {', '.join(calls)}"))
+    return out
+
+
+def assert_history_valid(events: list[Event]) -> None:
+    """Every call of the session has exactly one result, after it; no error event."""
+    calls: dict[str, int] = {}
+    for index, event in enumerate(events):
+        assert event.error_code is None, event.error_message
+        for call in event.function_calls:
+            calls[call.id] = index
+        for response in event.function_responses:
+            assert calls.get(response.id, len(events)) < index, response
+            calls[response.id] = -1
+    assert all(at == -1 for at in calls.values()), calls
+
+
+async def test_a_two_part_request_is_handed_on_in_turn() -> None:
+    model = DemoModel(word_delay=0)
+    model.record = True
+    agent = build_coordinator(model)
+    async with Runner(agent=agent, app_name=agent.name, auto_create_session=True) as runner:
+        session = await runner.create_session(user_id="u")
+        first, approvals = await turn(runner, session.id, TWO_PARTS)
+        # The coordinator hands the first part to support; support answers it and hands
+        # the second part to deploy, which asks for approval.
+        assert steps(first) == [
+            ("coordinator", "-> support"), ("support", "call lookup_order"),
+            ("support", "Order 1042 shipped on 30 September and is due Monday. Next, deploy "
+                        "version 2 to staging: over to deploy."),
+            ("support", "-> deploy"), ("deploy", "call deploy")]
+        assert [(a.tool_name, a.args) for a in approvals] == [
+            ("deploy", {"version": "2", "environment": "staging"})]
+        second, left = await turn(runner, session.id, approval_response(approvals[0], True))
+        assert left == []
+        assert steps(second)[-1] == ("deploy", "Version 2 is live on staging (live).")
+        # The next message goes to deploy, the agent that answered; it hands it on.
+        third, _ = await turn(runner, session.id, "Where is order 2001?")
+        assert steps(third) == [("deploy", "-> support"), ("support", "call lookup_order"),
+                                ("support", "Order 2001 is packing and is due Thursday.")]
+        stored = await runner.session_service.get_session(
+            app_name=agent.name, user_id="u", session_id=session.id)
+    assert stored is not None
+    assert_history_valid(stored.events)
+    said = " ".join(e.text for e in stored.events)
+    assert "check_claim" not in said and "does not have" not in said
+    # Each request holds only declared tools' calls, each followed by its result.
+    for request in model.requests:
+        declared = {d.name for d in request.tools}
+        own = [c.name for content in request.contents if content.role == "model"
+               for c in content.function_calls]
+        assert set(own) <= declared | {"transfer_to_agent"}
+
+
+async def test_the_parts_go_in_the_order_asked() -> None:
+    agent = build_coordinator(DemoModel(word_delay=0))
+    async with Runner(agent=agent, app_name=agent.name, auto_create_session=True) as runner:
+        session = await runner.create_session(user_id="u")
+        first, approvals = await turn(
+            runner, session.id, "Deploy version 2 to staging, then check where order 1042 is")
+        assert steps(first) == [("coordinator", "-> deploy"), ("deploy", "call deploy")]
+        second, _ = await turn(runner, session.id, approval_response(approvals[0], False))
+        assert steps(second) == [
+            ("deploy", "Understood: the deploy call was denied, so I did not run it. Nothing "
+                       "changed. Next, check where order 1042 is: over to support."),
+            ("deploy", "-> support"), ("support", "call lookup_order"),
+            ("support", "Order 1042 shipped on 30 September and is due Monday.")]
+        # Two parts for one agent: it does both, one call after the other.
+        third, _ = await turn(runner, session.id, "Where is order 1042; then order 2001?")
+        assert steps(third) == [
+            ("support", "call lookup_order"),
+            ("support", "Order 1042 shipped on 30 September and is due Monday."),
+            ("support", "call lookup_order"),
+            ("support", "Order 2001 is packing and is due Thursday.")]
+        stored = await runner.session_service.get_session(
+            app_name=agent.name, user_id="u", session_id=session.id)
+    assert stored is not None
+    assert_history_valid(stored.events)

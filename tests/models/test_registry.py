@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+
 import pytest
 
 from headwater import Agent
 from headwater.errors import UserError
 from headwater.models import (
     BaseLlm,
+    DemoModel,
     LlmRequest,
     LlmResponse,
     get_model,
@@ -16,7 +19,8 @@ from headwater.models import (
 )
 from headwater.models.anthropic import AnthropicModel
 from headwater.models.openai import OpenAIChatModel
-from headwater.models.registry import available_providers
+from headwater.models.registry import ModelString, available_providers, parse_model_string
+from headwater.settings import reload_settings
 from headwater.testing import ScriptedModel
 
 
@@ -120,3 +124,79 @@ def test_connect_emulates_live_for_streaming_models_and_refuses_others() -> None
 
     with pytest.raises(NotImplementedError, match=r"'plain-1'.*Plain.*live"):
         Plain("plain-1").connect(LlmRequest())
+
+
+# -- one parser for model strings (issue 26, points 7 and 8) -------------------------------------
+
+def test_one_parser_reads_every_model_string() -> None:
+    assert parse_model_string("openai:gpt-4o-mini") == ModelString("openai", "gpt-4o-mini")
+    assert parse_model_string("openai-compatible:llama3.1:8b@http://h/v1") == ModelString(
+        "openai-compatible", "llama3.1:8b@http://h/v1")  # split at the first colon
+    assert parse_model_string("demo") == parse_model_string("demo:demo") == ModelString(
+        "demo", "demo")
+    for bad in ("gpt4", "openai:", ":gpt", ""):
+        with pytest.raises(UserError, match=r"must look like 'provider:model'; a model is a "
+                                            r"BaseLlm object, 'demo' \(the offline demo"):
+            parse_model_string(bad)
+
+
+@pytest.fixture
+def headwater_model(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[str], None]]:
+    """Set ``HEADWATER_MODEL`` for the process-wide settings; put them back after."""
+    def use(value: str) -> None:
+        monkeypatch.setenv("HEADWATER_MODEL", value)
+        reload_settings()
+
+    yield use
+    monkeypatch.delenv("HEADWATER_MODEL", raising=False)
+    reload_settings()
+
+
+def test_demo_names_the_demo_model_everywhere(headwater_model: Callable[[str], None]) -> None:
+    from headwater.cli._models import resolve_model
+    from headwater.examples._console import example_model
+
+    for spec in ("demo", "demo:demo"):
+        assert type(get_model(spec)) is DemoModel
+        assert type(Agent(name="a", model=spec).model) is DemoModel
+        assert type(resolve_model(spec)) is DemoModel  # --model on demo, chat, run, serve
+        headwater_model(spec)
+        assert type(resolve_model(None)) is DemoModel  # HEADWATER_MODEL
+        assert type(example_model()) is DemoModel
+
+
+def test_every_door_refuses_a_bad_string_in_the_same_words(
+        headwater_model: Callable[[str], None]) -> None:
+    from headwater.cli._models import resolve_model
+
+    with pytest.raises(UserError) as parsed:
+        parse_model_string("gpt4")
+    words = str(parsed.value)
+    for door in (lambda: get_model("gpt4"), lambda: resolve_model("gpt4"),
+                 lambda: (headwater_model("gpt4"), resolve_model(None))):
+        with pytest.raises(UserError) as refused:
+            door()
+        assert str(refused.value) == words
+    with pytest.raises(UserError) as built:
+        Agent(name="helper", model="gpt4")
+    assert str(built.value) == f"agent 'helper': {words}"
+
+
+@pytest.mark.parametrize(("model", "said"), [
+    (..., "model=... is a placeholder, not a model"),
+    (42, "model=42 (an int) is not a model"),
+    (None, "no model given"),
+    ("gpt-4o", "model string 'gpt-4o' must look like 'provider:model'"),
+    ("nope:x", "unknown model provider 'nope' in 'nope:x'"),
+])
+def test_an_agent_is_refused_when_built_with_what_is_not_a_model(model: object,
+                                                                 said: str) -> None:
+    with pytest.raises(UserError) as refused:
+        Agent(name="billing", model=model)  # type: ignore[arg-type]  # what users paste
+    assert str(refused.value).startswith(f"agent 'billing': {said}")
+    assert "a model is a BaseLlm object, 'demo'" in str(refused.value) or "nope" in said
+    with pytest.raises(UserError, match="agent 'billing': model=42"):
+        Agent(name="billing", model="demo").model = 42  # type: ignore[assignment]
+    # No model at all says so too, not a TypeError from Python.
+    with pytest.raises(UserError, match="agent 'support': no model given; a model is"):
+        Agent(name="support")

@@ -14,10 +14,10 @@ from typing import Any, TypeVar
 
 from ..errors import UserError
 from ..models.base import BaseLlm
-from ..models.registry import get_model
+from ..models.registry import check_model, get_model
 from ..tools.function_tool import BaseTool, ToolLike, as_tool
 from ..tools.middleware import ToolMiddleware
-from .base import BaseAgent
+from .base import BaseAgent, check_name
 from .callbacks import (
     AfterModelCallback,
     AfterToolCallback,
@@ -42,8 +42,10 @@ class Agent(BaseAgent):
 
     Args:
         name: identifier, unique in its tree; the author of the agent's events.
-        model: a model object or a string such as ``"openai:gpt-4o-mini"``,
-            resolved on first use.
+        model: a model object, or a model string (``"openai:gpt-4o-mini"``,
+            ``"demo"``; ``headwater.models.registry``): its shape and provider are
+            checked when the agent is built, the model is built on first use (so
+            a missing API key is reported then). Required: ``None`` is refused.
         instruction: the system instruction, or a (sync or async) callable of
             the :class:`~headwater.context.CallbackContext` returning it. In a
             string, ``{key}`` is filled from session state (``{key?}``: empty
@@ -73,7 +75,8 @@ class Agent(BaseAgent):
     something. Their shapes are the ``Protocol``s of ``headwater.agents.callbacks``.
 
     Raises:
-        UserError: a bad name, two tools with one name, a tool whose
+        UserError: a bad name, a ``model`` that is not a model (the message names
+            the agent and what a model may be), two tools with one name, a tool whose
             signature cannot be described, or a tree that breaks a rule of
             :class:`~headwater.agents.base.BaseAgent` (one parent, unique names).
     """
@@ -82,7 +85,7 @@ class Agent(BaseAgent):
         self,
         *,
         name: str,
-        model: str | BaseLlm,
+        model: str | BaseLlm | None = None,
         instruction: str | InstructionProvider = "",
         description: str = "",
         tools: Sequence[ToolLike] = (),
@@ -97,7 +100,7 @@ class Agent(BaseAgent):
         disallow_transfer_to_parent: bool = False,
         disallow_transfer_to_peers: bool = False,
     ) -> None:
-        self._model = model
+        self._model = check_model(model, agent=check_name(name))
         self.instruction = instruction
         self.output_key = output_key
         self.disallow_transfer_to_parent = disallow_transfer_to_parent
@@ -127,7 +130,7 @@ class Agent(BaseAgent):
 
     @model.setter
     def model(self, model: str | BaseLlm) -> None:
-        self._model = model
+        self._model = check_model(model, agent=self.name)
 
     def __repr__(self) -> str:
         return f"Agent(name={self.name!r}, model={self._model!r})"

@@ -19,6 +19,17 @@ from ..errors import UserError
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
 
 
+def check_name(name: object) -> str:
+    """``name`` as an agent's name.
+
+    Raises:
+        UserError: not an identifier, or ``user`` (reserved).
+    """
+    if not isinstance(name, str) or not _NAME.match(name) or name == "user":
+        raise UserError(f"agent name {name!r} must be an identifier other than 'user'")
+    return name
+
+
 class BaseAgent:
     """The part of every agent kind that makes the tree.
 
@@ -39,9 +50,7 @@ class BaseAgent:
 
     def __init__(self, *, name: str, description: str = "",
                  sub_agents: Sequence[BaseAgent] = ()) -> None:
-        if not isinstance(name, str) or not _NAME.match(name) or name == "user":
-            raise UserError(f"agent name {name!r} must be an identifier other than 'user'")
-        self.name = name
+        self.name = check_name(name)
         self.description = description
         self.parent_agent: BaseAgent | None = None
         subs = tuple(sub_agents)

@@ -9,15 +9,13 @@ from ..settings import get_settings
 
 
 def resolve_model(name: str | None) -> BaseLlm:
-    """``name``, else ``HEADWATER_MODEL``, else the demo model (``"demo"`` names it too).
+    """``name``, else ``HEADWATER_MODEL``, else ``"demo"``, the offline demo model: a model
+    string, parsed as every model string is (``headwater.models.registry``).
 
     Raises:
         UserError: an unknown provider, a malformed string or a missing API key.
     """
-    spec = name or get_settings().model or "demo"
-    if spec == "demo":
-        return DemoModel()
-    return get_model(spec)
+    return get_model(name or get_settings().model or "demo")
 
 
 def describe_model(model: BaseLlm) -> str:

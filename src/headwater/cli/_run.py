@@ -13,6 +13,7 @@ from typing import Any, TextIO
 
 from ..agents.agent import Agent
 from ..agents.base import BaseAgent
+from ..errors import UserError
 from ..events import Event
 from ..run_config import RunConfig, StreamingMode
 from ..runner import Runner
@@ -57,8 +58,10 @@ def load_agent(path: Path) -> BaseAgent:
     has run before the command's run; one line on stderr says so.
 
     Raises:
-        CommandError: no such file (or a directory), a syntax error, no agent in it, or
-            ``agent`` / ``root_agent`` is something else (the error says what).
+        CommandError: no such file (or a directory), a syntax error, an agent built wrong
+            (a ``UserError`` at import, such as a bad ``model``: ``path:line: why``), no
+            agent in it, or ``agent`` / ``root_agent`` is something else (the error says
+            what).
     """
     if path.is_dir():
         raise CommandError(f"{path} is a directory: give the Python file that defines the "
@@ -77,6 +80,8 @@ def load_agent(path: Path) -> BaseAgent:
     ran = loop_run_at_import(tree)
     try:
         spec.loader.exec_module(module)
+    except UserError as exc:  # an agent built wrong (a bad model, a bad name): one line
+        raise CommandError(f"{path}{_line_in(path, exc)}: {exc}") from None
     finally:
         if ran is not None:
             line, call = ran
@@ -91,6 +96,18 @@ def load_agent(path: Path) -> BaseAgent:
         name, value = next(iter(found.items()))
         raise CommandError(f"{path}: {not_an_agent(name, value)}")
     raise CommandError(f"{path} defines no Agent named `agent` or `root_agent`")
+
+
+def _line_in(path: Path, exc: BaseException) -> str:
+    """``:<line>`` of the last line of ``path`` that ``exc`` passed through, or ``""``."""
+    target = path.resolve()
+    line = ""
+    frame = exc.__traceback__
+    while frame is not None:
+        if Path(frame.tb_frame.f_code.co_filename).resolve() == target:
+            line = f":{frame.tb_lineno}"
+        frame = frame.tb_next
+    return line
 
 
 def not_an_agent(name: str, value: object) -> str:

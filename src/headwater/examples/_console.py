@@ -19,7 +19,6 @@ from ..agents.agent import Agent
 from ..events import ApprovalRequest, Event
 from ..live_request_queue import LiveRequestQueue
 from ..models.base import BaseLlm
-from ..models.demo import DemoModel
 from ..models.registry import get_model
 from ..run_config import RunConfig, StreamingMode
 from ..runner import Runner, RunStream
@@ -35,13 +34,12 @@ Approver = Callable[[ApprovalRequest], bool]
 
 
 def example_model() -> BaseLlm:
-    """``HEADWATER_MODEL`` when set (and not ``demo``), else the offline demo model.
+    """``HEADWATER_MODEL`` when set, else ``"demo"``, the offline demo model.
 
     Raises:
         UserError: an unknown provider, a malformed model string or a missing key.
     """
-    spec = get_settings().model
-    return DemoModel() if not spec or spec == "demo" else get_model(spec)
+    return get_model(get_settings().model or "demo")
 
 
 def step_pause() -> float:

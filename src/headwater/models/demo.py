@@ -6,7 +6,11 @@ and the agent has that tool, an answer built from a tool's result, one sentence
 for each value a live tool emits (``Function x returned: …``: a price and its
 move, a count of people), a long story, or a short help text. An agent that
 lacks the tool but is offered ``transfer_to_agent`` transfers to the agent whose
-description (in that tool's declaration) names the tool; a live tool asked for
+description (in that tool's declaration) names the tool; it names no tool the
+agent does not have. A request of several parts ("Check where order 1042 is,
+then deploy version 2 to staging") is done part by part: each agent does the
+first part not yet done in the conversation since the request and, once its
+tool has answered, hands the next part on the same way. A live tool asked for
 outside a live run (no ``stop_streaming`` offered) is answered in words; a
 research question is searched with the agent's ``search_*`` tool, and an agent
 without one writes from the notes its instruction holds. Text streams word
@@ -26,6 +30,10 @@ from ..settings import Settings, settings_or_default
 from ..types import Usage
 from .llm_request import LlmRequest
 from .scripted import ScriptedCall, ScriptedModel, ScriptedTurn
+
+Call = tuple[str, dict[str, Any]]
+"""A tool call the demo model makes: a name and its arguments (raw JSON)."""
+
 
 PROMPTS = (
     "Where is order 1042?",
@@ -93,7 +101,7 @@ class DemoModel(ScriptedModel):
             said = answer_from_result(response.name, response.response)
             if _agent_tools(request) and response.name in _agent_tools(request):
                 said = f"{write_from_notes(request.system_instruction or '')} {said}"
-            return self._say(said)
+            return self._then(request, tools, said)
         text = _asked(request)
         if match := _RETURNED.match(text.strip()):
             earlier = [c.text for c in request.contents[:-1]]
@@ -110,24 +118,45 @@ class DemoModel(ScriptedModel):
             elif wanted is None:
                 return self._say(write_from_notes(request.system_instruction or ""))
         else:
-            wanted = choose_call(text, tools)
+            wanted = next_part(request, text, tools)
         if wanted is None:
             story = "story" in text.lower()
             return self._say("".join(_STORY_PARTS) * 4 if story else HELP)
+        return self._do(request, tools, wanted, text)
+
+    def _do(self, request: LlmRequest, tools: Collection[str], wanted: Call, text: str,
+            said: str = "", part: str = "") -> ScriptedTurn:
+        """The turn that does ``wanted``: its call, a transfer to the agent whose
+        description names its tool, or words saying why not; ``said`` (what the last
+        result told) first, and ``part`` (the words asking for ``wanted``) named when
+        handed on."""
         name, args = wanted
         if name not in tools:
             target = transfer_target(request, name)
             if target is not None:
-                return self._call(TRANSFER, {"agent_name": target}, text)
-            return self._say(f"That is a job for the {name} tool, which this agent does not "
-                             "have. Ask the agent that has it.")
+                handing = f"{said} Next, {part[:1].lower()}{part[1:]}: over to {target}."
+                return self._call(TRANSFER, {"agent_name": target}, text,
+                                  handing if said else "")
+            return self._say(f"{said} {cannot(tools)}".strip())
         if name in _LIVE_TOOLS and "stop_streaming" not in tools:  # not a live run
-            return self._say(_NOT_LIVE[name])
-        return self._call(name, args, text)
+            return self._say(f"{said} {_NOT_LIVE[name]}".strip())
+        return self._call(name, args, text, said)
 
-    def _call(self, name: str, args: dict[str, Any], text: str) -> ScriptedTurn:
-        return ScriptedTurn(calls=[ScriptedCall(name, args, fragments=3)],
-                            usage=Usage(24 + len(text) // 4, 12, 36 + len(text) // 4),
+    def _then(self, request: LlmRequest, tools: Collection[str], said: str) -> ScriptedTurn:
+        """After a tool answered: ``said``, then the request's next part when one is left."""
+        text = _request_text(request)
+        pending = pending_parts(request, text, tools)
+        if len(parts(text)) == 1 or not pending:  # a request of one part is done
+            return self._say(said)
+        part, wanted = pending[0]
+        return self._do(request, tools, wanted, text, said, part)
+
+    def _call(self, name: str, args: dict[str, Any], text: str,
+              said: str = "") -> ScriptedTurn:
+        words = re.findall(r"\S+\s*", said)
+        return ScriptedTurn(text=words, calls=[ScriptedCall(name, args, fragments=3)],
+                            usage=Usage(24 + len(text) // 4, 12 + len(words),
+                                        36 + len(text) // 4 + len(words)),
                             finish_reason="tool_calls", delay=self.word_delay)
 
     def _say(self, text: str) -> ScriptedTurn:
@@ -152,6 +181,76 @@ def _asked(request: LlmRequest) -> str:
     return ""
 
 
+def _request_text(request: LlmRequest) -> str:
+    """The user's request the conversation is on: the last user text that is not
+    another agent's turn (``For context: …``) nor a tool's result."""
+    for content in reversed(request.contents):
+        first = content.parts[0].text if content.parts else None
+        if content.role == "user" and first is not None and first != _CONTEXT:
+            return content.text
+    return ""
+
+
+_THEN = re.compile(r"\s*(?:[,;]\s*(?:and\s+)?then\b|\band\s+then\b|\bthen\b|;)\s*", re.I)
+_CALLED = re.compile(r"^\[[\w-]+\] called tool `(\w+)` with parameters: (.*)$", re.S)
+
+
+def parts(text: str) -> list[str]:
+    """The parts of a request, in order: split at "then" and ";" (one part when none)."""
+    found = [part.strip(" ,.;") for part in _THEN.split(text)]
+    return [part for part in found if part] or [text]
+
+
+def _calls_since_request(request: LlmRequest) -> list[Call]:
+    """The calls made since the user's request, by any agent (its own, and others' as the
+    ``For context:`` lines tell them): the parts of it already done."""
+    made: list[Call] = []
+    for content in reversed(request.contents):
+        first = content.parts[0].text if content.parts else None
+        if content.role == "user" and first is not None and first != _CONTEXT:
+            break  # the request itself
+        made += [(call.name, call.args) for call in content.function_calls]
+        for part in content.parts:
+            match = _CALLED.match(part.text or "")
+            if match is None:
+                continue
+            try:
+                args = json.loads(match.group(2))
+            except ValueError:
+                continue
+            made.append((match.group(1), args if isinstance(args, dict) else {}))
+    return made
+
+
+def pending_parts(request: LlmRequest, text: str, tools: Collection[str]) -> list[tuple[str, Call]]:
+    """The parts of ``text`` not yet done, each with the call it asks for.
+
+    A part is done when its call (name and arguments) was made since the request,
+    by this agent or another. ``check …`` is a claim to check only where an agent can
+    check claims (it has ``check_claim``, or may transfer to one that has).
+    """
+    checks = "check_claim" in tools or transfer_target(request, "check_claim") is not None
+    done = _calls_since_request(request)
+    asked = [text] if checks and text.lower().startswith("check") else parts(text)  # a claim
+    found = [(part, choose_call(part, tools, checks=checks)) for part in asked]
+    return [(part, wanted) for part, wanted in found if wanted is not None and wanted not in done]
+
+
+def next_part(request: LlmRequest, text: str, tools: Collection[str]) -> Call | None:
+    """The call of the first part of ``text`` not yet done (:func:`pending_parts`)."""
+    pending = pending_parts(request, text, tools)
+    return pending[0][1] if pending else None
+
+
+def cannot(tools: Collection[str]) -> str:
+    """Words for a request no tool of this agent (nor any agent it may go to) fits; they
+    name only the agent's own tools."""
+    own = sorted(name for name in tools if name not in (TRANSFER, "stop_streaming"))
+    if not own:
+        return "I cannot do that here: I have no tool for it, nor an agent to hand it to."
+    return f"I cannot do that here: my tools are {', '.join(own)}."
+
+
 def transfer_target(request: LlmRequest, tool_name: str) -> str | None:
     """The agent to transfer to for ``tool_name``: the first agent that the request's
     ``transfer_to_agent`` declaration lists with a description naming that tool."""
@@ -164,7 +263,7 @@ def transfer_target(request: LlmRequest, tool_name: str) -> str | None:
     return None
 
 
-def _research(text: str, tools: Collection[str]) -> tuple[str, dict[str, Any]] | None:
+def _research(text: str, tools: Collection[str]) -> Call | None:
     searches = sorted(name for name in tools if name.startswith("search_"))
     if not searches:
         return None
@@ -191,16 +290,22 @@ def write_from_notes(instruction: str) -> str:
     return "Here is what the research found. " + " ".join(notes)
 
 
-def choose_call(text: str, tools: Collection[str] = ()) -> tuple[str, dict[str, Any]] | None:
+def choose_call(text: str, tools: Collection[str] = (), *,
+                checks: bool = False) -> Call | None:
     """The tool call a message asks for, by keyword, or ``None``.
 
     ``tools`` (the agent's tool names) picks which live tool a "stop" stops.
+    ``checks``: a message starting "check" is a claim to check (``check_claim``);
+    otherwise the rest of it says what to do ("Check where order 1042 is").
     """
     lower = text.lower()
     if "story" in lower:
         return None
     if lower.startswith("check"):
-        return "check_claim", {"claim": re.sub(r"^check\W*", "", text.strip(), flags=re.I)}
+        rest = re.sub(r"^check\W*", "", text.strip(), flags=re.I)
+        if checks or "check_claim" in tools:
+            return "check_claim", {"claim": rest}
+        text, lower = rest, rest.lower()
     if lower.startswith("stop"):
         mine = [name for name in _LIVE_TOOLS if name in tools]
         wanted = "count_people" if "count" in lower or "people" in lower else "watch_price"

@@ -1,6 +1,12 @@
-"""Models named by strings: ``"provider:model"`` through one registry.
+"""Models named by strings: one parser, one registry of providers.
 
-Built-ins register exactly as third-party packages do, through the
+A model string is ``"provider:model"`` (``"openai:gpt-4o-mini"``), or a bare
+name the parser knows (``"demo"``, the offline demo model). :func:`parse_model_string`
+is the one parser: :func:`get_model`, ``Agent(model=…)`` (checked by
+:func:`check_model` when the agent is built), ``--model`` and ``HEADWATER_MODEL``
+on the command line and ``headwater serve --model`` all go through it.
+
+Providers register exactly as third-party packages do, through the
 ``headwater.models`` entry-point group: the entry point's name is the provider
 prefix and its value a callable taking the part after the colon. A factory
 registered in code (:func:`register_model`, :func:`registered_model`) takes
@@ -9,9 +15,11 @@ precedence over an entry point of the same prefix.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
 from importlib.metadata import entry_points
+from types import MappingProxyType
 
 from ..errors import UserError
 from .base import BaseLlm
@@ -72,28 +80,113 @@ def available_providers() -> list[str]:
     return sorted({*_registered, *_entry_points})
 
 
-def get_model(model: str | BaseLlm) -> BaseLlm:
-    """Resolve a model string (``"openai:gpt-4o-mini"``) or pass a model object through.
+@dataclass(frozen=True, slots=True)
+class ModelString:
+    """A model string, parsed.
+
+    Attributes:
+        provider: the registry prefix whose factory builds the model (``"openai"``).
+        name: what that factory is given (``"gpt-4o-mini"``).
+    """
+
+    provider: str
+    name: str
+
+
+BARE_MODELS: Mapping[str, ModelString] = MappingProxyType({"demo": ModelString("demo", "demo")})
+"""Model strings without a ``provider:`` prefix, and the model each names."""
+
+
+def _bare(text: str) -> ModelString | None:
+    """The model a string without a provider prefix names, or ``None``.
+
+    The one place bare names are known: today :data:`BARE_MODELS`; names that
+    imply their provider (``"gemini-2.0-flash"``) would be matched here too.
+    """
+    return BARE_MODELS.get(text)
+
+
+def accepted_models() -> str:
+    """What a model may be, in words (the end of every error about one)."""
+    bare = ", ".join(repr(name) for name in BARE_MODELS)
+    return (f"a model is a BaseLlm object, {bare} (the offline demo model) or a "
+            "'provider:model' string such as 'openai:gpt-4o-mini' (providers: "
+            f"{', '.join(available_providers()) or 'none'})")
+
+
+def parse_model_string(text: str) -> ModelString:
+    """Parse a model string: ``"provider:model"`` (split at the first colon) or a bare
+    name the registry knows (``"demo"``). It checks the shape only; :func:`get_model`
+    finds the provider.
 
     Raises:
-        UserError: the string has no ``provider:`` prefix or names an unknown provider.
+        UserError: not a string, or neither shape; the message says what is accepted.
     """
-    if isinstance(model, BaseLlm):
-        return model
-    prefix, sep, name = model.partition(":")
+    if not isinstance(text, str):  # called from untyped code
+        raise _not_a_model(text)
+    bare = _bare(text)
+    if bare is not None:
+        return bare
+    prefix, sep, name = text.partition(":")
     if not sep or not prefix or not name:
-        raise UserError(
-            f"model string {model!r} must look like 'provider:model' "
-            f"(known providers: {', '.join(available_providers()) or 'none'})"
-        )
-    factory = _registered.get(prefix)
+        raise UserError(f"model string {text!r} must look like 'provider:model'; "
+                        f"{accepted_models()}")
+    return ModelString(prefix, name)
+
+
+def _not_a_model(value: object) -> UserError:
+    if value is None:
+        shown = "no model given"
+    elif value is Ellipsis:
+        shown = "model=... is a placeholder, not a model"
+    else:
+        kind = type(value).__name__
+        shown = f"model={value!r} ({'an' if kind[:1] in 'aeiou' else 'a'} {kind}) is not a model"
+    return UserError(f"{shown}; {accepted_models()}")
+
+
+def _factory(parsed: ModelString, text: str) -> ModelFactory:
+    factory = _registered.get(parsed.provider)
     if factory is None:
         _load_entry_points()
-        factory = _entry_points.get(prefix)
+        factory = _entry_points.get(parsed.provider)
     if factory is None:
         raise UserError(
-            f"unknown model provider {prefix!r} in {model!r}; known: "
+            f"unknown model provider {parsed.provider!r} in {text!r}; known: "
             f"{', '.join(available_providers())}. Third-party providers register an entry "
             "point in the 'headwater.models' group."
         )
-    return factory(name)
+    return factory
+
+
+def check_model(model: object, *, agent: str) -> str | BaseLlm:
+    """``model`` as ``agent``'s model, checked without building it: a ``BaseLlm``, or a
+    model string whose provider is known (built on first use, so a missing API key is
+    reported then). Returns ``model``.
+
+    Raises:
+        UserError: anything else, naming the agent and what a model may be.
+    """
+    if isinstance(model, BaseLlm):
+        return model
+    try:
+        if not isinstance(model, str):
+            raise _not_a_model(model)
+        _factory(parse_model_string(model), model)
+    except UserError as exc:
+        raise UserError(f"agent {agent!r}: {exc}") from None
+    return model
+
+
+def get_model(model: str | BaseLlm) -> BaseLlm:
+    """Resolve a model string (``"openai:gpt-4o-mini"``, ``"demo"``) or pass a model
+    object through.
+
+    Raises:
+        UserError: a malformed string or an unknown provider; what the provider's
+            factory raises (a missing API key, a malformed model name).
+    """
+    if isinstance(model, BaseLlm):
+        return model
+    parsed = parse_model_string(model)
+    return _factory(parsed, model)(parsed.name)
