@@ -119,3 +119,22 @@ async def test_a_turn_queued_first_plays_before_the_queued_ones() -> None:
     assert [(f.content.text, [c.name for c in f.content.function_calls]) for f in finals
             if f.content is not None] == [("zeroth", []), ("", ["tool"]), ("second", []),
                                           ("third", [])]
+
+
+async def test_a_repeating_script_plays_again_for_every_message() -> None:
+    # The README's served agent: one scripted answer, and every message of a session gets it.
+    model = ScriptedModel(repeat=True).call("lookup_order", {"order_id": "1042"}).reply("Due.")
+
+    def lookup_order(order_id: str) -> dict[str, str]:
+        """Find an order."""
+        return {"order_id": order_id, "status": "shipped"}
+
+    agent = Agent(name="support", model=model, tools=[lookup_order])
+    async with Runner(agent=agent, app_name="shop", auto_create_session=True) as runner:
+        texts = [(await runner.run_once(user_id="u", session_id="s", new_message=m)).text
+                 for m in ("Where is order 1042?", "And now?", "Still?")]
+    assert texts == ["Due."] * 3
+    assert model.pending == 2  # the script, whole again
+    last = model.requests[-1].contents  # the third turn's answer: the whole session
+    assert [r.response for content in last for r in content.function_responses] == [
+        {"order_id": "1042", "status": "shipped"}] * 3

@@ -100,9 +100,12 @@ class ScriptedModel(BaseLlm):
 
     When the queue is empty, ``responder`` (if given) decides the turn from
     the request; otherwise the call fails with ``UserError`` saying the script
-    ran out. Every request and every stream's fate are recorded, and every
-    live connection opened on it (``connections``: emulated, each turn one
-    call here).
+    ran out. With ``repeat=True`` the queue never runs out: each turn played
+    goes back to its end, so the script plays again from the top (a served
+    example answers every message: ``ScriptedModel(repeat=True).reply("Hi.")``).
+    Every request and every stream's fate are recorded, and every live
+    connection opened on it (``connections``: emulated, each turn one call
+    here).
 
     Args:
         turns: the turns to play, in order.
@@ -110,6 +113,7 @@ class ScriptedModel(BaseLlm):
         responder: fallback that builds a turn from the request.
         record: keep ``requests``, ``streams`` and ``connections`` (tests read
             them); a long-lived model that serves people (the demo's) keeps none.
+        repeat: play the script again and again instead of running out.
     """
 
     live_emulation = True
@@ -121,11 +125,13 @@ class ScriptedModel(BaseLlm):
         model: str = "scripted",
         responder: Responder | None = None,
         record: bool = True,
+        repeat: bool = False,
     ) -> None:
         super().__init__(model)
         self._turns: deque[ScriptedTurn] = deque(turns)
         self.responder = responder
         self.record = record
+        self.repeat = repeat
         self.requests: list[LlmRequest] = []
         self.streams: list[StreamRecord] = []
         self.connections: list[BaseLlmConnection] = []
@@ -182,7 +188,10 @@ class ScriptedModel(BaseLlm):
 
     def _next_turn(self, request: LlmRequest) -> ScriptedTurn:
         if self._turns:
-            return self._turns.popleft()
+            turn = self._turns.popleft()
+            if self.repeat:
+                self._turns.append(turn)
+            return turn
         if self.responder is not None:
             return self.responder(request)
         raise UserError(
