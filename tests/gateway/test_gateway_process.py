@@ -18,6 +18,7 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +26,7 @@ from typing import Any
 
 import httpx
 import pytest
+from websockets.asyncio.client import ClientConnection
 
 from headwater.sessions import SqlSessionService
 from headwater.testing import (
@@ -37,6 +39,7 @@ from headwater.testing import (
 
 from .live_sockets import live_socket, socket_to_end
 from .run_stream import RunStream
+from .test_runlog import drop_keys
 
 pytestmark = pytest.mark.slow
 
@@ -501,12 +504,7 @@ async def test_sigterm_gives_every_websocket_its_frame_then_its_close_and_exits_
     provider.enqueue(*[trickled(WORDS, every=0.05) for _ in range(6)])
     async with httpx.AsyncClient(base_url=server.base_url, timeout=10) as client:
         sids = [await new_session(client) for _ in range(6)]
-        sockets = [await live_socket(server.base_url, sid, A) for sid in sids[:4]]
-        for socket in sockets:  # each mid-answer: the stop has a model call to close and seal
-            await socket.send(json.dumps({"type": "content", "text": "go"}))
-            async with asyncio.timeout(5):
-                while json.loads(await socket.recv())["type"] != "delta":
-                    pass
+        sockets = await answering_sockets(server, sids[:4])
         streams = [await open_run(client, sid, "go") for sid in sids[4:]]
         for stream in streams:
             await stream.read_until(deltas(2))
@@ -515,11 +513,7 @@ async def test_sigterm_gives_every_websocket_its_frame_then_its_close_and_exits_
         endings = await asyncio.gather(*(socket_to_end(s, within=8) for s in sockets))
         for stream in streams:
             await stream.read_to_end(within=8)
-    for socket, messages in zip(sockets, endings, strict=True):
-        assert messages, f"no frame before the close; stderr:\n{server.stderr()}"
-        last = messages[-1]
-        assert last["type"] == "error" and last["data"]["code"] == "server_shutdown", messages
-        assert socket.close_code == 1001, (socket.close_code, socket.close_reason)
+    assert_shut_down(server, sockets, endings)
     for stream in streams:
         assert stream.ended and stream.data(-1)["code"] == "server_shutdown"
     await wait_until(lambda: server.process.poll() is not None,
@@ -528,6 +522,57 @@ async def test_sigterm_gives_every_websocket_its_frame_then_its_close_and_exits_
     assert server.process.returncode == 0, server.stderr()
     log = server.stderr()
     assert "Traceback" not in log and "timeout graceful shutdown exceeded" not in log, log
+
+
+async def answering_sockets(server: Server, sids: Sequence[str]) -> list[ClientConnection]:
+    """A live socket on each session, each mid-answer (a delta seen): the stop has a model
+    call to close and seal."""
+    sockets = [await live_socket(server.base_url, sid, A) for sid in sids]
+    for ws in sockets:
+        await ws.send(json.dumps({"type": "content", "text": "go"}))
+        async with asyncio.timeout(10):
+            while json.loads(await ws.recv())["type"] != "delta":
+                pass
+    return sockets
+
+
+def assert_shut_down(server: Server, sockets: Sequence[ClientConnection],
+                     endings: Sequence[list[dict[str, Any]]]) -> None:
+    """Each socket's last message is ``error`` ``server_shutdown``, then the close 1001."""
+    for ws, messages in zip(sockets, endings, strict=True):
+        assert messages, f"no frame before the close; stderr:\n{server.stderr()}"
+        last = messages[-1]
+        assert last["type"] == "error" and last["data"]["code"] == "server_shutdown", messages
+        assert ws.close_code == 1001, (ws.close_code, ws.close_reason)
+
+
+@pytest.mark.redis
+@pytest.mark.parametrize("mode", ["workers", "reload"])
+async def test_workers_and_reload_drain_every_websocket_as_one_process_does(
+        spawn: Spawn, provider: FakeProvider, redis_url: str, mode: str) -> None:
+    """uvicorn runs each worker of ``--workers`` and ``--reload`` on a server of its own; the
+    app's stop handler drains the sockets there too: SIGTERM to ``headwater serve`` (which
+    uvicorn's supervisor passes on to each worker) ends every live socket with its frame,
+    then its close."""
+    args = ("--workers", "2", "--redis-url", redis_url) if mode == "workers" else ("--reload",)
+    prefix = f"hwtest:{uuid.uuid4().hex}:"
+    server = await spawn("served_app:app", *args, env={
+        "HW_TEST_PROVIDER_URL": provider.base_url, "HEADWATER_SHUTDOWN_GRACE": "10",
+        "HEADWATER_REDIS_KEY_PREFIX": prefix})
+    provider.enqueue(*[trickled(WORDS, every=0.05) for _ in range(4)])
+    async with httpx.AsyncClient(base_url=server.base_url, timeout=10) as client:
+        sids = [await new_session(client) for _ in range(4)]
+    sockets = await answering_sockets(server, sids)
+    server.process.send_signal(signal.SIGTERM)
+    endings = await asyncio.gather(*(socket_to_end(s, within=12) for s in sockets))
+    assert_shut_down(server, sockets, endings)
+    await wait_until(lambda: server.process.poll() is not None, timeout=15, interval=0.05,
+                     message=f"the server to exit after SIGTERM:\n{server.stderr()}")
+    assert server.process.returncode == 0, server.stderr()
+    log = server.stderr()
+    assert "Traceback" not in log and "timeout graceful shutdown exceeded" not in log, log
+    if mode == "workers":
+        await drop_keys(redis_url, prefix)
 
 
 # -- 9. a process a tool starts through ToolContext ends with the call ---------------------------

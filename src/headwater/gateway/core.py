@@ -120,7 +120,7 @@ class Gateway:
                                    f"the message is longer than {limit} characters")
 
     def socket_opened(self) -> None:
-        """A live WebSocket follows a run: the server's shutdown waits for its close."""
+        """A live WebSocket follows a run: a stop signal waits for its close."""
         self.sockets += 1
         self._no_sockets.clear()
 
@@ -132,7 +132,8 @@ class Gateway:
 
     async def drain_sockets(self, grace: float) -> None:
         """Wait (up to ``grace`` seconds) until every live WebSocket has sent its last frame
-        and closed; the server calls it on shutdown before it closes connections itself."""
+        and closed; the app's stop signal handler calls it before the server gets the
+        signal (and closes the connections left itself)."""
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(grace):
                 await self._no_sockets.wait()

@@ -6,11 +6,13 @@ stream ends with ``error`` ``server_shutdown`` and the process exits once they
 have (within ``Settings.shutdown_grace``). A second Ctrl-C while it stops
 exits the process at once.
 
-Live WebSockets get their terminal frame before their close: the server stops
-accepting, waits (within the grace) for the gateway's sockets to close
-themselves (:meth:`~.core.Gateway.drain_sockets`), and only then closes the
-connections left. After SIGTERM the process exits 0 (a graceful stop); after
-Ctrl-C, 130, as a shell reports it.
+Live WebSockets get their terminal frame before their close: the gateway's
+handler waits (within the grace) for its sockets to close themselves
+(:meth:`~.core.Gateway.drain_sockets`) before it hands the signal to the
+server, which then closes the connections left. That handler is the app's
+(:mod:`.app`), so the workers of ``--workers`` and ``--reload`` (uvicorn's own
+server in each) drain alike. After SIGTERM the process exits 0 (a graceful
+stop); after Ctrl-C, 130, as a shell reports it.
 """
 
 from __future__ import annotations
@@ -20,7 +22,6 @@ import importlib
 import math
 import os
 import signal
-import socket
 import sys
 from collections.abc import Sequence
 from types import FrameType
@@ -189,10 +190,7 @@ def serve(spec: str, *, host: str = "127.0.0.1", port: int = 8000, reload: bool 
         options["http"] = WORKER_PROTOCOL
         uvicorn.run("headwater.gateway.serve:app_from_env", factory=True, **options)
         return
-    state = getattr(app, "state", None)
-    gateway = getattr(state, "gateway", None)
-    server = _Server(uvicorn.Config(app, **options),
-                     gateway if isinstance(gateway, Gateway) else None)
+    server = _Server(uvicorn.Config(app, **options))
     try:
         server.run()
     except KeyboardInterrupt:
@@ -210,17 +208,13 @@ class _Server(uvicorn.Server):
     """uvicorn's server, whose Ctrl-C ends the process like SIGTERM does.
 
     The first SIGINT or SIGTERM goes to the gateway's chained handler (its
-    open streams end with ``server_shutdown``), then here: uvicorn stops
-    accepting and waits for the streams to close. A second Ctrl-C while it
-    waits exits at once.
+    open streams end with ``server_shutdown``, its live WebSockets send their
+    last frame and close), then here: uvicorn stops accepting and waits for the
+    streams to close. A second Ctrl-C while it waits exits at once.
     """
 
     interrupted = False
     terminated = False
-
-    def __init__(self, config: uvicorn.Config, gateway: Gateway | None = None) -> None:
-        super().__init__(config)
-        self.gateway = gateway
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         if sig == signal.SIGINT:
@@ -233,15 +227,6 @@ class _Server(uvicorn.Server):
             # kills the process (-15) after a graceful stop: :func:`serve` exits 0 instead.
             self.terminated = True
             self._captured_signals = [s for s in self._captured_signals if s != sig]
-
-    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
-        """Stop accepting, let the gateway's live WebSockets send their last frame and
-        close, then uvicorn's shutdown (which closes a WebSocket at once, 1012)."""
-        for server in self.servers:
-            server.close()
-        if self.gateway is not None:
-            await self.gateway.drain_sockets(self.config.timeout_graceful_shutdown or 0)
-        await super().shutdown(sockets)
 
 
 def _exit(code: int) -> None:
