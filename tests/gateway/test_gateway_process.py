@@ -430,6 +430,11 @@ async def test_serve_a_list_of_agents_on_loopback(spawn: Spawn) -> None:
     ("served_agents:missing", "module 'served_agents' has no attribute 'missing'"),
     ("served_agents:not_an_app", "expected an ASGI app, an Agent or a list of agents"),
     ("served_agents", "expected module:attr"),
+    ("served_agents:needs_a_name",
+     "served_agents:needs_a_name is a function that needs arguments (name: 'str')"),
+    ("served_agents:builds_nothing", "served_agents:builds_nothing() is None: expected an "
+                                     "ASGI app, an Agent or a list of agents"),
+    ("served_agents:build_later", "served_agents:build_later is an async function"),
 ])
 def test_serve_a_bad_target_exits_2_with_a_message(server_env: dict[str, str], target: str,
                                                     says: str) -> None:
@@ -437,6 +442,51 @@ def test_serve_a_bad_target_exits_2_with_a_message(server_env: dict[str, str], t
     assert done.returncode == 2, done.stderr
     assert done.stderr.startswith("headwater serve: ") and says in done.stderr, done.stderr
     assert "Traceback" not in done.stderr
+
+
+async def built_here(client: httpx.AsyncClient, agent: str) -> int:
+    """One run on a new session of ``agent`` (a ``served_agents.build_agent``): the pid of
+    the process whose factory call built the agent."""
+    made = await client.post("/sessions", json={"agent": agent})
+    assert made.status_code == 201, made.text
+    ran = await whole_run(client, made.json()["id"], "hey", headers={})  # dev mode
+    assert ran.types == ["delta", "message", "done"], ran.types
+    text: str = ran.data(1)["text"]
+    assert text.startswith("built in "), text
+    return int(text.removeprefix("built in "))
+
+
+@pytest.mark.parametrize("target", ["served_agents:build_agent", "served_agents:build_agents",
+                                    "served_agents:build_app"])
+async def test_serve_a_factory_calls_it_and_serves_what_it_returns(spawn: Spawn,
+                                                                   target: str) -> None:
+    """A plain function is a factory (uvicorn's ``--factory``): called with no arguments in
+    the process that serves, its agent, list of agents or app is served."""
+    server = await spawn(target)
+    async with httpx.AsyncClient(base_url=server.base_url, timeout=10) as client:
+        assert await built_here(client, "built") == server.process.pid
+        if target.endswith("build_agents"):
+            other = await client.post("/sessions", json={"agent": "other"})
+            assert other.status_code == 201, other.text
+    await server.terminate(within=GRACE + EXIT_MARGIN)
+    assert "Traceback" not in server.stderr()
+
+
+def children_of(pid: int) -> set[int]:
+    return {int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()}
+
+
+@pytest.mark.redis
+async def test_serve_a_factory_with_workers_calls_it_in_a_worker(spawn: Spawn, redis_url: str) -> None:
+    prefix = f"hwtest:{uuid.uuid4().hex}:"
+    server = await spawn("served_agents:build_agent", "--workers", "2", "--redis-url",
+                         redis_url, env={"HEADWATER_REDIS_KEY_PREFIX": prefix})
+    async with httpx.AsyncClient(base_url=server.base_url, timeout=10) as client:
+        built = await built_here(client, "built")
+    assert built != server.process.pid  # a worker built it, not the supervisor
+    assert built in children_of(server.process.pid)
+    await server.terminate(within=GRACE + EXIT_MARGIN + 5)
+    await drop_keys(redis_url, prefix)
 
 
 # -- 4. Ctrl-C (SIGINT) takes SIGTERM's path -----------------------------------------------------

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import inspect
 import math
 import os
 import signal
@@ -52,6 +53,10 @@ INTERRUPTED = 128 + signal.SIGINT
 def load_target(spec: str, model: str | None = None) -> Any:
     """The ASGI app named by ``module:attr`` (an agent or a list of agents becomes a gateway).
 
+    The attribute may also be a factory, as uvicorn's ``--factory`` takes: a plain
+    function called with no arguments (once per process that serves it) whose
+    result is any of those.
+
     An agent target's gateway authenticates as the ``HEADWATER_AUTH_TOKENS`` /
     ``HEADWATER_JWT_*`` settings say (:func:`~.auth.auth_from_settings`); without
     them it is in dev mode. An app keeps its own auth.
@@ -63,10 +68,19 @@ def load_target(spec: str, model: str | None = None) -> Any:
 
     Raises:
         UserError: the spec is malformed, the module or attribute is missing, the
-            attribute is neither an ASGI app nor agents, ``model`` or auth settings
-            are given for an app, ``model`` cannot be resolved, or the auth settings
-            are bad.
+            attribute (or what its factory returns) is neither an ASGI app nor
+            agents, a factory needs arguments or is async, ``model`` or auth
+            settings are given for an app, ``model`` cannot be resolved, or the
+            auth settings are bad.
     """
+    target = _attribute(spec)
+    if _is_factory(target):
+        return _served(_built(target, spec), f"{spec}()", model)
+    return _served(target, spec, model)
+
+
+def _attribute(spec: str) -> Any:
+    """The object ``module:attr`` names (the module imported from the working directory)."""
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
         raise UserError(f"expected module:attr, got {spec!r}")
@@ -83,6 +97,44 @@ def load_target(spec: str, model: str | None = None) -> Any:
         if not hasattr(target, name):
             raise UserError(f"module {module_name!r} has no attribute {attr!r}")
         target = getattr(target, name)
+    return target
+
+
+def _is_factory(target: Any) -> bool:
+    """A plain function or method, but not an ASGI app written as one
+    (``async def app(scope, receive, send)``)."""
+    if not (inspect.isfunction(target) or inspect.ismethod(target)):
+        return False
+    return not (inspect.iscoroutinefunction(target) and _binds(target, 3))
+
+
+def _binds(function: Any, count: int) -> bool:
+    """Whether ``function`` can be called with ``count`` positional arguments."""
+    try:
+        inspect.signature(function).bind(*range(count))
+    except TypeError:
+        return False
+    return True
+
+
+def _built(factory: Any, spec: str) -> Any:
+    """What the factory ``spec`` returns, called with no arguments.
+
+    Raises:
+        UserError: it needs arguments, or is an ``async def``.
+    """
+    if inspect.iscoroutinefunction(factory):
+        raise UserError(f"{spec} is an async function: a factory is a plain function "
+                        "returning an app, an Agent or a list of agents")
+    if not _binds(factory, 0):
+        raise UserError(f"{spec} is a function that needs arguments "
+                        f"{inspect.signature(factory)}: a factory is called with none")
+    return factory()
+
+
+def _served(target: Any, spec: str, model: str | None) -> Any:
+    """The app for ``target``: a gateway over an agent or a list of agents, or the app
+    itself (see :func:`load_target`)."""
     agents: list[Agent] | None = None
     if isinstance(target, Agent):
         agents = [target]
@@ -93,7 +145,7 @@ def load_target(spec: str, model: str | None = None) -> Any:
     if agents is not None:
         served = _on_model(agents, model)
         return create_app(served[0] if isinstance(target, Agent) else served, auth=auth)
-    if callable(target):
+    if callable(target) and not _is_factory(target):
         if model is not None:
             raise UserError(f"--model applies to an Agent or a list of agents; {spec} is an "
                             "app, whose agents choose their own models")
@@ -102,8 +154,10 @@ def load_target(spec: str, model: str | None = None) -> Any:
                             f"a list of agents; {spec} is an app, which has its own auth "
                             "(unset them, or serve the agents)")
         return target
-    raise UserError(f"{spec} is {type(target).__name__}: expected an ASGI app, an Agent "
-                    "or a list of agents")
+    what = ("a function" if callable(target) else "None" if target is None
+            else type(target).__name__)
+    raise UserError(f"{spec} is {what}: expected an ASGI app, an Agent or a list of agents "
+                    "(or a function returning one)")
 
 
 def _on_model(agents: list[Agent], model: str | None) -> list[Agent]:
