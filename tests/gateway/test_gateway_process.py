@@ -477,7 +477,8 @@ def children_of(pid: int) -> set[int]:
 
 
 @pytest.mark.redis
-async def test_serve_a_factory_with_workers_calls_it_in_a_worker(spawn: Spawn, redis_url: str) -> None:
+async def test_serve_a_factory_with_workers_calls_it_in_a_worker(spawn: Spawn,
+                                                                 redis_url: str) -> None:
     prefix = f"hwtest:{uuid.uuid4().hex}:"
     server = await spawn("served_agents:build_agent", "--workers", "2", "--redis-url",
                          redis_url, env={"HEADWATER_REDIS_KEY_PREFIX": prefix})

@@ -141,6 +141,12 @@ class Health(BaseModel):
     status: Literal["ok", "stopping"]
 
 
+class Ready(BaseModel):
+    """The answer of ``GET /readyz`` when the gateway can serve."""
+
+    status: Literal["ready"]
+
+
 # -- the gateway ---------------------------------------------------------------------------------
 
 
@@ -231,6 +237,7 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     the app serves; at the end every run stopped, the stores closed."""
     gateway: Gateway = app.state.gateway
     settings = gateway.settings
+    await _open_store(gateway)
     stop = _StopSignals(gateway)
     stop.install()
     if settings.gc_freeze:
@@ -254,8 +261,23 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
             await gateway.service.close()
 
 
+async def _open_store(gateway: Gateway) -> None:
+    """Open the session store before the server says it is up: a SQL store connects and
+    brings its schema to head (``database_auto_migrate``) now, not at the first request.
+    A failure ends the start (the server exits)."""
+    try:
+        await gateway.service.ping()
+    except Exception as exc:
+        why = (str(exc).strip().splitlines() or [""])[0]
+        logger.error("the session store failed at start (%s: %s); the server does not start",
+                     type(exc).__name__, why)
+        if gateway.owns_service:
+            await gateway.service.close()
+        raise
+
+
 meta = APIRouter(tags=["meta"])
-"""``GET /healthz``."""
+"""``GET /healthz`` (liveness) and ``GET /readyz`` (readiness)."""
 
 sessions = APIRouter(tags=["sessions"])
 """The caller's sessions: create, list, read, delete, and a session's stored events."""
@@ -266,7 +288,16 @@ runs = APIRouter(tags=["runs"])
 
 @meta.get("/healthz", response_model=Health)
 async def healthz(gw: GatewayDep) -> Health:
+    """Liveness: the process answers (``stopping`` once a stop signal came); asks no store."""
     return Health(status="stopping" if gw.runs.closing else "ok")
+
+
+@meta.get("/readyz", response_model=Ready, responses={503: {"model": ErrorBody}})
+async def readyz(gw: GatewayDep) -> Ready:
+    """Readiness: 200 once the session store (and Redis, when configured) answer; 503
+    ``store_unavailable``, ``run_store_unavailable`` or ``server_shutdown`` otherwise."""
+    await gw.check_ready()
+    return Ready(status="ready")
 
 
 @sessions.post("/sessions", status_code=201, response_model=SessionOut,

@@ -20,6 +20,8 @@ from __future__ import annotations
 import contextlib
 import importlib
 import inspect
+import logging
+import logging.config
 import math
 import os
 import signal
@@ -27,18 +29,24 @@ import sys
 from collections.abc import Sequence
 from types import FrameType
 from typing import Any
+from urllib.parse import urlsplit
 
 import uvicorn
 
 from ..agents.agent import Agent
 from ..errors import UserError
 from ..models.registry import get_model
+from ..sessions.base import BaseSessionService
+from ..sessions.memory import InMemorySessionService
+from ..sessions.sql import SqlSessionService
 from ..settings import get_settings
 from .app import create_app
-from .auth import auth_from_settings, is_loopback
+from .auth import JWTAuth, StaticTokenAuth, auth_from_settings, is_loopback
 from .connections import http_protocol
 from .core import Gateway
 from .logs import log_config
+
+logger = logging.getLogger("headwater.gateway")
 
 TARGET_ENV = "HEADWATER_SERVE_TARGET"
 """Where ``--reload`` and ``--workers`` pass the target to the workers they start."""
@@ -232,17 +240,11 @@ def serve(spec: str, *, host: str = "127.0.0.1", port: int = 8000, reload: bool 
                                "timeout_graceful_shutdown": grace,
                                "log_config": log_config(log_level), "access_log": False,
                                "http": http_protocol(settings)}
+    logging.config.dictConfig(options["log_config"])  # as uvicorn will: the lines below too
+    for line in started_lines(app, spec, host=host, workers=workers, reload=reload):
+        logger.info("%s", line)
     if reload or workers > 1:
-        os.environ[TARGET_ENV] = spec
-        if model is not None:
-            os.environ[MODEL_ENV] = model
-        if reload:
-            options["reload"] = True
-        else:
-            options["workers"] = workers
-        # The config crosses to spawned workers by pickle: the protocol by its import string.
-        options["http"] = WORKER_PROTOCOL
-        uvicorn.run("headwater.gateway.serve:app_from_env", factory=True, **options)
+        _run_workers(spec, model, options, workers=workers, reload=reload)
         return
     server = _Server(uvicorn.Config(app, **options))
     try:
@@ -256,6 +258,71 @@ def serve(spec: str, *, host: str = "127.0.0.1", port: int = 8000, reload: bool 
         _exit(INTERRUPTED if server.interrupted else 0)
     if not server.started:
         raise SystemExit(3)  # uvicorn logged why (its STARTUP_FAILURE code, as uvicorn.run)
+
+
+def _run_workers(spec: str, model: str | None, options: dict[str, Any], *, workers: int,
+                 reload: bool) -> None:
+    """uvicorn's supervisor (``--workers``) or reloader (``--reload``) over processes that
+    each load ``spec`` through :func:`app_from_env`, until stopped."""
+    os.environ[TARGET_ENV] = spec
+    if model is not None:
+        os.environ[MODEL_ENV] = model
+    if reload:
+        options["reload"] = True
+    else:
+        options["workers"] = workers
+    # The config crosses to spawned workers by pickle: the protocol by its import string.
+    options["http"] = WORKER_PROTOCOL
+    uvicorn.run("headwater.gateway.serve:app_from_env", factory=True, **options)
+
+
+def started_lines(app: Any, spec: str, *, host: str, workers: int = 1,
+                  reload: bool = False) -> list[str]:
+    """What ``headwater serve`` says at start (once, however many workers), one line each:
+    the agents, auth, the database, Redis and the workers. No secret: passwords in URLs
+    are ``***``, tokens and keys are never shown."""
+    gateway = getattr(getattr(app, "state", None), "gateway", None)
+    processes = ("reload: on (one worker, restarted when a file changes)" if reload
+                 else f"workers: {workers}")
+    if not isinstance(gateway, Gateway):
+        return [f"app: {spec} (not a headwater gateway: its agents, auth and stores are "
+                "its own)", processes]
+    names = list(gateway.runners)
+    agents = ", ".join(f"{name} (default)" if name == gateway.default_agent else name
+                       for name in names)
+    redis = gateway.settings.redis_url
+    return [f"agents: {agents}", f"auth: {_auth_line(gateway.auth, host)}",
+            f"database: {_store_line(gateway.service)}",
+            f"redis: {without_password(redis) if redis else 'none (runs live in this process)'}",
+            processes]
+
+
+def _auth_line(auth: Any, host: str) -> str:
+    if auth is None:
+        where = "loopback only" if is_loopback(host) else f"on {host} by --insecure-dev"
+        return f"none, dev mode: whoever reaches it is the one local user ({where})"
+    if isinstance(auth, StaticTokenAuth):
+        return f"{len(auth)} static bearer token{'s' if len(auth) != 1 else ''}"
+    if isinstance(auth, JWTAuth):
+        return f"JSON Web Tokens, {auth!r}"
+    return f"the app's own ({getattr(auth, '__qualname__', type(auth).__qualname__)})"
+
+
+def _store_line(service: BaseSessionService) -> str:
+    if isinstance(service, SqlSessionService):
+        return service.url
+    if isinstance(service, InMemorySessionService):
+        return "in memory (sessions end with the process)"
+    return type(service).__qualname__
+
+
+def without_password(url: str) -> str:
+    """``url`` with its password (if any) shown as ``***``."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return parts._replace(netloc=netloc).geturl()
 
 
 class _Server(uvicorn.Server):
