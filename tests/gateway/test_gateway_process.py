@@ -121,7 +121,7 @@ async def spawn(server_env: dict[str, str], tmp_path: Path) -> AsyncIterator[Spa
         children.append(process)
         server = Server(process, f"http://127.0.0.1:{port}", log)
         async with httpx.AsyncClient(base_url=server.base_url, timeout=1) as client:
-            deadline = time.monotonic() + 20
+            deadline = time.monotonic() + 60  # --workers starts three interpreters
             while True:
                 if process.poll() is not None:
                     pytest.fail(f"the server exited ({process.returncode}):\n{server.stderr()}")
@@ -431,7 +431,8 @@ async def test_serve_a_list_of_agents_on_loopback(spawn: Spawn) -> None:
     ("served_agents:not_an_app", "expected an ASGI app, an Agent or a list of agents"),
     ("served_agents", "expected module:attr"),
     ("served_agents:needs_a_name",
-     "served_agents:needs_a_name is a function that needs arguments (name: 'str')"),
+     "served_agents:needs_a_name is a function that needs arguments (name): a factory is "
+     "called with none"),
     ("served_agents:builds_nothing", "served_agents:builds_nothing() is None: expected an "
                                      "ASGI app, an Agent or a list of agents"),
     ("served_agents:build_later", "served_agents:build_later is an async function"),

@@ -135,8 +135,10 @@ def _built(factory: Any, spec: str) -> Any:
         raise UserError(f"{spec} is an async function: a factory is a plain function "
                         "returning an app, an Agent or a list of agents")
     if not _binds(factory, 0):
-        raise UserError(f"{spec} is a function that needs arguments "
-                        f"{inspect.signature(factory)}: a factory is called with none")
+        needed = [p.name for p in inspect.signature(factory).parameters.values()
+                  if p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+        raise UserError(f"{spec} is a function that needs arguments ({', '.join(needed)}): "
+                        "a factory is called with none")
     return factory()
 
 
