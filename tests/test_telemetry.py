@@ -4,11 +4,13 @@ provider given to headwater alone (the global provider is never set here)."""
 
 from __future__ import annotations
 
+import ast
 import json
 import subprocess
 import sys
 import textwrap
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,7 +19,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
-from headwater import Agent, RunConfig, Runner, SequentialAgent, StreamingMode
+from headwater import Agent, RunConfig, Runner, SequentialAgent, StreamingMode, telemetry
 from headwater.agents.base import BaseAgent
 from headwater.errors import ProviderTimeout, SessionBusyError
 from headwater.models import LlmRequest
@@ -253,6 +255,25 @@ def test_a_global_provider_set_after_the_first_run_traces_the_next() -> None:
                          timeout=60, check=False)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "one two ['chat scripted', 'invoke_agent a']"
+
+
+def test_telemetry_reads_only_the_public_api_of_opentelemetry() -> None:
+    """Whether a provider is set is asked of the API's public ``get_tracer_provider()``:
+    telemetry.py names no private attribute of an OpenTelemetry module (``_otel`` and
+    ``_otel_context`` hold them), directly or through ``getattr``."""
+    source = Path(telemetry.__file__).read_text(encoding="utf-8")
+    handles = {"_otel", "_otel_context"}
+    private = []
+    for node in ast.walk(ast.parse(source)):
+        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+                and node.value.id in handles and node.attr.startswith("_")):
+            private.append(f"line {node.lineno}: {node.value.id}.{node.attr}")
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                and node.func.id in ("getattr", "hasattr", "setattr") and node.args
+                and isinstance(node.args[0], ast.Name) and node.args[0].id in handles):
+            private.append(f"line {node.lineno}: {node.func.id}({node.args[0].id}, ...)")
+    assert "get_tracer_provider" in source and "ProxyTracerProvider" in source
+    assert not private, private
 
 
 def test_without_the_api_installed_nothing_is_imported_and_runs_work() -> None:

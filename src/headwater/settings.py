@@ -136,6 +136,8 @@ class Settings(BaseSettings):
             ``Retry-After``.
         body_read_timeout: seconds a client may take to send its request body (408).
         shutdown_grace: seconds open streams get to end when the server stops.
+        ready_timeout: seconds ``GET /readyz`` waits for the session store (and
+            Redis, with ``redis_url``) to answer; past it, 503.
         header_timeout: seconds a connection has to send a whole request head
             (request line and headers), from when it opens or its previous
             response ended; past it the server closes it (slow-header clients).
@@ -290,6 +292,7 @@ class Settings(BaseSettings):
     rate_limit_burst: int = Field(default=120, ge=1)
     body_read_timeout: float = Field(default=10.0, gt=0)
     shutdown_grace: float = Field(default=10.0, ge=0)
+    ready_timeout: float = Field(default=5.0, gt=0)
     header_timeout: float = Field(default=10.0, gt=0)
     max_connections: int = Field(default=1000, ge=1)
     cors_origins: list[str] = Field(default_factory=list)

@@ -59,6 +59,7 @@ _otel: Any = None  # the opentelemetry.trace module once imported; False: not in
 _otel_context: Any = None  # opentelemetry.context, imported with it
 _tracer: Tracer | None = None
 _provider: TracerProvider | None = None
+_global_provider = False  # a global provider was seen (it is set at most once: it stays)
 
 
 def set_tracer_provider(provider: TracerProvider | None) -> None:
@@ -90,13 +91,21 @@ def _get_tracer() -> Tracer | None:
 def _no_provider() -> bool:
     """Whether every span would be a no-op: no provider of ours, and no global one yet.
 
-    Until a global provider is set, the API's proxy tracer makes no-op spans, and
-    a global provider is set at most once (``opentelemetry.trace.set_tracer_provider``;
-    one named by ``OTEL_PYTHON_TRACER_PROVIDER`` is loaded by :func:`_get_tracer`'s
-    first call). Asking the proxy for a span each run costs more than this look at
-    the API's global; an API without that global is asked as before.
+    Until a global provider is set, the API answers its proxy provider
+    (``opentelemetry.trace.get_tracer_provider()`` is a ``ProxyTracerProvider``),
+    whose tracer makes no-op spans; asking it for a span each run costs more
+    than this question. A global provider is set at most once
+    (``opentelemetry.trace.set_tracer_provider``; one named by
+    ``OTEL_PYTHON_TRACER_PROVIDER`` is loaded by the first question), so once
+    one is seen the API is not asked again.
     """
-    return _provider is None and getattr(_otel, "_TRACER_PROVIDER", False) is None
+    global _global_provider
+    if _provider is not None or _global_provider:
+        return False
+    if isinstance(_otel.get_tracer_provider(), _otel.ProxyTracerProvider):
+        return True
+    _global_provider = True
+    return False
 
 
 class _Request(Protocol):

@@ -87,14 +87,19 @@ class Stores:
     def url(self, kind: str = "sqlite") -> str:
         """A fresh database URL: a new SQLite file, or under the switch a PostgreSQL database."""
         if ON_POSTGRES:
-            name = f"hw_test_{uuid.uuid4().hex[:16]}"
-            _admin(f'CREATE DATABASE "{name}"')
-            self.databases.append(name)
-            return make_url(postgres_base_url()).set(database=name).render_as_string(
-                hide_password=False)
+            return self.postgres_url()
         if kind != "sqlite":
             raise ValueError(f"no database URL for a {kind!r} store")
         return f"sqlite+aiosqlite:///{self.tmp_path / f'store-{uuid.uuid4().hex[:8]}.db'}"
+
+    def postgres_url(self) -> str:
+        """A fresh, empty PostgreSQL database next to ``HEADWATER_TEST_POSTGRES_URL``'s
+        (whatever the switch), dropped after the test."""
+        name = f"hw_test_{uuid.uuid4().hex[:16]}"
+        _admin(f'CREATE DATABASE "{name}"')
+        self.databases.append(name)
+        return make_url(postgres_base_url()).set(database=name).render_as_string(
+            hide_password=False)
 
     def service(self, kind: str = "memory") -> BaseSessionService:
         if kind not in ("memory", "sqlite"):

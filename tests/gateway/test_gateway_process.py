@@ -18,6 +18,7 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +26,7 @@ from typing import Any
 
 import httpx
 import pytest
+from websockets.asyncio.client import ClientConnection
 
 from headwater.sessions import SqlSessionService
 from headwater.testing import (
@@ -37,6 +39,7 @@ from headwater.testing import (
 
 from .live_sockets import live_socket, socket_to_end
 from .run_stream import RunStream
+from .test_runlog import drop_keys
 
 pytestmark = pytest.mark.slow
 
@@ -118,7 +121,7 @@ async def spawn(server_env: dict[str, str], tmp_path: Path) -> AsyncIterator[Spa
         children.append(process)
         server = Server(process, f"http://127.0.0.1:{port}", log)
         async with httpx.AsyncClient(base_url=server.base_url, timeout=1) as client:
-            deadline = time.monotonic() + 20
+            deadline = time.monotonic() + 60  # --workers starts three interpreters
             while True:
                 if process.poll() is not None:
                     pytest.fail(f"the server exited ({process.returncode}):\n{server.stderr()}")
@@ -427,6 +430,12 @@ async def test_serve_a_list_of_agents_on_loopback(spawn: Spawn) -> None:
     ("served_agents:missing", "module 'served_agents' has no attribute 'missing'"),
     ("served_agents:not_an_app", "expected an ASGI app, an Agent or a list of agents"),
     ("served_agents", "expected module:attr"),
+    ("served_agents:needs_a_name",
+     "served_agents:needs_a_name is a function that needs arguments (name): a factory is "
+     "called with none"),
+    ("served_agents:builds_nothing", "served_agents:builds_nothing() is None: expected an "
+                                     "ASGI app, an Agent or a list of agents"),
+    ("served_agents:build_later", "served_agents:build_later is an async function"),
 ])
 def test_serve_a_bad_target_exits_2_with_a_message(server_env: dict[str, str], target: str,
                                                     says: str) -> None:
@@ -434,6 +443,52 @@ def test_serve_a_bad_target_exits_2_with_a_message(server_env: dict[str, str], t
     assert done.returncode == 2, done.stderr
     assert done.stderr.startswith("headwater serve: ") and says in done.stderr, done.stderr
     assert "Traceback" not in done.stderr
+
+
+async def built_here(client: httpx.AsyncClient, agent: str) -> int:
+    """One run on a new session of ``agent`` (a ``served_agents.build_agent``): the pid of
+    the process whose factory call built the agent."""
+    made = await client.post("/sessions", json={"agent": agent})
+    assert made.status_code == 201, made.text
+    ran = await whole_run(client, made.json()["id"], "hey", headers={})  # dev mode
+    assert ran.types == ["delta", "message", "done"], ran.types
+    text: str = ran.data(1)["text"]
+    assert text.startswith("built in "), text
+    return int(text.removeprefix("built in "))
+
+
+@pytest.mark.parametrize("target", ["served_agents:build_agent", "served_agents:build_agents",
+                                    "served_agents:build_app"])
+async def test_serve_a_factory_calls_it_and_serves_what_it_returns(spawn: Spawn,
+                                                                   target: str) -> None:
+    """A plain function is a factory (uvicorn's ``--factory``): called with no arguments in
+    the process that serves, its agent, list of agents or app is served."""
+    server = await spawn(target)
+    async with httpx.AsyncClient(base_url=server.base_url, timeout=10) as client:
+        assert await built_here(client, "built") == server.process.pid
+        if target.endswith("build_agents"):
+            other = await client.post("/sessions", json={"agent": "other"})
+            assert other.status_code == 201, other.text
+    await server.terminate(within=GRACE + EXIT_MARGIN)
+    assert "Traceback" not in server.stderr()
+
+
+def children_of(pid: int) -> set[int]:
+    return {int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()}
+
+
+@pytest.mark.redis
+async def test_serve_a_factory_with_workers_calls_it_in_a_worker(spawn: Spawn,
+                                                                 redis_url: str) -> None:
+    prefix = f"hwtest:{uuid.uuid4().hex}:"
+    server = await spawn("served_agents:build_agent", "--workers", "2", "--redis-url",
+                         redis_url, env={"HEADWATER_REDIS_KEY_PREFIX": prefix})
+    async with httpx.AsyncClient(base_url=server.base_url, timeout=10) as client:
+        built = await built_here(client, "built")
+    assert built != server.process.pid  # a worker built it, not the supervisor
+    assert built in children_of(server.process.pid)
+    await server.terminate(within=GRACE + EXIT_MARGIN + 5)
+    await drop_keys(redis_url, prefix)
 
 
 # -- 4. Ctrl-C (SIGINT) takes SIGTERM's path -----------------------------------------------------
@@ -501,12 +556,7 @@ async def test_sigterm_gives_every_websocket_its_frame_then_its_close_and_exits_
     provider.enqueue(*[trickled(WORDS, every=0.05) for _ in range(6)])
     async with httpx.AsyncClient(base_url=server.base_url, timeout=10) as client:
         sids = [await new_session(client) for _ in range(6)]
-        sockets = [await live_socket(server.base_url, sid, A) for sid in sids[:4]]
-        for socket in sockets:  # each mid-answer: the stop has a model call to close and seal
-            await socket.send(json.dumps({"type": "content", "text": "go"}))
-            async with asyncio.timeout(5):
-                while json.loads(await socket.recv())["type"] != "delta":
-                    pass
+        sockets = await answering_sockets(server, sids[:4])
         streams = [await open_run(client, sid, "go") for sid in sids[4:]]
         for stream in streams:
             await stream.read_until(deltas(2))
@@ -515,11 +565,7 @@ async def test_sigterm_gives_every_websocket_its_frame_then_its_close_and_exits_
         endings = await asyncio.gather(*(socket_to_end(s, within=8) for s in sockets))
         for stream in streams:
             await stream.read_to_end(within=8)
-    for socket, messages in zip(sockets, endings, strict=True):
-        assert messages, f"no frame before the close; stderr:\n{server.stderr()}"
-        last = messages[-1]
-        assert last["type"] == "error" and last["data"]["code"] == "server_shutdown", messages
-        assert socket.close_code == 1001, (socket.close_code, socket.close_reason)
+    assert_shut_down(server, sockets, endings)
     for stream in streams:
         assert stream.ended and stream.data(-1)["code"] == "server_shutdown"
     await wait_until(lambda: server.process.poll() is not None,
@@ -528,6 +574,57 @@ async def test_sigterm_gives_every_websocket_its_frame_then_its_close_and_exits_
     assert server.process.returncode == 0, server.stderr()
     log = server.stderr()
     assert "Traceback" not in log and "timeout graceful shutdown exceeded" not in log, log
+
+
+async def answering_sockets(server: Server, sids: Sequence[str]) -> list[ClientConnection]:
+    """A live socket on each session, each mid-answer (a delta seen): the stop has a model
+    call to close and seal."""
+    sockets = [await live_socket(server.base_url, sid, A) for sid in sids]
+    for ws in sockets:
+        await ws.send(json.dumps({"type": "content", "text": "go"}))
+        async with asyncio.timeout(10):
+            while json.loads(await ws.recv())["type"] != "delta":
+                pass
+    return sockets
+
+
+def assert_shut_down(server: Server, sockets: Sequence[ClientConnection],
+                     endings: Sequence[list[dict[str, Any]]]) -> None:
+    """Each socket's last message is ``error`` ``server_shutdown``, then the close 1001."""
+    for ws, messages in zip(sockets, endings, strict=True):
+        assert messages, f"no frame before the close; stderr:\n{server.stderr()}"
+        last = messages[-1]
+        assert last["type"] == "error" and last["data"]["code"] == "server_shutdown", messages
+        assert ws.close_code == 1001, (ws.close_code, ws.close_reason)
+
+
+@pytest.mark.redis
+@pytest.mark.parametrize("mode", ["workers", "reload"])
+async def test_workers_and_reload_drain_every_websocket_as_one_process_does(
+        spawn: Spawn, provider: FakeProvider, redis_url: str, mode: str) -> None:
+    """uvicorn runs each worker of ``--workers`` and ``--reload`` on a server of its own; the
+    app's stop handler drains the sockets there too: SIGTERM to ``headwater serve`` (which
+    uvicorn's supervisor passes on to each worker) ends every live socket with its frame,
+    then its close."""
+    args = ("--workers", "2", "--redis-url", redis_url) if mode == "workers" else ("--reload",)
+    prefix = f"hwtest:{uuid.uuid4().hex}:"
+    server = await spawn("served_app:app", *args, env={
+        "HW_TEST_PROVIDER_URL": provider.base_url, "HEADWATER_SHUTDOWN_GRACE": "10",
+        "HEADWATER_REDIS_KEY_PREFIX": prefix})
+    provider.enqueue(*[trickled(WORDS, every=0.05) for _ in range(4)])
+    async with httpx.AsyncClient(base_url=server.base_url, timeout=10) as client:
+        sids = [await new_session(client) for _ in range(4)]
+    sockets = await answering_sockets(server, sids)
+    server.process.send_signal(signal.SIGTERM)
+    endings = await asyncio.gather(*(socket_to_end(s, within=12) for s in sockets))
+    assert_shut_down(server, sockets, endings)
+    await wait_until(lambda: server.process.poll() is not None, timeout=15, interval=0.05,
+                     message=f"the server to exit after SIGTERM:\n{server.stderr()}")
+    assert server.process.returncode == 0, server.stderr()
+    log = server.stderr()
+    assert "Traceback" not in log and "timeout graceful shutdown exceeded" not in log, log
+    if mode == "workers":
+        await drop_keys(redis_url, prefix)
 
 
 # -- 9. a process a tool starts through ToolContext ends with the call ---------------------------

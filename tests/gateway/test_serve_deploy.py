@@ -14,15 +14,18 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import jwt
 import pytest
+from sqlalchemy.engine import make_url
 
 from headwater.sessions import SqlSessionService
 from headwater.testing import FakeProvider, Scenario, render_openai, wait_until
 
 from .deployment import HERE, Served, sent_tool_results, serve
+from .stores import Stores
 from .test_runlog import drop_keys
 
 pytestmark = pytest.mark.slow
@@ -173,6 +176,80 @@ async def test_reload_serves_through_the_workers_protocol(
         assert (await client.get("/sessions")).status_code == 401
         ok = await client.get("/sessions", headers={"Authorization": "Bearer token-a"})
         assert ok.status_code == 200, ok.text
+
+
+def started_lines(output: str) -> list[str]:
+    """What ``headwater serve`` said at start: its ``headwater.gateway`` lines before
+    uvicorn's, without the level, time and logger."""
+    marker = " headwater.gateway: "
+    lines = []
+    for line in output.splitlines():
+        if marker not in line:
+            break
+        lines.append(line.split(marker, 1)[1])
+    return lines
+
+
+async def schema_of(url: str) -> Any:
+    store = SqlSessionService(url)
+    try:
+        return await store.schema_revision()
+    finally:
+        await store.close()
+
+
+@pytest.mark.postgres
+@pytest.mark.redis
+async def test_a_fresh_postgresql_database_is_migrated_before_the_workers_are_up(
+        env: dict[str, str], served: list[Served], postgres_url: str, redis_url: str,
+        stores: Stores, tmp_path: Path) -> None:
+    """``serve --db`` on an empty database: its tables are there (at head) by the time the
+    server answers, before any request touched the store; the start says, once, what is
+    served (the database's password masked)."""
+    url = make_url(stores.postgres_url()).set(password="hunter2")  # trust auth: ignored
+    db = url.render_as_string(hide_password=False)
+    prefix = f"hwtest:{uuid.uuid4().hex}:"
+    assert (await schema_of(db)).current is None
+    env = {**env, "HEADWATER_AUTH_TOKENS": f"token-a=alice, {TOKEN_B}=bob",
+           "HEADWATER_REDIS_KEY_PREFIX": prefix}
+    server = await serve("--db", db, "--redis-url", redis_url, "--workers", "2",
+                         "--log-level", "info", env=env, log=tmp_path / "serve.log")
+    served.append(server)
+    assert (await schema_of(db)).at_head  # /healthz answered: nothing else was asked
+    async with httpx.AsyncClient(base_url=server.base_url, timeout=20) as client:
+        ready = await client.get("/readyz")
+    assert ready.status_code == 200 and ready.json() == {"status": "ready"}, ready.text
+    server.stop()
+    await drop_keys(redis_url, prefix)
+    assert started_lines(server.output()) == [
+        "agents: bot (default)", "auth: 2 static bearer tokens",
+        f"database: {url.render_as_string(hide_password=True)}",
+        f"redis: {redis_url}", "workers: 2"]
+    assert "hunter2" not in server.output() and "token-a" not in server.output()
+
+
+async def test_a_fresh_sqlite_file_is_migrated_before_the_server_is_up(
+        env: dict[str, str], served: list[Served], tmp_path: Path) -> None:
+    db = f"sqlite:///{tmp_path / 'fresh' / 'sessions.db'}"
+    server = await serve("--db", db, "--log-level", "info", env=env, log=tmp_path / "serve.log")
+    served.append(server)
+    assert (await schema_of(db)).at_head
+    server.stop()
+    assert started_lines(server.output()) == [
+        "agents: bot (default)",
+        "auth: none, dev mode: whoever reaches it is the one local user (loopback only)",
+        f"database: {db.replace('sqlite:', 'sqlite+aiosqlite:', 1)}",  # as the store names it
+        "redis: none (runs live in this process)", "workers: 1"]
+
+
+def test_a_store_that_cannot_be_brought_to_head_ends_serve_in_one_line(
+        env: dict[str, str], tmp_path: Path) -> None:
+    db = f"sqlite:///{tmp_path / 'fresh.db'}"
+    line = one_line(hw_serve("--db", db, "--port", "0",
+                             env={**env, "HEADWATER_DATABASE_AUTO_MIGRATE": "false"}))
+    assert line == (f"headwater serve: cannot use the session store {db}: the session database "
+                    "has no session tables, and database_auto_migrate is off: run "
+                    "`headwater db upgrade`")
 
 
 # -- bad values: one line, exit code 2, no secret --------------------------------------------------

@@ -299,6 +299,23 @@ async def test_with_auto_migrate_off_a_store_refuses_a_database_not_at_head(
 
 
 @SQL
+async def test_ping_opens_the_store_as_a_first_use_would(store: Store) -> None:
+    """What the gateway calls at start and for ``GET /readyz``: on an empty database the
+    first ``ping()`` brings the schema to head (with auto-migration off it refuses, and
+    nothing is written); a later one only asks the database."""
+    assert store.url is not None
+    off = store.reopen(settings=Settings(database_auto_migrate=False))
+    with pytest.raises(SessionError, match=r"no session tables.*headwater db upgrade"):
+        await off.ping()
+    assert await on_database(store.url, columns) == {}
+    await store.service.ping()
+    assert await on_database(store.url, version) == [HEAD]
+    assert await on_database(store.url, schema_diffs) == []
+    await store.service.ping()
+    await off.ping()  # at head now: the check passes
+
+
+@SQL
 async def test_a_database_at_a_revision_this_version_does_not_know_is_refused(
         store: Store) -> None:
     assert store.url is not None

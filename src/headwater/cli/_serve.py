@@ -41,11 +41,14 @@ def serve_command(args: Any) -> int:  # argparse.Namespace
 
 
 def use_database(db: str | None) -> None:
-    """``--db`` (else ``HEADWATER_DATABASE_URL``, when set): check the store answers, and
-    make it the served app's (``HEADWATER_DATABASE_URL``, which workers inherit).
+    """``--db`` (else ``HEADWATER_DATABASE_URL``, when set): open the store, which brings
+    its schema to head (``database_auto_migrate``; once, however many workers follow),
+    and make it the served app's (``HEADWATER_DATABASE_URL``, which workers inherit).
 
     Raises:
-        CommandError: a malformed or unsupported URL, or a store that does not answer.
+        CommandError: a malformed or unsupported URL, a store that does not answer, or
+            one whose schema cannot be brought to head (a failed migration; a database
+            newer than this headwater; not at head with auto-migration off).
         ImportError: a PostgreSQL URL without asyncpg.
     """
     from ..settings import reload_settings
@@ -63,7 +66,10 @@ def use_database(db: str | None) -> None:
 
     async def probe() -> None:
         try:
+            # The first answer within the probe's time (an unreachable store fails in
+            # words), then the migration, which takes the time it needs.
             await answered(service.schema_revision(), shown)
+            await answered(service.ping(), shown, within=None)
         finally:
             await service.close()
 
@@ -82,6 +88,7 @@ def use_redis(url: str | None) -> None:
         ImportError: redis-py is not installed (the message names the extra).
     """
     from ..gateway.redis_backend import connect, disconnect
+    from ..gateway.serve import without_password
     from ..settings import get_settings, reload_settings
     from ._store import PROBE_TIMEOUT
 
@@ -89,7 +96,7 @@ def use_redis(url: str | None) -> None:
         url = os.environ.get("HEADWATER_REDIS_URL") or None
         if url is None:
             return
-    shown = _without_password(url)
+    shown = without_password(url)
     if urlsplit(url).scheme not in REDIS_SCHEMES:
         raise CommandError(f"{shown} is not a Redis URL; expected redis://host:6379/0 "
                            "(or rediss://, unix://)")
@@ -115,11 +122,3 @@ def use_redis(url: str | None) -> None:
         raise CommandError(f"cannot use Redis at {shown} ({why})") from None
     os.environ["HEADWATER_REDIS_URL"] = url
     reload_settings()
-
-
-def _without_password(url: str) -> str:
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return parts._replace(netloc=netloc).geturl()

@@ -107,8 +107,10 @@ async def probe(service: SqlSessionService, shown: str) -> None:
     await answered(service.list_sessions(app_name=DEMO_APP, user_id=DEMO_USER), shown)
 
 
-async def answered(pending: Awaitable[T], shown: str) -> T:
-    """What ``pending`` (a call to the store ``shown``) returns, within ``PROBE_TIMEOUT``.
+async def answered(pending: Awaitable[T], shown: str,
+                   within: float | None = PROBE_TIMEOUT) -> T:
+    """What ``pending`` (a call to the store ``shown``) returns, within ``within`` seconds
+    (``None``: as long as it takes).
 
     Raises:
         CommandError: the store did not answer in time, or failed in a way
@@ -117,10 +119,10 @@ async def answered(pending: Awaitable[T], shown: str) -> T:
     from ._errors import describe
 
     try:
-        return await asyncio.wait_for(pending, PROBE_TIMEOUT)
+        return await asyncio.wait_for(pending, within)
     except TimeoutError:
         raise CommandError(f"the session store {shown} did not answer within "
-                           f"{PROBE_TIMEOUT:g} s") from None
+                           f"{within:g} s") from None
     except Exception as exc:
         line = describe(exc)
         if line is None:

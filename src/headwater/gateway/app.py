@@ -14,7 +14,8 @@ import gc
 import logging
 import signal
 import threading
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
+from types import FrameType
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, FastAPI, Header, Query, Request, Response
@@ -140,6 +141,12 @@ class Health(BaseModel):
     status: Literal["ok", "stopping"]
 
 
+class Ready(BaseModel):
+    """The answer of ``GET /readyz`` when the gateway can serve."""
+
+    status: Literal["ready"]
+
+
 # -- the gateway ---------------------------------------------------------------------------------
 
 
@@ -225,11 +232,14 @@ def _gateway(agents: Sequence[BaseAgent], session_service: BaseSessionService | 
 
 @contextlib.asynccontextmanager
 async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
-    """The app's lifespan: a stop signal stops the runs; the collector tuned as the
-    settings say while the app serves; at the end every run stopped, the stores closed."""
+    """The app's lifespan: a stop signal stops the runs and drains the live sockets before
+    the server stops (:class:`_StopSignals`); the collector tuned as the settings say while
+    the app serves; at the end every run stopped, the stores closed."""
     gateway: Gateway = app.state.gateway
     settings = gateway.settings
-    restore = _on_stop_signal(gateway.begin_shutdown)
+    await _open_store(gateway)
+    stop = _StopSignals(gateway)
+    stop.install()
     if settings.gc_freeze:
         # What is loaded now (the app, its modules) lives as long as the process: out
         # of the collector's full passes, which otherwise stall the loop for each
@@ -245,14 +255,29 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
         gc.set_threshold(*thresholds)  # the process may outlive the app (tests, embedding)
         if settings.gc_freeze:
             gc.unfreeze()
-        restore()
+        stop.restore()
         await gateway.runs.aclose()
         if gateway.owns_service:
             await gateway.service.close()
 
 
+async def _open_store(gateway: Gateway) -> None:
+    """Open the session store before the server says it is up: a SQL store connects and
+    brings its schema to head (``database_auto_migrate``) now, not at the first request.
+    A failure ends the start (the server exits)."""
+    try:
+        await gateway.service.ping()
+    except Exception as exc:
+        why = (str(exc).strip().splitlines() or [""])[0]
+        logger.error("the session store failed at start (%s: %s); the server does not start",
+                     type(exc).__name__, why)
+        if gateway.owns_service:
+            await gateway.service.close()
+        raise
+
+
 meta = APIRouter(tags=["meta"])
-"""``GET /healthz``."""
+"""``GET /healthz`` (liveness) and ``GET /readyz`` (readiness)."""
 
 sessions = APIRouter(tags=["sessions"])
 """The caller's sessions: create, list, read, delete, and a session's stored events."""
@@ -263,7 +288,16 @@ runs = APIRouter(tags=["runs"])
 
 @meta.get("/healthz", response_model=Health)
 async def healthz(gw: GatewayDep) -> Health:
+    """Liveness: the process answers (``stopping`` once a stop signal came); asks no store."""
     return Health(status="stopping" if gw.runs.closing else "ok")
+
+
+@meta.get("/readyz", response_model=Ready, responses={503: {"model": ErrorBody}})
+async def readyz(gw: GatewayDep) -> Ready:
+    """Readiness: 200 once the session store (and Redis, when configured) answer; 503
+    ``store_unavailable``, ``run_store_unavailable`` or ``server_shutdown`` otherwise."""
+    await gw.check_ready()
+    return Ready(status="ready")
 
 
 @sessions.post("/sessions", status_code=201, response_model=SessionOut,
@@ -479,33 +513,72 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 """The signals that stop a served gateway (Ctrl-C, ``kill``): one path for both."""
 
 
-def _on_stop_signal(callback: Any) -> Any:
-    """Run ``callback`` on the loop when SIGINT or SIGTERM arrives, then the handler before it.
+class _StopSignals:
+    """SIGINT and SIGTERM, chained in front of the handlers a server installed (uvicorn's).
 
-    Chained in front of whatever server installed its own (uvicorn's), so open
-    streams end with ``server_shutdown`` before the server waits for them.
-    Returns the function that puts the previous handlers back.
+    The first stops every run at once (open streams end with ``server_shutdown``)
+    and lets every live WebSocket send its last frame and close (within
+    ``Settings.shutdown_grace``, :meth:`~.core.Gateway.drain_sockets`); only then
+    does the server's handler get the signal (uvicorn stops accepting, waits for
+    the streams, and closes what is left: a WebSocket at once, with 1012). So a
+    single process, every ``--workers`` worker and the ``--reload`` worker stop
+    alike, whichever server object runs them. A second SIGINT while the sockets
+    drain hands both signals to the server at once (Ctrl-C twice: uvicorn stops
+    waiting, ``headwater serve`` exits); another signal then is the same stop.
+
+    Installed only in the main thread, where a server installs its handlers;
+    :meth:`restore` puts them back and cancels a drain under way.
     """
-    if threading.current_thread() is not threading.main_thread():
-        return lambda: None  # no server handler to chain to: the lifespan's end still stops runs
-    loop = asyncio.get_running_loop()
-    installed: dict[int, Any] = {}
-    for signum in STOP_SIGNALS:
-        previous = signal.getsignal(signum)
-        if not callable(previous) or previous is signal.default_int_handler:
-            continue  # no server's handler (the lifespan's end still stops runs)
 
-        def handler(signum: int, frame: Any, previous: Any = previous) -> None:
-            loop.call_soon_threadsafe(callback)
-            previous(signum, frame)
+    def __init__(self, gateway: Gateway) -> None:
+        self.gateway = gateway
+        self.loop = asyncio.get_running_loop()
+        self.previous: dict[int, Callable[[int, FrameType | None], Any]] = {}
+        self.first: tuple[int, FrameType | None] | None = None
+        self.forwarded = False
+        self.drain: asyncio.Task[None] | None = None
 
-        signal.signal(signum, handler)
-        installed[signum] = (handler, previous)
+    def install(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return  # no server handler to chain to: the lifespan's end still stops runs
+        for signum in STOP_SIGNALS:
+            previous = signal.getsignal(signum)
+            if not callable(previous) or previous is signal.default_int_handler:
+                continue  # no server's handler (the lifespan's end still stops runs)
+            self.previous[signum] = previous
+            signal.signal(signum, self.handle)
 
-    def restore() -> None:
-        for signum, (handler, previous) in installed.items():
-            if signal.getsignal(signum) is handler:
+    def restore(self) -> None:
+        for signum, previous in self.previous.items():
+            if signal.getsignal(signum) == self.handle:
                 signal.signal(signum, previous)
-    return restore
+        if self.drain is not None:
+            self.drain.cancel()
 
+    def handle(self, signum: int, frame: FrameType | None) -> None:
+        """The signal handler (between two bytecodes of the main thread, which runs the loop)."""
+        if self.forwarded:
+            self.previous[signum](signum, frame)
+        elif self.first is None:
+            self.first = (signum, frame)
+            self.loop.call_soon_threadsafe(self._stop)
+        elif signum == signal.SIGINT:  # Ctrl-C again: no more waiting for the sockets
+            self._forward()
+            self.previous[signum](signum, frame)
 
+    def _stop(self) -> None:
+        self.gateway.begin_shutdown()
+        if not self.forwarded:
+            self.drain = self.loop.create_task(self._drain())
+
+    async def _drain(self) -> None:
+        await self.gateway.drain_sockets(self.gateway.settings.shutdown_grace)
+        self._forward()
+
+    def _forward(self) -> None:
+        """Hand the first signal to the server's handler (once)."""
+        if self.forwarded or self.first is None:
+            return
+        self.forwarded = True
+        signum, frame = self.first
+        self.previous[signum](signum, frame)

@@ -66,6 +66,14 @@ class StaticTokenAuth:
             raise UserError("StaticTokenAuth: every user id must be a non-empty string")
         self._users: dict[bytes, str] = {_digest(t): u for t, u in tokens.items()}
 
+    def __len__(self) -> int:
+        """How many tokens the table holds."""
+        return len(self._users)
+
+    def __repr__(self) -> str:
+        """``StaticTokenAuth(<n> tokens)``: never a token."""
+        return f"StaticTokenAuth({len(self._users)} tokens)"
+
     async def __call__(self, token: str) -> str | None:
         """The user ``token`` stands for, or ``None``."""
         return self._users.get(_digest(token))
@@ -119,6 +127,11 @@ class JWTAuth:
         self._user_claim = user_claim
         self._leeway = leeway
         self._require = ["exp"] if require_exp else []
+
+    def __repr__(self) -> str:
+        """The checks a token must pass (never the key)."""
+        return (f"JWTAuth(algorithms={self._algorithms!r}, audience={self._audience!r}, "
+                f"issuer={self._issuer!r}, user_claim={self._user_claim!r})")
 
     async def __call__(self, token: str) -> str | None:
         """The user claim of ``token`` when the token passes every check, else ``None``."""

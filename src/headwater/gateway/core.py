@@ -21,7 +21,7 @@ from ..agents.agent import Agent
 from ..agents.base import BaseAgent
 from ..agents.live_flow import STOP_STREAMING
 from ..agents.transfer import TRANSFER_TO_AGENT
-from ..errors import HeadwaterError, SessionError, UserError, code_of
+from ..errors import HeadwaterError, RunStoreUnavailable, SessionError, UserError, code_of
 from ..run_config import RunConfig, StreamingMode
 from ..runner import Runner, RunStream
 from ..sessions.base import BaseSessionService, Session
@@ -81,6 +81,7 @@ class Gateway:
         self._no_sockets = asyncio.Event()
         self._no_sockets.set()
         self.owns_service = owns_service
+        self.store_down = False  # GET /readyz found the store silent (logged once per outage)
 
     @property
     def dev_mode(self) -> bool:
@@ -120,7 +121,7 @@ class Gateway:
                                    f"the message is longer than {limit} characters")
 
     def socket_opened(self) -> None:
-        """A live WebSocket follows a run: the server's shutdown waits for its close."""
+        """A live WebSocket follows a run: a stop signal waits for its close."""
         self.sockets += 1
         self._no_sockets.clear()
 
@@ -132,7 +133,8 @@ class Gateway:
 
     async def drain_sockets(self, grace: float) -> None:
         """Wait (up to ``grace`` seconds) until every live WebSocket has sent its last frame
-        and closed; the server calls it on shutdown before it closes connections itself."""
+        and closed; the app's stop signal handler calls it before the server gets the
+        signal (and closes the connections left itself)."""
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(grace):
                 await self._no_sockets.wait()
@@ -261,6 +263,36 @@ class Gateway:
     def begin_shutdown(self) -> None:
         """Stop every run now (SIGTERM): streams end with ``server_shutdown``."""
         self.runs.begin_shutdown()
+
+    async def check_ready(self) -> None:
+        """Return once this gateway can serve (``GET /readyz``): it is not stopping, and the
+        session store and the run registry (Redis, with ``redis_url``) each answer within
+        ``Settings.ready_timeout``.
+
+        Raises:
+            GatewayHTTPError: 503 ``server_shutdown``, ``store_unavailable`` (logged once
+                per outage) or ``run_store_unavailable`` (logged by the registry).
+        """
+        if self.runs.closing:
+            raise GatewayHTTPError("server_shutdown")
+        within = self.settings.ready_timeout
+        try:
+            async with asyncio.timeout(within):
+                await self.service.ping()
+        except Exception as exc:  # a driver's error, a refused connection, the timeout
+            if not self.store_down:
+                self.store_down = True
+                logger.warning("the session store does not answer (%s); GET /readyz answers "
+                               "503 store_unavailable until it does", type(exc).__name__)
+            raise GatewayHTTPError("store_unavailable") from None
+        if self.store_down:
+            self.store_down = False
+            logger.info("the session store answers again")
+        try:
+            async with asyncio.timeout(within):
+                await self.runs.registry.ping()
+        except (RunStoreUnavailable, TimeoutError):
+            raise GatewayHTTPError("run_store_unavailable") from None
 
 
 def gateway_of(connection: HTTPConnection) -> Gateway:

@@ -757,6 +757,10 @@ class RedisRunRegistry(RunRegistry):
                                          client=pipe)  # queued
                 await pipe.execute()
 
+    async def ping(self) -> None:
+        with self.health.guard():
+            await self._redis.ping()
+
     async def close(self) -> None:
         if self._closed:
             return

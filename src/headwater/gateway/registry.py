@@ -105,6 +105,14 @@ class RunRegistry(Protocol):
         """Call ``callback(run_id)`` when another replica asks to cancel one of our runs."""
         ...
 
+    async def ping(self) -> None:
+        """Return once the registry's store answers (``GET /readyz``).
+
+        Raises:
+            RunStoreUnavailable: it does not answer.
+        """
+        ...
+
     async def close(self) -> None:
         """Stop listening and release the registry's resources; idempotent."""
         ...
@@ -166,6 +174,9 @@ class LocalRunRegistry(RunRegistry):
 
     def on_cancel(self, callback: Callable[[str], None]) -> None:
         return None  # nobody else can ask
+
+    async def ping(self) -> None:
+        return None  # in this process: always there
 
     async def close(self) -> None:
         return None

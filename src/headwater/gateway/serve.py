@@ -6,37 +6,47 @@ stream ends with ``error`` ``server_shutdown`` and the process exits once they
 have (within ``Settings.shutdown_grace``). A second Ctrl-C while it stops
 exits the process at once.
 
-Live WebSockets get their terminal frame before their close: the server stops
-accepting, waits (within the grace) for the gateway's sockets to close
-themselves (:meth:`~.core.Gateway.drain_sockets`), and only then closes the
-connections left. After SIGTERM the process exits 0 (a graceful stop); after
-Ctrl-C, 130, as a shell reports it.
+Live WebSockets get their terminal frame before their close: the gateway's
+handler waits (within the grace) for its sockets to close themselves
+(:meth:`~.core.Gateway.drain_sockets`) before it hands the signal to the
+server, which then closes the connections left. That handler is the app's
+(:mod:`.app`), so the workers of ``--workers`` and ``--reload`` (uvicorn's own
+server in each) drain alike. After SIGTERM the process exits 0 (a graceful
+stop); after Ctrl-C, 130, as a shell reports it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import importlib
+import inspect
+import logging
+import logging.config
 import math
 import os
 import signal
-import socket
 import sys
 from collections.abc import Sequence
 from types import FrameType
 from typing import Any
+from urllib.parse import urlsplit
 
 import uvicorn
 
 from ..agents.agent import Agent
 from ..errors import UserError
 from ..models.registry import get_model
+from ..sessions.base import BaseSessionService
+from ..sessions.memory import InMemorySessionService
+from ..sessions.sql import SqlSessionService
 from ..settings import get_settings
 from .app import create_app
-from .auth import auth_from_settings, is_loopback
+from .auth import JWTAuth, StaticTokenAuth, auth_from_settings, is_loopback
 from .connections import http_protocol
 from .core import Gateway
 from .logs import log_config
+
+logger = logging.getLogger("headwater.gateway")
 
 TARGET_ENV = "HEADWATER_SERVE_TARGET"
 """Where ``--reload`` and ``--workers`` pass the target to the workers they start."""
@@ -51,6 +61,10 @@ INTERRUPTED = 128 + signal.SIGINT
 def load_target(spec: str, model: str | None = None) -> Any:
     """The ASGI app named by ``module:attr`` (an agent or a list of agents becomes a gateway).
 
+    The attribute may also be a factory, as uvicorn's ``--factory`` takes: a plain
+    function called with no arguments (once per process that serves it) whose
+    result is any of those.
+
     An agent target's gateway authenticates as the ``HEADWATER_AUTH_TOKENS`` /
     ``HEADWATER_JWT_*`` settings say (:func:`~.auth.auth_from_settings`); without
     them it is in dev mode. An app keeps its own auth.
@@ -62,10 +76,19 @@ def load_target(spec: str, model: str | None = None) -> Any:
 
     Raises:
         UserError: the spec is malformed, the module or attribute is missing, the
-            attribute is neither an ASGI app nor agents, ``model`` or auth settings
-            are given for an app, ``model`` cannot be resolved, or the auth settings
-            are bad.
+            attribute (or what its factory returns) is neither an ASGI app nor
+            agents, a factory needs arguments or is async, ``model`` or auth
+            settings are given for an app, ``model`` cannot be resolved, or the
+            auth settings are bad.
     """
+    target = _attribute(spec)
+    if _is_factory(target):
+        return _served(_built(target, spec), f"{spec}()", model)
+    return _served(target, spec, model)
+
+
+def _attribute(spec: str) -> Any:
+    """The object ``module:attr`` names (the module imported from the working directory)."""
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
         raise UserError(f"expected module:attr, got {spec!r}")
@@ -82,6 +105,46 @@ def load_target(spec: str, model: str | None = None) -> Any:
         if not hasattr(target, name):
             raise UserError(f"module {module_name!r} has no attribute {attr!r}")
         target = getattr(target, name)
+    return target
+
+
+def _is_factory(target: Any) -> bool:
+    """A plain function or method, but not an ASGI app written as one
+    (``async def app(scope, receive, send)``)."""
+    if not (inspect.isfunction(target) or inspect.ismethod(target)):
+        return False
+    return not (inspect.iscoroutinefunction(target) and _binds(target, 3))
+
+
+def _binds(function: Any, count: int) -> bool:
+    """Whether ``function`` can be called with ``count`` positional arguments."""
+    try:
+        inspect.signature(function).bind(*range(count))
+    except TypeError:
+        return False
+    return True
+
+
+def _built(factory: Any, spec: str) -> Any:
+    """What the factory ``spec`` returns, called with no arguments.
+
+    Raises:
+        UserError: it needs arguments, or is an ``async def``.
+    """
+    if inspect.iscoroutinefunction(factory):
+        raise UserError(f"{spec} is an async function: a factory is a plain function "
+                        "returning an app, an Agent or a list of agents")
+    if not _binds(factory, 0):
+        needed = [p.name for p in inspect.signature(factory).parameters.values()
+                  if p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+        raise UserError(f"{spec} is a function that needs arguments ({', '.join(needed)}): "
+                        "a factory is called with none")
+    return factory()
+
+
+def _served(target: Any, spec: str, model: str | None) -> Any:
+    """The app for ``target``: a gateway over an agent or a list of agents, or the app
+    itself (see :func:`load_target`)."""
     agents: list[Agent] | None = None
     if isinstance(target, Agent):
         agents = [target]
@@ -92,7 +155,7 @@ def load_target(spec: str, model: str | None = None) -> Any:
     if agents is not None:
         served = _on_model(agents, model)
         return create_app(served[0] if isinstance(target, Agent) else served, auth=auth)
-    if callable(target):
+    if callable(target) and not _is_factory(target):
         if model is not None:
             raise UserError(f"--model applies to an Agent or a list of agents; {spec} is an "
                             "app, whose agents choose their own models")
@@ -101,8 +164,10 @@ def load_target(spec: str, model: str | None = None) -> Any:
                             f"a list of agents; {spec} is an app, which has its own auth "
                             "(unset them, or serve the agents)")
         return target
-    raise UserError(f"{spec} is {type(target).__name__}: expected an ASGI app, an Agent "
-                    "or a list of agents")
+    what = ("a function" if callable(target) else "None" if target is None
+            else type(target).__name__)
+    raise UserError(f"{spec} is {what}: expected an ASGI app, an Agent or a list of agents "
+                    "(or a function returning one)")
 
 
 def _on_model(agents: list[Agent], model: str | None) -> list[Agent]:
@@ -177,22 +242,13 @@ def serve(spec: str, *, host: str = "127.0.0.1", port: int = 8000, reload: bool 
                                "timeout_graceful_shutdown": grace,
                                "log_config": log_config(log_level), "access_log": False,
                                "http": http_protocol(settings)}
+    logging.config.dictConfig(options["log_config"])  # as uvicorn will: the lines below too
+    for line in started_lines(app, spec, host=host, workers=workers, reload=reload):
+        logger.info("%s", line)
     if reload or workers > 1:
-        os.environ[TARGET_ENV] = spec
-        if model is not None:
-            os.environ[MODEL_ENV] = model
-        if reload:
-            options["reload"] = True
-        else:
-            options["workers"] = workers
-        # The config crosses to spawned workers by pickle: the protocol by its import string.
-        options["http"] = WORKER_PROTOCOL
-        uvicorn.run("headwater.gateway.serve:app_from_env", factory=True, **options)
+        _run_workers(spec, model, options, workers=workers, reload=reload)
         return
-    state = getattr(app, "state", None)
-    gateway = getattr(state, "gateway", None)
-    server = _Server(uvicorn.Config(app, **options),
-                     gateway if isinstance(gateway, Gateway) else None)
+    server = _Server(uvicorn.Config(app, **options))
     try:
         server.run()
     except KeyboardInterrupt:
@@ -206,21 +262,82 @@ def serve(spec: str, *, host: str = "127.0.0.1", port: int = 8000, reload: bool 
         raise SystemExit(3)  # uvicorn logged why (its STARTUP_FAILURE code, as uvicorn.run)
 
 
+def _run_workers(spec: str, model: str | None, options: dict[str, Any], *, workers: int,
+                 reload: bool) -> None:
+    """uvicorn's supervisor (``--workers``) or reloader (``--reload``) over processes that
+    each load ``spec`` through :func:`app_from_env`, until stopped."""
+    os.environ[TARGET_ENV] = spec
+    if model is not None:
+        os.environ[MODEL_ENV] = model
+    if reload:
+        options["reload"] = True
+    else:
+        options["workers"] = workers
+    # The config crosses to spawned workers by pickle: the protocol by its import string.
+    options["http"] = WORKER_PROTOCOL
+    uvicorn.run("headwater.gateway.serve:app_from_env", factory=True, **options)
+
+
+def started_lines(app: Any, spec: str, *, host: str, workers: int = 1,
+                  reload: bool = False) -> list[str]:
+    """What ``headwater serve`` says at start (once, however many workers), one line each:
+    the agents, auth, the database, Redis and the workers. No secret: passwords in URLs
+    are ``***``, tokens and keys are never shown."""
+    gateway = getattr(getattr(app, "state", None), "gateway", None)
+    processes = ("reload: on (one worker, restarted when a file changes)" if reload
+                 else f"workers: {workers}")
+    if not isinstance(gateway, Gateway):
+        return [f"app: {spec} (not a headwater gateway: its agents, auth and stores are "
+                "its own)", processes]
+    names = list(gateway.runners)
+    agents = ", ".join(f"{name} (default)" if name == gateway.default_agent else name
+                       for name in names)
+    redis = gateway.settings.redis_url
+    return [f"agents: {agents}", f"auth: {_auth_line(gateway.auth, host)}",
+            f"database: {_store_line(gateway.service)}",
+            f"redis: {without_password(redis) if redis else 'none (runs live in this process)'}",
+            processes]
+
+
+def _auth_line(auth: Any, host: str) -> str:
+    if auth is None:
+        where = "loopback only" if is_loopback(host) else f"on {host} by --insecure-dev"
+        return f"none, dev mode: whoever reaches it is the one local user ({where})"
+    if isinstance(auth, StaticTokenAuth):
+        return f"{len(auth)} static bearer token{'s' if len(auth) != 1 else ''}"
+    if isinstance(auth, JWTAuth):
+        return f"JSON Web Tokens, {auth!r}"
+    return f"the app's own ({getattr(auth, '__qualname__', type(auth).__qualname__)})"
+
+
+def _store_line(service: BaseSessionService) -> str:
+    if isinstance(service, SqlSessionService):
+        return service.url
+    if isinstance(service, InMemorySessionService):
+        return "in memory (sessions end with the process)"
+    return type(service).__qualname__
+
+
+def without_password(url: str) -> str:
+    """``url`` with its password (if any) shown as ``***``."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return parts._replace(netloc=netloc).geturl()
+
+
 class _Server(uvicorn.Server):
     """uvicorn's server, whose Ctrl-C ends the process like SIGTERM does.
 
     The first SIGINT or SIGTERM goes to the gateway's chained handler (its
-    open streams end with ``server_shutdown``), then here: uvicorn stops
-    accepting and waits for the streams to close. A second Ctrl-C while it
-    waits exits at once.
+    open streams end with ``server_shutdown``, its live WebSockets send their
+    last frame and close), then here: uvicorn stops accepting and waits for the
+    streams to close. A second Ctrl-C while it waits exits at once.
     """
 
     interrupted = False
     terminated = False
-
-    def __init__(self, config: uvicorn.Config, gateway: Gateway | None = None) -> None:
-        super().__init__(config)
-        self.gateway = gateway
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         if sig == signal.SIGINT:
@@ -233,15 +350,6 @@ class _Server(uvicorn.Server):
             # kills the process (-15) after a graceful stop: :func:`serve` exits 0 instead.
             self.terminated = True
             self._captured_signals = [s for s in self._captured_signals if s != sig]
-
-    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
-        """Stop accepting, let the gateway's live WebSockets send their last frame and
-        close, then uvicorn's shutdown (which closes a WebSocket at once, 1012)."""
-        for server in self.servers:
-            server.close()
-        if self.gateway is not None:
-            await self.gateway.drain_sockets(self.config.timeout_graceful_shutdown or 0)
-        await super().shutdown(sockets)
 
 
 def _exit(code: int) -> None:

@@ -333,6 +333,11 @@ class Store(Protocol):
     async def close(self) -> None: ...
 
 
+def ping() -> Steps[None]:
+    """One round trip to the database."""
+    yield "SELECT 1", {}
+
+
 def pragmas(names: tuple[str, ...]) -> Steps[dict[str, Any]]:
     found: dict[str, Any] = {}
     for name in names:

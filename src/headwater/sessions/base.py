@@ -395,6 +395,17 @@ class BaseSessionService(ABC):
             SessionError: the store failed.
         """
 
+    async def ping(self) -> None:  # noqa: B027 - optional hook, nothing to open by default
+        """Return once the store can serve; a store that opens on first use opens now.
+
+        The gateway calls it at start, so the store connects (a SQL store brings
+        its schema to head) before the server says it is up, and for ``GET
+        /readyz``. The default does nothing (a store in memory is always ready).
+
+        Raises:
+            SessionError: the store does not answer (or its schema is not at head).
+        """
+
     async def close(self) -> None:  # noqa: B027 - optional hook, nothing to release by default
         """Release connections; the service may not be used afterwards."""
 

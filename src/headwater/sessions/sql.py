@@ -142,7 +142,12 @@ class SqlSessionService(BaseSessionService):
         self._snapshots: dict[core.Key, core.Snapshot] = {}
 
     def __repr__(self) -> str:
-        return f"SqlSessionService({self._url.render_as_string(hide_password=True)!r})"
+        return f"SqlSessionService({self.url!r})"
+
+    @property
+    def url(self) -> str:
+        """The database's URL, its password shown as ``***``."""
+        return self._url.render_as_string(hide_password=True)
 
     async def create_session(
         self,
@@ -384,6 +389,17 @@ class SqlSessionService(BaseSessionService):
                 know, or the database failed (nothing of the upgrade stays).
         """
         return await self._store.upgrade_schema()
+
+    async def ping(self) -> None:
+        """Open the store if need be (connecting, and bringing the schema to head as
+        ``database_auto_migrate`` says, as its first use would), then one round trip
+        (``SELECT 1``).
+
+        Raises:
+            SessionError: the database failed or is not at head; ``OSError`` (or the
+                driver's error) when it cannot be reached.
+        """
+        await self._store.read(core.ping())
 
     async def schema_revision(self) -> SchemaRevision:
         """Where the database's schema stands (its revision, and head); changes nothing.
