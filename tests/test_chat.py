@@ -138,7 +138,8 @@ def test_an_approval_is_asked_and_the_deploy_reports_progress(
     shown = term.say("y")
     assert "5/5 verify" in shown and "100%" in shown  # the bar, full
     assert "✓ deploy answered" in shown
-    assert "deploy> Version 2 is live on staging (live)." in shown
+    assert "deploy> Version 2 is live on staging.\n" in shown  # no "(live)" tacked on
+    assert "(live)" not in shown
     assert shown.count("is live on staging") == 1
     # No: the tool does not run, and the model is told (deploy, which answered, takes it).
     term.child.sendline("Deploy version 3 to production")
