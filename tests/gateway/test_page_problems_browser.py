@@ -26,8 +26,6 @@ from headwater.sessions import InMemorySessionService
 from headwater.testing import ScriptedModel
 
 from .conftest import Serve
-from .test_websocket import responder as live_responder
-from .test_websocket import ticker
 from .test_page_browser import (
     ARTIFACTS,
     browser,
@@ -38,6 +36,8 @@ from .test_page_browser import (
     settings,
     shown,
 )
+from .test_websocket import responder as live_responder
+from .test_websocket import ticker
 
 __all__ = ["browser", "demo_app", "open_page"]  # fixtures, used by name
 
@@ -160,7 +160,9 @@ async def test_a_server_down_when_the_session_is_created_says_so_and_keeps_the_t
      "The message is over this server's limit of 50 characters. (payload_too_large)"),
     ({"max_body_bytes": 1024}, 2000,
      "The request body is over this server's limit of 1,024 bytes. (payload_too_large)"),
-], ids=["message", "body"])
+    ({}, 1_500_000,  # more than the sockets hold: still being sent when it is refused
+     "The request body is over this server's limit of 1,048,576 bytes. (payload_too_large)"),
+], ids=["message", "body", "1.5MB"])
 async def test_a_message_too_long_says_the_limit_keeps_the_text_and_stores_no_session(
         serve: Serve, open_page: Any, bounds: dict[str, int], length: int, said: str,
         request: pytest.FixtureRequest) -> None:
@@ -170,7 +172,7 @@ async def test_a_message_too_long_says_the_limit_keeps_the_text_and_stores_no_se
     base = await serve(app)
     page = await open_page(base)
     await page.locator(".draft-hint").wait_for()
-    long = ("A long message. " * 200)[:length]
+    long = ("A long message. " * (length // 16 + 1))[:length]
     await send(page, long)
     assert await status(page) == said
     await run_ended(page)
