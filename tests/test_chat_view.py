@@ -89,3 +89,19 @@ def test_a_resumed_sessions_history_puts_an_inner_agents_items_under_their_call(
     assert out.getvalue().splitlines()[1:] == [
         "  you: Find papers", "    request: papers on tides", "    researcher: Found 3.",
         "  coordinator: It found 3."]
+
+
+def test_a_hand_off_is_one_line_and_a_live_streams_pending_answer_says_it_started() -> None:
+    text = shown(
+        ("tool_call", {"author": "coordinator", "names": ["transfer_to_agent"],
+                       "calls": [{"id": "t1", "name": "transfer_to_agent"}]}),
+        ("tool_result", {"author": "coordinator", "count": 1, "results": [
+            {"id": "t1", "name": "transfer_to_agent", "status": "ok", "size": 14,
+             "response": {"result": None}}]}),
+        ("agent_transfer", {"author": "coordinator", "to": "billing", "call_id": "t1"}),
+        ("tool_result", {"author": "billing", "count": 1, "results": [
+            {"id": "w1", "name": "watch_price", "status": "pending", "size": 80}]}))
+    assert text.splitlines() == [
+        "→ calls transfer_to_agent · coordinator",
+        "⇢ coordinator handed the conversation to billing",
+        "✓ watch_price started (its values follow)"]

@@ -132,7 +132,7 @@ ERRORS: Final[Mapping[str, ErrorInfo]] = MappingProxyType({
     "forbidden": ErrorInfo("Forbidden.", 403, 1008, False),
     "not_found": ErrorInfo("Not found.", 404, 4404, False),
     "invalid_request": ErrorInfo("Invalid request.", 422, 1008, False),
-    "payload_too_large": ErrorInfo("Request body too large.", 413, 1009, False),
+    "payload_too_large": ErrorInfo("The request is too large.", 413, 1009, False),
     "request_timeout": ErrorInfo("The request body did not arrive in time.", 408, 1008, False),
     "method_not_allowed": ErrorInfo("Method not allowed.", 405, 1008, False),
 })

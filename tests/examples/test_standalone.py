@@ -71,9 +71,9 @@ def test_a_deploy_waits_for_approval_then_shows_its_progress(env: dict[str, str]
     assert lines[start + 2:start + 7] == ["[deploy] 1/5 build", "[deploy] 2/5 upload",
                                           "[deploy] 3/5 migrate", "[deploy] 4/5 switch traffic",
                                           "[deploy] 5/5 verify"]
-    assert lines[-1] == "deploy> Version 2 is live on staging (live)."
+    assert lines[-1] == "deploy> Version 2 is live on staging."
     lines = run(env, "deploy", "Deploy version 3 to production", "--approve")
-    assert lines[-1] == "deploy> Version 3 is live on production (live)."
+    assert lines[-1] == "deploy> Version 3 is live on production."
 
 
 @pytest.mark.parametrize("how", [("--deny",), ()])

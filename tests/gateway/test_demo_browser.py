@@ -71,7 +71,7 @@ async def test_each_prompt_typed_into_a_fresh_session_reaches_its_agent(
         elif agent == "deploy":
             card = page.get_by_role("region", name="Tool deploy")
             await card.get_by_role("button", name="Approve", exact=True).click()
-            assert await answered_by(page, "deploy") == "Version 2 is live on staging (live)."
+            assert await answered_by(page, "deploy") == "Version 2 is live on staging."
             assert await card.locator(".who").inner_text() == "deploy"
             await transferred(page, "deploy")
         elif agent == "market":  # the coordinator's transfer opens a live session with market

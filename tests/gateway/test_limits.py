@@ -49,7 +49,7 @@ class Seen:
     stream_ended: asyncio.Event = field(default_factory=asyncio.Event)
 
 
-def make_app(seen: Seen, *, wrap: bool = False) -> ASGIApp:
+def make_app(seen: Seen, *, wrap: bool = False, body_read_timeout: float = 0.5) -> ASGIApp:
     """The test app: RequestLimits added as middleware, or wrapped around the whole app."""
     app = FastAPI()
     install_error_handlers(app)
@@ -90,8 +90,9 @@ def make_app(seen: Seen, *, wrap: bool = False) -> ASGIApp:
         return StreamingResponse(frames(), media_type="text/plain")
 
     if wrap:
-        return RequestLimits(app, max_body_bytes=MAX_BODY, body_read_timeout=0.5)
-    app.add_middleware(RequestLimits, max_body_bytes=MAX_BODY, body_read_timeout=0.5)
+        return RequestLimits(app, max_body_bytes=MAX_BODY, body_read_timeout=body_read_timeout)
+    app.add_middleware(RequestLimits, max_body_bytes=MAX_BODY,
+                       body_read_timeout=body_read_timeout)
     return app
 
 
@@ -161,6 +162,27 @@ async def test_a_declared_length_is_refused_before_any_body_arrives(
                                       b"Content-Length: 1000000000\r\n\r\n")
     assert answer.startswith(b"HTTP/1.1 413 ")  # not 408: it did not wait for the body
     assert b'"payload_too_large"' in answer
+    assert seen.calls == []
+
+
+@pytest.mark.parametrize("chunked", [False, True], ids=["declared", "chunked"])
+async def test_a_client_still_sending_a_body_past_the_bound_reads_the_413_naming_it(
+        serve: Serve, seen: Seen, chunked: bool) -> None:
+    """More than the socket buffers hold: the client is still sending when the server
+    refuses. The rest is read and dropped, so the client reads the answer (which says the
+    bound), not a reset; the route never runs."""
+    base = await serve(make_app(seen, body_read_timeout=30))
+    body = b"x" * (8 << 20)
+
+    async def chunks() -> AsyncIterator[bytes]:
+        for start in range(0, len(body), 1 << 16):
+            yield body[start:start + (1 << 16)]
+
+    async with httpx.AsyncClient(base_url=base, timeout=30) as client:
+        response = await client.post("/raw", content=chunks() if chunked else body)
+    error = envelope(response, "payload_too_large", 413)
+    assert error["message"] == "The request body is over this server's limit of 1,024 bytes."
+    assert response.headers["connection"] == "close"
     assert seen.calls == []
 
 

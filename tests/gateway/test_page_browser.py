@@ -166,10 +166,14 @@ async def test_stop_ends_a_long_answer_and_the_server_records_cancelled(
     await page.wait_for_function(
         "() => (document.querySelector('[data-draft]')?.textContent ?? '').includes('word2 ')")
     await page.get_by_role("button", name="Stop", exact=True).click()
-    alert = page.get_by_role("alert")
-    await alert.wait_for()
-    assert "(cancelled)" in await alert.inner_text()
+    note = page.locator(".stopped")  # the user's own stop: a note, not a red error
+    await note.wait_for()
+    assert await note.inner_text() == "The run was stopped."
+    assert await note.get_attribute("role") == "note"
+    assert await note.evaluate("e => getComputedStyle(e).color") != "rgb(192, 57, 43)"  # red
     await run_ended(page)
+    assert await page.get_by_role("alert").count() == 0
+    assert await note.count() == 1  # shown again from the history, once
     assert await drafts(page) == []
     [kept] = await shown(page, "storyteller")  # what was shown is kept, as the server kept it
     assert kept.startswith("word0 word1 word2")
@@ -229,7 +233,7 @@ async def test_token_usage_per_run_is_shown_again_after_a_reload_and_after_stop(
     await page.wait_for_function(
         "() => (document.querySelector('[data-draft]')?.textContent ?? '').includes('word2 ')")
     await page.get_by_role("button", name="Stop", exact=True).click()
-    await page.get_by_role("alert").wait_for()
+    await page.locator(".stopped").wait_for()
     await run_ended(page)
     # The stopped run stored its tool call's model turn; the answer cut short stored none.
     await page.wait_for_function("() => document.querySelectorAll('.usage').length === 2")
@@ -515,12 +519,21 @@ async def test_a_lost_server_keeps_the_session_list_and_says_so_once(
     # The server goes away: every request fails as a refused connection would.
     await page.route("**/*", lambda route: route.abort("connectionrefused"))
     await page.get_by_label("Message", exact=True).fill("And order 1043?")
-    async with page.expect_event(  # the run fails, then the list is asked for again
-            "requestfailed", lambda request: request.url.endswith("/sessions")):
+    async with page.expect_event(
+            "requestfailed", lambda request: request.url.endswith("/runs")):
         await page.get_by_role("button", name="Send", exact=True).click()
-    alert = page.get_by_role("alert")
+    await page.wait_for_function("() => document.getElementById('status').dataset.code")
     await run_ended(page)
-    assert await alert.inner_text() == "The connection to the server was lost. (network)"
-    await page.evaluate("() => new Promise(requestAnimationFrame)")  # the list's answer is in
+    # Said once, where the user looks, and the message is the box's again, not the log's.
+    assert await page.locator("#status").inner_text() == (
+        "The connection to the server was lost. (network)")
+    assert await page.get_by_role("alert").count() == 0
+    assert await page.get_by_label("Message", exact=True).input_value() == "And order 1043?"
+    assert await shown(page, "user") == ["Where is order 1042?"]
     assert await sessions.count() == 1
-    assert "(network)" not in await page.locator("#status").inner_text()  # said once
+    async with page.expect_event(  # sent again, still down: the text is kept again
+            "requestfailed", lambda request: request.url.endswith("/runs")):
+        await page.get_by_role("button", name="Send", exact=True).click()
+    await run_ended(page)
+    await page.wait_for_function("() => document.getElementById('status').dataset.code")
+    assert await page.get_by_label("Message", exact=True).input_value() == "And order 1043?"

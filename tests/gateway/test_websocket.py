@@ -228,12 +228,19 @@ async def test_a_live_tools_emissions_arrive_as_they_happen_and_stop_on_stop_str
         f"Function ticker returned: {n}" for n in (1, 2, 3)]
     assert all(e["data"]["call_id"] == "t-1" and e["data"]["branch"] == "voice/t-1"
                for e in emissions)
+    # The live tool's answer, given at once, is "pending" (its values follow), not "ok";
+    # the stop's answer is a result like any other.
+    results = {r["name"]: r["status"] for m in of_type(seen, "tool_result")
+               for r in m["data"]["results"]}
+    assert results == {"ticker": "pending", "stop_streaming": "ok"}
     stop_result = next(i for i, m in enumerate(seen) if m["type"] == "tool_result"
                        and m["data"]["results"][0]["name"] == "stop_streaming")
     assert not [m for m in seen[stop_result:] if m["type"] == "tool_emission"]
     assert not [m for m in seen[stopped_at:] if m["type"] == "tool_emission"]
     assert seen[-1]["type"] == "done"
     history = await server.history(sid)
+    assert [r["status"] for h in history for r in h.get("results", ())
+            if r["name"] == "ticker"] == ["pending"]  # the history says it too
     told = [h["text"] for h in history if h.get("branch") == "voice/t-1"]
     assert told == [e["data"]["text"] for e in emissions]  # stored as they were shown
 

@@ -344,11 +344,14 @@ test("an emission is read as its value, or as its stream's end", () => {
 test("a live tool's card streams while it emits, until its end, a stop or the run's end", () => {
   const call = frame("tool_call", { names: ["ticker"], calls: [{ id: "t1", name: "ticker" }] });
   const pending = frame("tool_result", { count: 1, results: [{ id: "t1", name: "ticker",
-                                                               status: "ok", size: 80 }] });
+                                                               status: "pending", size: 80 }] });
   const emission = (id, text) => frame("tool_emission", { author: "voice", id, call_id: "t1",
                                                           branch: "voice/t1", text });
   const value = (id, n) => emission(id, `Function ticker returned: ${n}`);
   const card = (state) => state.items.find((i) => i.kind === "tool" && i.call_id === "t1");
+  const started = play([call, pending]);
+  assert.equal(card(started).status, "started");  // not "ok" (answered) before any value
+  assert.equal(card(play([frame("done", {})], started)).status, "stopped");
   const streaming = play([call, pending, value("x1", 1), value("x2", 2)]);
   assert.equal(card(streaming).status, "streaming");  // not "ok" (answered) while it emits
   assert.equal(emittedValues(card(streaming)), 2);
@@ -371,10 +374,12 @@ test("a live tool's card streams while it emits, until its end, a stop or the ru
     { id: "e1", invocation_id: "i1", author: "voice", role: "model", text: "",
       calls: [{ id: "t1", name: "ticker" }] },
     { id: "r1", invocation_id: "i1", author: "voice", role: "user", text: "",
-      results: [{ id: "t1", name: "ticker", status: "ok", size: 80 }] },
+      results: [{ id: "t1", name: "ticker", status: "pending", size: 80 }] },
     { id: "x1", invocation_id: "i1", author: "voice", role: "user",
       text: "Function ticker returned: 1", branch: "voice/t1" },
   ];
+  assert.equal(card(fromHistory(stored.slice(0, 2))).status, "started");
+  assert.equal(card(fromHistory(stored.slice(0, 2), { ended: true })).status, "stopped");
   assert.equal(card(fromHistory(stored)).status, "streaming");  // the run may go on
   assert.equal(card(fromHistory(stored, { ended: true })).status, "stopped");
 });

@@ -11,6 +11,12 @@ y/n question after the run pauses (its stream ends with ``done``) and answered
 with a run whose body holds ``approvals``; Ctrl-C during a run is the page's
 Stop, ``POST /runs/{id}/cancel`` (a second Ctrl-C closes the stream, which
 stops the run too). Ctrl-C or Ctrl-D at the prompt, or ``/quit``, ends the chat.
+
+A message the gateway refuses (too long, say) is told in the server's words with
+its code; the session made for it, when it was the session's first, is deleted
+again. Chat runs no live session: with an agent whose tools are live streams (the
+page's ``live``), or when a run hands the conversation to one, it says where a
+live session is opened (the page's Go live, ``WS /live/{session}``).
 """
 
 from __future__ import annotations
@@ -114,6 +120,7 @@ class Chat:
         self.agent: str | None = None
         self.agents: list[dict[str, Any]] = []  # [{name, model}] from the page's config
         self.session_id: str | None = None
+        self.embedded = False  # the chat's own server (gone when it ends), not a gateway
         self._run_id: str | None = None
 
     # -- opening ---------------------------------------------------------------------------
@@ -145,6 +152,7 @@ class Chat:
         except GatewayError as exc:
             raise CommandError(_gateway_line(exc, self.client.base_url)) from None
         self.agent = agent or (names[0] if names else None)
+        self.embedded = embedded is not None
         where = "embedded server" if embedded else "gateway"
         self.console.print(f"[bold]headwater chat[/] · {where} {escape(self.client.base_url)}")
         if embedded:
@@ -152,11 +160,30 @@ class Chat:
         self.console.print(f"  agent [bold]{escape(self.agent or '?')}[/]{self._model_note()}"
                            + (f" · agents: {escape(', '.join(names))}" if len(names) > 1 else ""))
         self.console.print("  Ctrl-C stops an answer; Ctrl-D or /quit leaves; /help for more.")
+        self._live_note(self.agent)
         if self.session_id:
             self._show_history(history)
             pending = _pending_approvals(history)
             if pending:
                 self._turn(None, pending)
+
+    def _live_note(self, agent: str | None) -> None:
+        """Where ``agent`` can run, when its tools are live streams (chat opens no live
+        session)."""
+        if not any(a.get("name") == agent and a.get("live") for a in self.agents):
+            return
+        where = ("headwater demo serves a page that opens one (Go live)" if self.embedded
+                 else f"the page at {self.client.base_url} opens one (Go live), and so does a "
+                 f"WebSocket client of {self._live_url()}")
+        self.console.print(f"[yellow]note:[/] {escape(str(agent))}'s tools are live streams: "
+                           "they run only in a live session, which headwater chat does not "
+                           f"open; {escape(where)}.")
+
+    def _live_url(self) -> str:
+        """``WS /live/{session}`` on the gateway (the session's id once there is one)."""
+        base = self.client.base_url
+        scheme = "wss" if base.startswith("https:") else "ws"
+        return f"{scheme}:{base.split(':', 1)[1]}live/{self.session_id or '<session id>'}"
 
     def _model_note(self) -> str:
         model = next((a.get("model") for a in self.agents if a.get("name") == self.agent), None)
@@ -236,6 +263,7 @@ class Chat:
                 self.agent, self.session_id = rest, None
                 self.console.print(f"[dim]agent {escape(rest)}{self._model_note()}: a new "
                                    "session starts with your next message[/]")
+                self._live_note(rest)
         elif name == "/agents":
             for agent in self.agents:
                 mark = "*" if agent.get("name") == self.agent else " "
@@ -255,7 +283,10 @@ class Chat:
         while True:
             if body is not None:
                 view = RunView(self.console, denied)
-                if not self._interruptible(self._run(body, view), view):
+                ran = self._interruptible(self._run(body, view), view)
+                for agent in dict.fromkeys(view.transfers):  # each live agent it reached
+                    self._live_note(agent)
+                if not ran:
                     return
                 if view.error is not None or not view.approvals:
                     return
@@ -282,15 +313,32 @@ class Chat:
                 return False
 
     async def _run(self, body: dict[str, Any], view: RunView) -> None:
+        created: dict[str, Any] | None = None
         if self.session_id is None:
-            session = await self.client.create_session(self.agent)
-            self.session_id = str(session["id"])
-            self.console.print(f"[dim]new session {escape(self.session_id)} "
-                               f"(agent {escape(str(session['agent']))})[/]")
-        async with self.client.run(self.session_id, body) as run:
-            self._run_id = run.run_id
-            async for frame in run.frames():
-                view.show(frame)
+            created = await self.client.create_session(self.agent)
+            self.session_id = str(created["id"])
+        started = False
+        try:
+            async with self.client.run(self.session_id, body) as run:
+                started = True
+                if created is not None:
+                    self.console.print(f"[dim]new session {escape(self.session_id)} "
+                                       f"(agent {escape(str(created['agent']))})[/]")
+                self._run_id = run.run_id
+                async for frame in run.frames():
+                    view.show(frame)
+        except GatewayError as exc:
+            # A run refused with an answer stored nothing: its new session goes again.
+            if not started and created is not None and exc.code != "network":
+                await self._unstore(str(created["id"]))
+            raise
+
+    async def _unstore(self, session_id: str) -> None:
+        """Delete the session made for a first message the gateway refused (none is left
+        empty); kept when even that fails."""
+        with contextlib.suppress(GatewayError):
+            await self.client.delete_session(session_id)
+            self.session_id = None
 
     def _interruptible(self, run: Coroutine[Any, Any, None], view: RunView) -> bool:
         """Run ``run`` with Ctrl-C as Stop; ``False`` when it broke off or failed."""

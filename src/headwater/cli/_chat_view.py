@@ -11,9 +11,10 @@ the contract makes them equal) is written below it, marked as the record. Every
 message is labelled with its agent; an inner agent's activity (a frame whose
 branch names a call, docs/frame-protocol.md) is indented under the call's line,
 a level per call. Tool calls are lines (with the agent that made them), tool
-progress is a bar per call, a transfer says where the conversation went,
-approvals are collected for the chat to ask, errors are words with their code,
-and ``done`` brings the run's token usage.
+progress is a bar per call, a transfer says where the conversation went (as the
+page does: "<agent> handed the conversation to <agent>", and no result line for
+the ``transfer_to_agent`` call it tells), approvals are collected for the chat to
+ask, errors are words with their code, and ``done`` brings the run's token usage.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, Progress, TaskID, TaskProgressColumn, TextColumn
 
+from ..agents.transfer import TRANSFER_TO_AGENT
 from ..errors import ERRORS
 from ._drafts import Draft, Drafts, nesting
 from ._gateway_client import WireFrame
@@ -78,8 +80,9 @@ class RunView:
 
     ``denied`` are the calls this run answers with a no: their ``error`` results
     show as denied, not failed. After the stream ends, :attr:`approvals` holds
-    the calls to ask about, :attr:`error` the terminal error code (if any) and
-    :attr:`ended` whether a terminal frame came.
+    the calls to ask about, :attr:`error` the terminal error code (if any),
+    :attr:`ended` whether a terminal frame came and :attr:`transfers` the agents the
+    conversation was handed to, in order.
     """
 
     def __init__(self, console: Console, denied: Collection[str] = ()) -> None:
@@ -88,6 +91,7 @@ class RunView:
         self.approvals: list[Approval] = []
         self.error: str | None = None
         self.ended = False
+        self.transfers: list[str] = []
         self._drafts = Drafts()  # what each agent's deltas showed, whose line is open
         self._reasoning = False
         self._progress: Progress | None = None
@@ -156,8 +160,10 @@ class RunView:
 
     def _on_agent_transfer(self, data: dict[str, Any]) -> None:
         self._end_draft()
+        to = str(data.get("to", ""))
+        self.transfers.append(to)
         self.console.print(f"{_indent(data)}[yellow]⇢ {escape(str(data.get('author', '')))} "
-                           f"transferred to[/] [bold cyan]{escape(str(data.get('to', '')))}[/]")
+                           f"handed the conversation to[/] [bold cyan]{escape(to)}[/]")
 
     def _on_agent_error(self, data: dict[str, Any]) -> None:
         self._end_draft()
@@ -204,7 +210,12 @@ class RunView:
         indent = _indent(data)
         for result in data.get("results", []):
             name = escape(str(result.get("name", "tool")))
-            if result.get("status") == "error" and result.get("id") in self.denied:
+            if result.get("name") == TRANSFER_TO_AGENT and result.get("status") == "ok":
+                continue  # the agent_transfer frame that follows says it
+            if result.get("status") == "pending":  # a live stream: its values follow
+                self.console.print(f"{indent}[green]✓ {name} started[/] "
+                                   "[dim](its values follow)[/]")
+            elif result.get("status") == "error" and result.get("id") in self.denied:
                 self.console.print(f"{indent}[yellow]✗ {name} denied[/]"
                                    + _response(result.get("response")))
             elif result.get("status") == "error":

@@ -4,7 +4,8 @@ It drives a gateway the way its page does: sessions with ``POST /sessions``,
 runs with ``POST /sessions/{sid}/runs`` read as a stream of typed SSE frames,
 Stop with ``POST /runs/{id}/cancel``, approvals answered with a new run whose
 body holds ``approvals``. Failures come out as :class:`GatewayError` with the
-gateway's error code (``network`` when it could not be reached).
+gateway's error code and message (``network`` when it could not be reached or
+the connection broke, with the reason).
 """
 
 from __future__ import annotations
@@ -74,7 +75,7 @@ class GatewayRun:
                     if frame.type in ("done", "error"):
                         return
         except httpx.TransportError as exc:
-            raise GatewayError("network", f"the stream broke: {exc}") from None
+            raise GatewayError("network", f"the stream broke: {_reason(exc)}") from None
         except SSEDecodeError as exc:
             raise GatewayError("internal", f"the server sent an event stream {exc}; is it a "
                                "headwater gateway?") from None
@@ -99,7 +100,7 @@ class GatewayClient:
             response = await self._http.request(method, path, json=body,
                                                 timeout=CONNECT_TIMEOUT)
         except httpx.TransportError as exc:
-            raise GatewayError("network", f"cannot reach {self.base_url}: {exc}") from None
+            raise _unreachable(exc, self.base_url) from None
         if response.is_error:
             raise _refusal(response)
         if response.status_code == 204:
@@ -117,7 +118,7 @@ class GatewayClient:
         try:
             response = await self._http.get("", timeout=CONNECT_TIMEOUT)
         except httpx.TransportError as exc:
-            raise GatewayError("network", f"cannot reach {self.base_url}: {exc}") from None
+            raise _unreachable(exc, self.base_url) from None
         match = _CONFIG.search(response.text) if response.is_success else None
         if match is None:
             return {}
@@ -158,6 +159,10 @@ class GatewayClient:
             if not cursor:
                 return items
 
+    async def delete_session(self, session_id: str) -> None:
+        """Delete one of the caller's sessions and its events."""
+        await self._call("DELETE", f"sessions/{session_id}")
+
     async def cancel(self, run_id: str) -> None:
         """Stop a run (its stream ends with ``error`` ``cancelled``); a run that has
         already ended is no error."""
@@ -182,7 +187,7 @@ class GatewayClient:
         try:
             response = await self._http.send(request, stream=True)
         except httpx.TransportError as exc:
-            raise GatewayError("network", f"cannot reach {self.base_url}: {exc}") from None
+            raise _unreachable(exc, self.base_url) from None
         try:
             if response.is_error:
                 await response.aread()
@@ -190,6 +195,21 @@ class GatewayClient:
             yield GatewayRun(response.headers.get("X-Run-Id", ""), response)
         finally:
             await response.aclose()
+
+
+def _reason(exc: httpx.TransportError) -> str:
+    """What went wrong, in words: the exception's text, else its kind (a reset has none)."""
+    text = str(exc).strip()
+    return f"{text} ({type(exc).__name__})" if text else type(exc).__name__
+
+
+def _unreachable(exc: httpx.TransportError, base_url: str) -> GatewayError:
+    """``network``: no connection could be made, or the one made broke before the answer
+    (the server went away, or closed it while the request was still being sent)."""
+    if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout):
+        return GatewayError("network", f"cannot reach {base_url}: {_reason(exc)}")
+    return GatewayError("network", f"the connection to {base_url} broke before the server "
+                        f"answered: {_reason(exc)}")
 
 
 def _refusal(response: httpx.Response) -> GatewayError:

@@ -29,7 +29,7 @@ from ..settings import Settings
 from ..types import Content
 from .auth import Authenticator, user_of
 from .frames import FrameMapper
-from .problems import ErrorBody, GatewayHTTPError
+from .problems import ErrorBody, GatewayHTTPError, too_large
 from .ratelimit import UserRateLimit
 from .registry import RunInfo, RunRegistry
 from .responses import Render, SSEResponse, StallWatch, render_frame
@@ -117,8 +117,7 @@ class Gateway:
             if part.text is not None:
                 chars += len(part.text)
         if chars > limit:
-            raise GatewayHTTPError("payload_too_large",
-                                   f"the message is longer than {limit} characters")
+            raise too_large("The message", limit, "characters")
 
     def socket_opened(self) -> None:
         """A live WebSocket follows a run: a stop signal waits for its close."""

@@ -23,6 +23,7 @@ import json
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Final
 
+from ..agents.live_flow import PENDING
 from ..agents.transfer import TRANSFER_TO_AGENT
 from ..errors import ERRORS, ErrorCode, error_info
 from ..events import Event
@@ -41,8 +42,12 @@ _compact = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 
 
 def result_status(response: Mapping[str, Any]) -> str:
-    """``"error"`` for an error result (it carries an ``"error"`` key), else ``"ok"``."""
-    return "error" if "error" in response else "ok"
+    """``"error"`` for an error result (it carries an ``"error"`` key); ``"pending"`` for a
+    live streaming tool's answer in a live run, given at once (its values follow as
+    ``tool_emission`` frames); else ``"ok"``."""
+    if "error" in response:
+        return "error"
+    return "pending" if response == PENDING else "ok"
 
 
 def result_size(response: Mapping[str, Any]) -> int:

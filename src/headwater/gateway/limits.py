@@ -14,6 +14,7 @@ within its bounds; a client that sends too much, or too slowly, is answered
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import re
 import time
@@ -23,7 +24,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..errors import ERRORS, UserError
 from ..settings import Settings
-from .problems import ERROR_LOGGED, error_response, new_request_id
+from .problems import ERROR_LOGGED, error_response, new_request_id, too_large
 
 _BODY_METHODS: Final = frozenset({"POST", "PUT", "PATCH"})
 _SANE_ID: Final = re.compile(r"[A-Za-z0-9._-]{1,64}")
@@ -58,7 +59,9 @@ class RequestLimits:
       ``max_body_bytes``; otherwise reads the whole body itself within
       ``body_read_timeout`` seconds (408 ``request_timeout`` past it; 413 as
       soon as a chunked body passes the bound), then hands it to the app as one
-      ``http.request`` message. Later ``receive()`` calls reach the server, so
+      ``http.request`` message. A 413 names the bound; after it, what the
+      client still sends is read and dropped (within ``body_read_timeout``), so
+      the client reads the answer instead of a reset. Later ``receive()`` calls reach the server, so
       the app still sees ``http.disconnect``. A 413 or 408 closes the
       connection. A client that disconnects mid-body ends the request quietly.
       A body holding a lone UTF-16 surrogate (a ``\\ud800`` escape without its
@@ -147,7 +150,7 @@ class _Exchange:
             declared = _header(self.scope, b"content-length")
             if declared is not None and declared.isdigit() and \
                     int(declared) > self.limits.max_body_bytes:
-                await self._refuse("payload_too_large")
+                await self._refuse_too_large()
                 return
             try:
                 async with asyncio.timeout(self.limits.body_read_timeout):
@@ -155,7 +158,7 @@ class _Exchange:
             except _ClientGone:
                 return
             except _TooLarge:
-                await self._refuse("payload_too_large")
+                await self._refuse_too_large()
                 return
             except TimeoutError:
                 await self._refuse("request_timeout")
@@ -194,6 +197,33 @@ class _Exchange:
                                   self.request_id, status=status,
                                   headers={"Connection": "close"})
         await response(self.scope, self.receive, self.send)
+
+    async def _refuse_too_large(self) -> None:
+        """413 naming the bound, sent at once; then the rest of the body is read and
+        dropped (within ``body_read_timeout``) before the connection closes, so a client
+        still sending it reads the answer rather than a reset. The answer's end is held
+        back meanwhile: after it, the server would read no more."""
+        error = too_large("The request body", self.limits.max_body_bytes, "bytes")
+        response = error_response(error.code, error.message, self.request_id,
+                                  headers={"Connection": "close"})
+
+        async def held(message: Message) -> None:
+            if message["type"] == "http.response.body" and not message.get("more_body"):
+                message = {**message, "more_body": True}
+            await self.send(message)
+
+        await response(self.scope, self.receive, held)
+        if (_header(self.scope, b"expect") or "").lower() != "100-continue":  # else none comes
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.limits.body_read_timeout):
+                    await self._drop_body()
+        await self.send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    async def _drop_body(self) -> None:
+        while True:
+            message = await self.receive()
+            if message["type"] == "http.disconnect" or not message.get("more_body", False):
+                return
 
     async def _call_app(self, receive: Receive) -> None:
         try:

@@ -106,6 +106,20 @@ class GatewayHTTPError(Exception):
             self.headers["Retry-After"] = "1"
 
 
+def too_large(what: str, limit: int, unit: str) -> GatewayHTTPError:
+    """413 ``payload_too_large`` naming the bound that was passed, the one wording of
+    every such refusal: ``too_large("The message", 100_000, "characters")`` says
+    "The message is over this server's limit of 100,000 characters."
+
+    Args:
+        what: what was too large, capitalised ("The request body").
+        limit: the bound (a setting's value; never anything the request sent).
+        unit: the bound's unit ("bytes", "characters").
+    """
+    return GatewayHTTPError("payload_too_large",
+                            f"{what} is over this server's limit of {limit:,} {unit}.")
+
+
 def _message_of(code: str) -> str:
     info = ERRORS.get(code)
     return info.message if info is not None else "Request failed."

@@ -359,9 +359,11 @@ def answer_from_result(name: str, result: dict[str, Any]) -> str:  # raw tool JS
                 f"({result.get('sources', 0)} sources).")
     if set(result) == {"result"} and isinstance(result["result"], str):  # an agent's answer
         return f"{name} says: {result['result']}"
-    if name == "deploy":
-        return (f"Version {result.get('version')} is live on {result.get('environment')} "
-                f"({result.get('status', 'done')}).")
+    if name == "deploy":  # "live" already says it; another status is named
+        status = result.get("status", "live")
+        return (f"Version {result.get('version')} is {status} on {result.get('environment')}."
+                if status == "live" else f"Version {result.get('version')} on "
+                f"{result.get('environment')}: {status}.")
     if name in _PENDING_WORDS and "pending" in str(result.get("status", "")):
         return _PENDING_WORDS[name]  # a live call: answered at once, its values follow
     if name in _PENDING_WORDS:

@@ -2,6 +2,8 @@
 // Runs start resumable; the run id and the last frame id live in sessionStorage so
 // a reload picks a running run up again with Last-Event-ID. A new session is a draft
 // (sessionId null) until its first message (or Go live): only then is it stored.
+// A request that fails says why in the status line (the server's message and code) until
+// the user acts again; a 401 asks for a token; a message that does not go stays in the box.
 import {
   draftOf, emissionText, emittedValues, errorWords, fromHistory, initialState, outerCallId,
   readEmission, reduce,
@@ -22,6 +24,8 @@ const DRAFT_TYPES = new Set(["delta", "tool_progress"]);  // shown, never stored
 
 const $ = (id) => document.getElementById(id);
 let sessionId = null;  // null: a new session, not stored until its first message
+let draftAgent = null;  // a draft's agent when the page chose it (a suggestion, a hand-off)
+let problem = null;  // {code, text}: the last failed request, shown until the user acts again
 let state = initialState;
 let active = null;  // {runId, controller, sessionId}
 let starting = false;  // a message is on its way: its session being stored, its run started
@@ -34,7 +38,9 @@ let feed = null;  // {kind: "sample" | "camera", timer, sent, stream?}: frames g
 const CAMERA_SIZE = [64, 48];  // camera frames are sent as PGM this small (the detector is pure Python)
 
 class ApiError extends Error {
-  constructor(code, message) { super(message); this.code = code; }
+  // `code`: the server's error code, or the page's own "network" (no answer); `message`:
+  // the server's words (the error envelope's), if it said any.
+  constructor(code, message = "") { super(message); this.code = code; }
 }
 
 function authHeaders(extra = {}) {
@@ -49,7 +55,7 @@ async function api(method, path, body) {
   try {
     response = await fetch(path, init);
   } catch {
-    throw new ApiError("network", "network");
+    throw new ApiError("network");
   }
   if (!response.ok) throw await apiError(response);
   return response.status === 204 ? null : response.json();
@@ -65,9 +71,40 @@ async function apiError(response) {
 }
 
 function showProblem(error) {
+  // In the status line, by the message box: the server's words (else the page's) and the
+  // code, until the user acts again (clearProblem); a refused token asks for another.
   const code = error instanceof ApiError ? error.code : "internal";
-  $("status").textContent = `${errorWords(code)} (${code})`;
-  $("status").classList.add("error");
+  const said = error instanceof ApiError && error.message ? error.message : errorWords(code);
+  problem = { code, text: `${said} (${code})` };
+  if (code === "unauthorized") askToken(problem.text);
+  render();
+}
+
+function clearProblem() {
+  problem = null;
+}
+
+function askToken(why) {
+  // The token prompt (a modal dialog): why it is asked, the token kept so far.
+  if (AUTH === "none") return;
+  $("token-why").textContent = why;
+  const dialog = $("token-dialog");
+  if (!dialog.open) {
+    $("token").value = localStorage.getItem(TOKEN_KEY) ?? "";
+    dialog.showModal();
+  }
+  $("token").select();
+}
+
+async function saveToken(event) {
+  event.preventDefault();
+  localStorage.setItem(TOKEN_KEY, $("token").value.trim());
+  $("token-dialog").close();
+  clearProblem();
+  render();
+  // The list with the token; the session to show, when nothing was begun meanwhile.
+  const untouched = !sessionId && !state.items.length && !$("message").value.trim();
+  await (untouched ? openFirst() : loadSessions());
 }
 
 // -- the run, in sessionStorage --------------------------------------------------------------
@@ -115,7 +152,8 @@ function progressView(card) {
 }
 
 const TOOL_WORDS = { running: "running", ok: "answered", error: "failed", denied: "denied",
-                     awaiting_approval: "waiting for approval", streaming: "streaming…",
+                     awaiting_approval: "waiting for approval",
+                     started: "started: waiting for its first value", streaming: "streaming…",
                      finished: "finished streaming", stopped: "stopped streaming",
                      failed: "stream failed" };
 
@@ -172,6 +210,10 @@ function itemView(item) {
     case "tool": return toolView(item);
     case "transfer": return transferView(item);
     case "error":
+      if (item.code === "cancelled") {  // a stop (the user's own, most often): no failure
+        return el("p", { class: "stopped", role: "note", "data-code": item.code },
+                  errorWords(item.code));
+      }
       return el("p", { class: "error", role: "alert", "data-code": item.code },
                 `${errorWords(item.code)} (${item.code})`);
     case "notice":
@@ -240,8 +282,10 @@ function render() {
   liveButton.setAttribute("aria-pressed", String(Boolean(live)));
   liveButton.disabled = active !== null || starting;
   const status = $("status");
-  status.classList.remove("error");
-  status.textContent = active ? (state.status.startsWith("Calling") ? state.status + "…" : "Answering…")
+  status.classList.toggle("error", problem !== null);
+  status.dataset.code = problem?.code ?? "";
+  status.textContent = problem ? problem.text
+    : active ? (state.status.startsWith("Calling") ? state.status + "…" : "Answering…")
     : live ? (live.ready ? "Live: messages go to the live run." : "Connecting…") : "";
   renderLivePanel();
 }
@@ -328,7 +372,7 @@ async function follow(run) {
     if (await readFrames(response, run)) return;
     await new Promise((resolve) => setTimeout(resolve, 300 * (attempt + 1)));
   }
-  throw new ApiError("network", "network");
+  throw new ApiError("network");
 }
 
 function liveAgent(name) {
@@ -346,11 +390,14 @@ function noteHandoff(run, frame) {
   }
 }
 
+const REFUSED = "refused";  // a start's answer: the server did not take the run
+
 async function drive(run, start) {
   active = run;
   render();
   try {
     const ended = await start();
+    if (ended === REFUSED) return;
     if (!ended && !run.controller.signal.aborted) await follow(run);
     if (run.sessionId === sessionId && !run.controller.signal.aborted) {
       forgetRun();
@@ -359,6 +406,8 @@ async function drive(run, start) {
   } catch (error) {
     if (!run.controller.signal.aborted) {
       dispatch({ type: "error", data: { code: error.code ?? "network", retryable: true } });
+      if (error.code === "unauthorized") askToken(`${error.message || errorWords(error.code)} `
+                                                   + "(unauthorized)");
     }
   } finally {
     if (active === run) active = null;
@@ -384,17 +433,33 @@ async function settle(id) {
   render();
 }
 
-function startRun(body) {
+function startRun(body, { refused = null, started = null } = {}) {
+  // The run, read to its end. With `refused`, a run the server does not take (its error
+  // answer, or none: "network") is handed to it, not shown as the run's error: nothing of
+  // the run happened. `started` is told once the server has taken it.
   const run = { runId: null, controller: new AbortController(), sessionId };
   return drive(run, async () => {
-    const response = await fetch(`/sessions/${run.sessionId}/runs`, {
-      method: "POST", signal: run.controller.signal,
-      headers: authHeaders({ "Content-Type": "application/json" }),
-      body: JSON.stringify({ ...body, resumable: true }),
-    });
-    if (!response.ok) throw await apiError(response);
+    let response;
+    try {
+      response = await fetch(`/sessions/${run.sessionId}/runs`, {
+        method: "POST", signal: run.controller.signal,
+        headers: authHeaders({ "Content-Type": "application/json" }),
+        body: JSON.stringify({ ...body, resumable: true }),
+      });
+    } catch (error) {
+      if (!refused || run.controller.signal.aborted) throw error;
+      refused(new ApiError("network"));
+      return REFUSED;
+    }
+    if (!response.ok) {
+      const error = await apiError(response);
+      if (!refused) throw error;
+      refused(error);
+      return REFUSED;
+    }
     run.runId = response.headers.get("X-Run-Id");
     saveRun({ session_id: run.sessionId, run_id: run.runId, last_id: 0, record_id: 0 });
+    started?.();
     return readFrames(response, run);
   });
 }
@@ -413,16 +478,21 @@ function detach() {
 // -- actions ---------------------------------------------------------------------------------
 
 async function send(text) {
-  // False when the message could not go (its session could not be stored).
+  // False when the message did not go (the composer then keeps it): its session could not
+  // be stored, or the server refused its run (nothing was stored; a session created for
+  // it is deleted again, so no empty one is left).
+  clearProblem();
   if (live) {
     if (!live.ready) return false;
     noteFirst(live.sessionId, text);
     dispatch({ type: "user", data: { text } });
+    live.sent = text;  // taken back if the server refuses it (an error notice)
     live.socket.send(JSON.stringify({ type: "content", text }));
     return true;
   }
   starting = true;
   render();
+  const draft = sessionId === null;
   let id;
   try {
     id = await ensureSession();
@@ -430,12 +500,27 @@ async function send(text) {
     starting = false;
   }
   if (!id || id !== sessionId) { render(); return false; }
+  const before = state;
   noteFirst(id, text);
   dispatch({ type: "user", data: { text } });
   handoff = null;
-  const run = startRun({ message: text });
-  await loadSessions({ quiet: true });  // the new session in the list, titled
-  await run;
+  let refused = null;
+  let listing = null;
+  await startRun({ message: text }, {
+    refused: (error) => {  // taken back before anything else is drawn
+      refused = error;
+      state = before;
+      sentFirst.delete(id);
+      renderSessions();
+      showProblem(error);
+    },
+    started: () => { listing = loadSessions({ quiet: true }); },  // the new session, titled
+  });
+  if (refused) {
+    if (draft && refused.code !== "network") await unstore(id);
+    return false;
+  }
+  await listing;
   await loadSessions({ quiet: true });  // the run shows its own error, once
   const handed = handoff;
   handoff = null;
@@ -444,6 +529,38 @@ async function send(text) {
     await suggest({ text, agent: handed.agent, live: true });
   }
   return true;
+}
+
+async function unstore(id) {
+  // The session stored for a first message the server then refused: deleted again, and the
+  // page is back on its draft. Should the delete fail too, the problem shown stays the
+  // refusal's (the session is then listed, empty).
+  try {
+    await api("DELETE", `/sessions/${id}`);
+  } catch {
+    return;
+  }
+  known.delete(id);
+  if (sessionId === id) {
+    sessionId = null;
+    sessionStorage.removeItem(SESSION_KEY);
+  }
+  renderSessions();
+  render();
+}
+
+function takeBack(text) {
+  // A message the server dropped: out of the conversation, back into the box.
+  const at = state.items.findLastIndex((i) => i.kind === "message" && i.author === "user"
+    && i.id === null && i.text === text);
+  if (at !== -1) state = { ...state, items: state.items.filter((_, n) => n !== at) };
+  keepText(text);
+}
+
+function keepText(text) {
+  // Into the message box, ahead of anything typed since: to send again.
+  const typed = $("message").value;
+  $("message").value = typed ? `${text}\n${typed}` : text;
 }
 
 function noteFirst(id, text) {
@@ -483,6 +600,7 @@ const CLOSE_WORDS = { 1008: "unauthorized", 4404: "not_found", 4409: "session_bu
 async function goLive() {
   // A draft is stored first: the live socket is a session's.
   if (live || active || starting) return;
+  clearProblem();
   starting = true;
   render();
   let id;
@@ -508,7 +626,12 @@ function onLiveMessage(mine, message) {
   if (live !== mine) return;
   if (message.id === null) {  // a notice about the socket, not a run frame
     if (message.type === "ready") mine.ready = true;
-    else if (message.type === "error") showProblem(new ApiError(message.data?.code ?? "internal"));
+    else if (message.type === "error") {
+      // A refused message was dropped: a text too long is the box's again. (Other notices
+      // may be about frames, which the page does not take back.)
+      if (message.data?.code === "payload_too_large" && mine.sent) takeBack(mine.sent);
+      showProblem(new ApiError(message.data?.code ?? "internal", message.data?.message ?? ""));
+    }
     render();
     return;
   }
@@ -521,8 +644,9 @@ async function onLiveClose(mine, event) {
   live = null;
   stopFeed();
   if (!mine.ended && event.code !== 1000) {
-    dispatch({ type: "error", data: { code: CLOSE_WORDS[event.code] ?? "network",
-                                      retryable: true } });
+    const code = CLOSE_WORDS[event.code] ?? "network";
+    dispatch({ type: "error", data: { code, retryable: true } });
+    if (code === "unauthorized") askToken(`${errorWords(code)} (${code})`);
   }
   render();
   loadSessions({ quiet: true });  // its title, from the messages it stored
@@ -637,11 +761,13 @@ async function stored(id) {
   return fromHistory(await history(id), { ended: !session.active_run });
 }
 
-async function openSession(id) {
+async function openSession(id, { agent = null } = {}) {
+  // `agent`: a draft's, chosen by the page (else the picker's).
   detach();
   stopFeed();
   if (live) { const leaving = live; live = null; leaving.socket.close(); }
   sessionId = id;
+  draftAgent = id ? null : agent;
   if (id) sessionStorage.setItem(SESSION_KEY, id); else sessionStorage.removeItem(SESSION_KEY);
   state = initialState;  // no stale draft: the record comes from the server
   render();
@@ -665,16 +791,28 @@ async function openSession(id) {
 }
 
 function currentAgent() {
-  // The open session's agent; for a draft, the one chosen (the first when there is no choice).
+  // The open session's agent; for a draft, the page's choice (a suggestion's, a hand-off's)
+  // or the picker's (the first agent when there is no choice).
   const name = sessionId ? known.get(sessionId)?.agent
-    : (AGENTS.length > 1 ? $("agent").value : AGENTS[0]?.name);
+    : draftAgent ?? (AGENTS.length > 1 ? $("agent").value : AGENTS[0]?.name);
   return AGENTS.find((a) => a.name === name);
 }
 
 async function newSession() {
-  // A draft: nothing is stored until its first message is sent.
+  // A draft with the picker's agent: nothing is stored until its first message is sent.
+  clearProblem();
   await openSession(null);
   $("message").focus();
+}
+
+async function chooseSession(session) {
+  // A session the user opens from the list: the picker follows it (New session then starts
+  // with its agent). Sessions the page opens itself (a live hand-off) leave the picker.
+  clearProblem();
+  if (AGENTS.length > 1 && AGENTS.some((a) => a.name === session.agent)) {
+    $("agent").value = session.agent;
+  }
+  await openSession(session.id);
 }
 
 function ensureSession() {
@@ -705,6 +843,7 @@ function ensureSession() {
 async function deleteSession(id) {
   const label = sessionTitle(known.get(id) ?? { id });
   if (!confirm(`Delete the session "${label}"? Its messages are deleted too.`)) return;
+  clearProblem();
   try {
     await api("DELETE", `/sessions/${id}`);
   } catch (error) {
@@ -750,7 +889,7 @@ function renderSessions() {
     const meta = sessionMeta(session);
     return el("li", { "data-session-id": session.id },
               el("button", { type: "button", class: "open", title: `${title}\n${meta}`,
-                             onclick: () => openSession(session.id) },
+                             onclick: () => chooseSession(session) },
                  el("span", { class: "title" }, title), el("span", { class: "meta" }, meta)),
               el("button", { type: "button", class: "delete",
                              "aria-label": `Delete session ${title}`,
@@ -764,7 +903,6 @@ function markCurrent() {
     li.setAttribute("aria-current", String(li.dataset.sessionId === sessionId));
   }
   const agent = currentAgent();
-  if (agent && AGENTS.length > 1) $("agent").value = agent.name;  // New session: this agent
   const parts = agent ? [`agent ${agent.name}`, `model ${agent.model}`] : [];
   if (CONFIG.note) parts.push(CONFIG.note);
   $("agent-info").textContent = parts.join(" · ");
@@ -788,8 +926,7 @@ async function suggest({ text, agent, live: overLive }) {
   const wrongAgent = agent && currentAgent()?.name !== agent;
   if (wrongAgent || (live && !overLive)) {
     if (live) endLive();
-    if (agent && AGENTS.length > 1) $("agent").value = agent;
-    await openSession(null);
+    await openSession(null, { agent: agent ?? null });  // the picker stays the user's
   }
   if (overLive && !live) {
     await goLive();
@@ -806,20 +943,28 @@ async function suggest({ text, agent, live: overLive }) {
 
 // -- wiring ----------------------------------------------------------------------------------
 
+async function openFirst() {
+  // The session this tab had open, else the newest; a draft when there is none, or when the
+  // list cannot be read. Not when the user began something while the list loaded.
+  const sessions = await loadSessions();
+  if (sessionId || starting || active || live) return;
+  const remembered = sessionStorage.getItem(SESSION_KEY);
+  const chosen = sessions.find((s) => s.id === remembered) ?? sessions[0];
+  await openSession(chosen?.id ?? null);
+}
+
 async function start() {
   if (AUTH !== "none") {
-    const form = $("token-form");
-    form.hidden = false;
-    $("token").value = localStorage.getItem(TOKEN_KEY) ?? "";
-    form.onsubmit = (event) => {
-      event.preventDefault();
-      localStorage.setItem(TOKEN_KEY, $("token").value.trim());
-      start();
-    };
+    $("token-open").hidden = false;
+    $("token-open").onclick = () => askToken("The token this page sends to the server.");
+    $("token-form").onsubmit = (event) => saveToken(event);
+    $("token-cancel").onclick = () => $("token-dialog").close();
   }
   setUpChoices();
   $("new-session").onclick = () => newSession();
-  $("agent").onchange = () => { if (!sessionId) { markCurrent(); render(); } };
+  $("agent").onchange = () => {
+    if (!sessionId) { draftAgent = null; markCurrent(); render(); }  // the draft's agent
+  };
   $("stop").onclick = () => stop();
   $("live").onclick = () => (live ? endLive() : goLive());
   $("play-frames").onclick = () => playFrames();
@@ -830,9 +975,7 @@ async function start() {
     const text = $("message").value.trim();
     if (!text || active || starting || (live && !live.ready)) return;
     $("message").value = "";
-    send(text).then((sent) => {
-      if (!sent && !$("message").value) $("message").value = text;  // not lost: try again
-    });
+    send(text).then((sent) => { if (!sent) keepText(text); });  // not lost
   };
   $("message").onkeydown = (event) => {
     if (event.key === "Enter" && !event.shiftKey) {
@@ -840,12 +983,7 @@ async function start() {
       $("composer").requestSubmit();
     }
   };
-  const sessions = await loadSessions();
-  // A message sent (or a suggestion taken) while the list loaded has its session: keep it.
-  if (sessionId || starting || active || live) return;
-  const remembered = sessionStorage.getItem(SESSION_KEY);
-  const chosen = sessions.find((s) => s.id === remembered) ?? sessions[0];
-  await openSession(chosen?.id ?? null);
+  await openFirst();
 }
 
 start();

@@ -38,6 +38,10 @@ const ERROR_WORDS = {
   store_unavailable: "The conversation could not be saved.",
   run_store_unavailable: "The server lost track of live answers; try again shortly.",
   unauthorized: "The server refused the token.",
+  forbidden: "The server refused this page's request.",
+  payload_too_large: "The message is too large for this server.",
+  request_timeout: "The request took too long to arrive.",
+  method_not_allowed: "The server does not take that request.",
   not_found: "That session or run no longer exists.",
   invalid_request: "The server could not accept that request.",
   network: "The connection to the server was lost.",
@@ -148,13 +152,15 @@ export function emittedValues(card) {
   return (card.emissions ?? []).filter((e) => readEmission(e.text).value !== undefined).length;
 }
 
+// A live stream's card: "started" (its pending result came, no value yet), "streaming"
+// (values coming), or one of its ends.
 function isStream(card) {
-  return card.status === "streaming" || STREAM_ENDS.has(card.status);
+  return card.status === "started" || card.status === "streaming" || STREAM_ENDS.has(card.status);
 }
 
-// A run's end ends its live streams: a card still streaming then says "stopped".
+// A run's end ends its live streams: a card still started or streaming then says "stopped".
 function endStreams(items) {
-  return items.map((i) => (i.kind === "tool" && i.status === "streaming"
+  return items.map((i) => (i.kind === "tool" && (i.status === "streaming" || i.status === "started")
     ? { ...i, status: "stopped" } : i));
 }
 
@@ -190,9 +196,11 @@ function onToolProgress(state, d) {
 }
 
 // A denied call's result is the denial (status "error"): the card keeps saying "denied".
-// A live stream's card keeps saying what its stream does (its result, "pending", came at once).
+// A live stream's result, "pending", comes at once: its card says "started" until a value
+// comes, and then keeps saying what its stream does.
 function resultStatus(card, result) {
   if (card.status === "denied" || isStream(card)) return card.status;
+  if (result.status === "pending") return "started";
   return result.status === "error" ? "error" : "ok";
 }
 
