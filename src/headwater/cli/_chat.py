@@ -115,6 +115,7 @@ class Chat:
         self.agents: list[dict[str, Any]] = []  # [{name, model}] from the page's config
         self.session_id: str | None = None
         self._run_id: str | None = None
+        self._pending: list[Approval] = []  # a resumed session's approvals still unanswered
 
     # -- opening ---------------------------------------------------------------------------
 
@@ -154,9 +155,7 @@ class Chat:
         self.console.print("  Ctrl-C stops an answer; Ctrl-D or /quit leaves; /help for more.")
         if self.session_id:
             self._show_history(history)
-            pending = _pending_approvals(history)
-            if pending:
-                self._turn(None, pending)
+            self._pending = _pending_approvals(history)  # asked first, by repl()
 
     def _model_note(self) -> str:
         model = next((a.get("model") for a in self.agents if a.get("name") == self.agent), None)
@@ -177,7 +176,11 @@ class Chat:
     # -- the prompt --------------------------------------------------------------------------
 
     def repl(self) -> int:
-        """Read messages and commands until the user leaves; returns 0."""
+        """Ask a resumed session's pending approvals, then read messages and commands until
+        the user leaves; returns 0."""
+        pending, self._pending = self._pending, []
+        if pending:  # outside open(): answering runs the loop open() is run on
+            self._turn(None, pending)
         while True:
             try:
                 line = self._input("[bold green]you>[/] ").strip()
@@ -269,7 +272,7 @@ class Chat:
             pending = None
 
     def _ask(self, approval: Approval) -> bool:
-        question = f"[magenta]Approve {escape(approval.name)}? \\[y/n][/] "
+        question = f"[magenta]Approve {escape(approval.display)}? \\[y/n][/] "
         while True:
             try:
                 answer = self._input(question).strip().lower()
@@ -357,8 +360,7 @@ def _pending_approvals(items: list[dict[str, Any]]) -> list[Approval]:
     pending: dict[str, Approval] = {}
     for item in items:
         for asked in item.get("approvals_requested", []):
-            pending[asked["call_id"]] = Approval(asked["call_id"], asked["name"],
-                                                 asked.get("args_sha256"), asked.get("args"))
+            pending[asked["call_id"]] = Approval.of(asked)
         for decided in item.get("approval_decisions", []):
             pending.pop(decided["call_id"], None)
         for result in item.get("results", []):

@@ -115,7 +115,8 @@ function progressView(card) {
 }
 
 const TOOL_WORDS = { running: "running", ok: "answered", error: "failed", denied: "denied",
-                     awaiting_approval: "waiting for approval", streaming: "streaming…",
+                     awaiting_approval: "waiting for approval",
+                     superseded: "not run: superseded by a later message", streaming: "streaming…",
                      finished: "finished streaming", stopped: "stopped streaming",
                      failed: "stream failed" };
 
@@ -147,6 +148,10 @@ function toolView(card) {
   if (card.emissions?.length) {
     box.append(el("ol", { class: "emissions", "aria-label": `${card.name} emissions` },
                   ...card.emissions.map(emissionView)));
+  }
+  if (card.approval?.display) {  // what is (or was) approved: the summary, or the call's arguments
+    box.append(el("p", { class: "approval", "aria-label": `${card.name} approval` },
+                  card.approval.display));
   }
   if (card.status === "awaiting_approval" && card.approval && !card.approval.decided) {
     box.append(el("div", { class: "actions" },
@@ -393,6 +398,7 @@ function startRun(body) {
       body: JSON.stringify({ ...body, resumable: true }),
     });
     if (!response.ok) throw await apiError(response);
+    if (body.message !== undefined) dispatch({ type: "superseded" });  // the run took it
     run.runId = response.headers.get("X-Run-Id");
     saveRun({ session_id: run.sessionId, run_id: run.runId, last_id: 0, record_id: 0 });
     return readFrames(response, run);
@@ -507,7 +513,10 @@ async function goLive() {
 function onLiveMessage(mine, message) {
   if (live !== mine) return;
   if (message.id === null) {  // a notice about the socket, not a run frame
-    if (message.type === "ready") mine.ready = true;
+    if (message.type === "ready") {  // a live run is a new turn: it superseded what waited
+      mine.ready = true;
+      state = reduce(state, { type: "superseded" });
+    }
     else if (message.type === "error") showProblem(new ApiError(message.data?.code ?? "internal"));
     render();
     return;
