@@ -150,8 +150,8 @@ function toolView(card) {
                   ...card.emissions.map(emissionView)));
   }
   if (card.approval?.display) {  // what is (or was) approved: the summary, or the call's arguments
-    box.append(el("p", { class: "approval", "aria-label": `${card.name} approval` },
-                  card.approval.display));
+    box.append(el("div", { class: "approval", role: "group",
+                           "aria-label": `${card.name} approval` }, card.approval.display));
   }
   if (card.status === "awaiting_approval" && card.approval && !card.approval.decided) {
     box.append(el("div", { class: "actions" },
