@@ -361,6 +361,34 @@ async def test_an_approval_shows_its_arguments_and_a_later_message_supersedes_it
     assert ran == []
 
 
+async def test_a_late_approve_from_a_stale_page_is_refused_and_the_card_says_why(
+        serve: Serve, open_page: Any) -> None:
+    ran.clear()
+    model = (ScriptedModel().call("deploy", {"version": 2, "env": "staging"}, call_id="d1")
+             .reply("Nothing was deployed."))
+    app, _ = served(Agent(name="ops", model=model, tools=[deploy]))
+    base = await serve(app)
+    page = await open_page(base)
+    await ask(page, "Deploy version 2 to staging")
+    approve = page.get_by_role("button", name="Approve", exact=True)
+    await approve.wait_for()
+    await run_ended(page)
+    # Another page (or chat) sends the session a message: this page's card is stale.
+    async with httpx.AsyncClient(base_url=base, timeout=10) as client:
+        [session] = (await client.get("/sessions")).json()["items"]
+        other = await client.post(f"/sessions/{session['id']}/runs",
+                                  json={"message": "never mind"})
+        assert other.status_code == 200
+    await approve.click()
+    card = await superseded_card(page)  # refused, and the record shown again
+    alert = page.get_by_role("alert")
+    await alert.wait_for()
+    assert "(invalid_request)" in await alert.inner_text()
+    assert await card.get_by_label("deploy approval").inner_text() == (
+        'deploy(version=2, env="staging")')
+    assert ran == []
+
+
 async def test_sessions_are_made_switched_and_deleted_with_a_token_when_the_app_has_auth(
         serve: Serve, open_page: Any) -> None:
     model = ScriptedModel().reply("First answer.").reply("Second answer.")

@@ -460,11 +460,15 @@ function noteFirst(id, text) {
   }
 }
 
-function answer(card, approved) {
+async function answer(card, approved) {
   if (active) return;
+  const id = sessionId;
   dispatch({ type: "decision", data: { call_id: card.call_id, name: card.name, approved } });
-  startRun({ approvals: [{ call_id: card.call_id, approved,
-                           args_sha256: card.approval?.args_sha256 ?? null }] });
+  await startRun({ approvals: [{ call_id: card.call_id, approved,
+                                 args_sha256: card.approval?.args_sha256 ?? null }] });
+  // Refused (answered elsewhere, or superseded by a message from another page): the card
+  // shows the server's record of the call again, with the error.
+  if (state.status === "error" && sessionId === id) await settle(id);
 }
 
 async function stop() {
