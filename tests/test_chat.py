@@ -138,8 +138,10 @@ def test_an_approval_is_asked_and_the_deploy_reports_progress(
     term = chat(terminals, cwd=tmp_path, env=env)
     term.expect(PROMPT)
     term.child.sendline("Deploy version 2 to staging")  # to deploy, through the coordinator
-    asked = term.expect(r"Approve deploy\? \[y/n\]")
-    assert "→ calls deploy" in asked and "deploy needs your approval" in asked
+    # The deploy tool's approval_summary says what is approved.
+    asked = term.expect(r"Approve deploy version 2 to staging\? \[y/n\]")
+    assert "→ calls deploy" in asked
+    assert "deploy needs your approval: deploy version 2 to staging" in asked
     shown = term.say("y")
     assert "5/5 verify" in shown and "100%" in shown  # the bar, full
     assert "✓ deploy answered" in shown
@@ -148,9 +150,9 @@ def test_an_approval_is_asked_and_the_deploy_reports_progress(
     assert shown.count("is live on staging") == 1
     # No: the tool does not run, and the model is told (deploy, which answered, takes it).
     term.child.sendline("Deploy version 3 to production")
-    term.expect(r"Approve deploy\? \[y/n\]")
+    term.expect(r"Approve deploy version 3 to production\? \[y/n\]")
     term.child.sendline("maybe")  # asked again until it is a yes or a no
-    term.expect(r"Approve deploy\? \[y/n\]")
+    term.expect(r"Approve deploy version 3 to production\? \[y/n\]")
     shown = term.say("n")
     assert "✗ deploy denied" in shown and "failed" not in shown
     assert "the deploy call was denied" in shown
@@ -297,7 +299,7 @@ def test_chat_with_a_running_gateway(tmp_path: Path, env: dict[str, str], served
     shown = term.say("Where is order 1042?")
     assert shown.count("Order 1042") == 1 and ANSWER_1042 in shown
     term.child.sendline("Deploy version 2 to staging")  # support hands it to deploy, a peer
-    term.expect(r"Approve deploy\?")
+    term.expect(r"Approve deploy version 2 to staging\?")
     shown = term.say("yes")
     assert "100%" in shown and "Version 2 is live on staging" in shown
     term.child.sendeof()
@@ -375,6 +377,51 @@ def test_a_live_agent_is_pointed_to_where_it_runs(tmp_path: Path, env: dict[str,
     assert "transfer_to_agent answered" not in shown
     term.child.sendeof()
     assert term.exit_code() == 0
+
+
+GATE_FILE = '''
+from headwater import Agent, tool
+from headwater.gateway import create_app
+from headwater.testing import ScriptedModel
+
+
+@tool(requires_approval=True)
+def drop_table(table: str, cascade: bool = False) -> str:
+    """Drop a table."""
+    raise AssertionError("never approved in this test")
+
+
+model = (ScriptedModel().call("drop_table", {"table": "users", "cascade": True})
+         .reply("Nothing ", "dropped."))
+app = create_app(Agent(name="dba", model=model, tools=[drop_table]), session_service=None)
+'''
+ASKED = r'Approve drop_table\(table="users", cascade=true\)\? \[y/n\]'
+
+
+def test_an_approval_shows_its_arguments_and_a_late_yes_is_refused_as_superseded(
+        tmp_path: Path, env: dict[str, str], terminals: list[Terminal]) -> None:
+    import httpx
+
+    (tmp_path / "gate_app.py").write_text(GATE_FILE)
+    with serving(["gate_app:app"], tmp_path, env) as [url]:
+        term = chat(terminals, "--url", url, cwd=tmp_path, env=env)
+        term.expect(PROMPT)
+        term.child.sendline("drop the users table")
+        asked = term.expect(ASKED)  # what is approved: the call with its arguments
+        assert 'drop_table needs your approval: drop_table(table="users", cascade=true)' in asked
+        session = session_of(term.shown)
+        term.close()  # left unanswered
+        again = chat(terminals, "--url", url, "--session", session, cwd=tmp_path, env=env)
+        again.expect(ASKED)  # asked again, from the history
+        # Meanwhile another client (the page, say) sends the session a message.
+        with httpx.stream("POST", f"{url}/sessions/{session}/runs",
+                          json={"message": "never mind"}, timeout=TIMEOUT) as answer:
+            assert answer.status_code == 200 and "Nothing dropped." in answer.read().decode()
+        shown = " ".join(again.say("y").split())  # the terminal wraps long lines
+        assert "Invalid request. (invalid_request)" in shown
+        assert "was superseded: a later message was sent before it was answered" in shown
+        again.child.sendline("/quit")
+        assert again.exit_code() == 0
 
 
 SHOP_FILE = '''

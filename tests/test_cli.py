@@ -350,7 +350,8 @@ def test_run_exits_1_on_an_error_event(tmp_path: Path, env: dict[str, str]) -> N
 @pytest.mark.parametrize(("example", "message", "answer"), [
     ("support", "Where is order 1042?", "support> Order 1042 shipped on 30 September"),
     ("docs_search", "Search the docs for streaming", "docs> I found 3 pages about streaming"),
-    ("deploy", "Deploy version 2 to staging", "[approval required] deploy("),
+    ("deploy", "Deploy version 2 to staging", "[approval required] deploy version 2 to "
+                                               "staging"),
 ])
 def test_run_takes_the_request_response_examples(example: str, message: str, answer: str,
                                                   tmp_path: Path, env: dict[str, str]) -> None:

@@ -144,6 +144,30 @@ read from it."""
 ERROR_CODES: Final[frozenset[str]] = frozenset(ErrorCode.__args__)  # type: ignore[attr-defined]
 """The codes a run can end with (an error event's ``error_code``)."""
 
+ToolErrorCode = Literal[
+    "tool_error",
+    "invalid_arguments",
+    "unknown_tool",
+    "timeout",
+    "budget_exceeded",
+    "cancelled",
+    "interrupted",
+    "denied",
+    "superseded",
+    "stream_incomplete",
+    "expired",
+    "unknown_agent",
+    "transfer_not_allowed",
+    "live_unsupported",
+]
+"""The codes of the error results a model sees for a call (``{"error", "code"}``; the
+table of docs/event-contract.md, "Tool error results"). A call's result is not the
+run's error: the run goes on."""
+
+TOOL_ERROR_CODES: Final[frozenset[str]] = frozenset(ToolErrorCode.__args__)  # type: ignore[attr-defined]
+"""The codes of :data:`ToolErrorCode`: an error result's ``code`` that the gateway may
+show (a fixed word, never the tool's payload)."""
+
 ERROR_MESSAGES: Final[Mapping[WireCode, str]] = cast(
     "Mapping[WireCode, str]",
     MappingProxyType({code: info.message for code, info in ERRORS.items()}))

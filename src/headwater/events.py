@@ -7,6 +7,7 @@ events are the record, persisted before the caller sees them.
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import time
 from dataclasses import dataclass, field
@@ -78,12 +79,30 @@ class ApprovalRequest:
 
     ``args_sha256`` is the SHA-256 of the canonical JSON of the arguments; an
     answer must quote it, so an answer for different arguments is refused.
+    ``summary`` is the tool's ``approval_summary`` for these arguments (one line,
+    made when the approval was asked and stored with it), or ``None``.
+    :attr:`display` is what every approval surface shows the approver.
     """
 
     call_id: str
     tool_name: str
     args: dict[str, Any]  # raw JSON object
     args_sha256: str
+    summary: str | None = None
+
+    @property
+    def display(self) -> str:
+        """The line an approver is shown: the tool's summary, else the call with its
+        arguments, ``deploy(version="2", environment="staging")`` (:func:`call_line`)."""
+        return self.summary if self.summary is not None else call_line(self.tool_name,
+                                                                       self.args)
+
+
+def call_line(name: str, args: dict[str, Any]) -> str:  # args: raw JSON object
+    """A call as one line: its name, then each argument as ``key=<JSON value>``."""
+    shown = ", ".join(f"{key}={json.dumps(value, ensure_ascii=False, default=repr)}"
+                      for key, value in args.items())
+    return f"{name}({shown})"
 
 
 @dataclass(slots=True)

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Literal
 
-from .agents.approvals import answered_calls, split_approvals
+from .agents.approvals import answered_calls, split_approvals, superseded_event, supersedes
 from .agents.base import BaseAgent
 from .agents.expiry import expired_event
 from .agents.flow import Flow
@@ -462,7 +462,8 @@ class _Hold:
         Only a plain message (approval answers and function responses are
         checked against the session first), and only while the runner's
         ledger of the session shows nothing to repair: no dangling call, no
-        expired ticket. The store appends it only if the session's last event
+        expired ticket, no call awaiting approval (the message supersedes it:
+        its result is stored first). The store appends it only if the session's last event
         is still the ledger's last (a session without a ledger here: only if it
         has no events), so the ledger's verdict is about the stored history.
         """
@@ -474,8 +475,8 @@ class _Hold:
         event = Event(invocation_id=spec.invocation_id, author="user", content=message)
         if ledger is None:
             return event, None
-        if ledger.dangling() or ledger.expired_tickets(time.time(),
-                                                       runner.settings.long_running_ttl):
+        if ledger.dangling() or ledger.awaiting() or ledger.expired_tickets(
+                time.time(), runner.settings.long_running_ttl):
             return None
         return event, ledger.last_event_id
 
@@ -609,7 +610,8 @@ class _Run:
         self.phase = "started"
 
     async def _prepare(self, hold: _Hold) -> None:
-        """Repair what a dead run left, store the message, and pick the events' source."""
+        """Repair what a dead run left, answer the approvals a plain message or a live run
+        supersedes, store the message, and pick the events' source."""
         tree, recorder, spec = hold.tree, hold.recorder, self.spec
         assert tree is not None
         ctx = tree.ctx
@@ -623,9 +625,13 @@ class _Run:
             first = hold.first
             if first is not None and hold.stored is None:  # the write with it failed
                 hold.stored = any(e.id == first.id for e in reversed(ctx.session.events))
+            if spec.queue is not None:  # a live run: a new turn, approvals asked before it
+                await self._supersede(tree)
             if spec.message is not None and not hold.stored:  # else it went in with the lease
                 content, decisions = split_approvals(spec.message)
                 ctx.resume = answered_calls(ctx.ledger, content, decisions)
+                if supersedes(content, decisions):  # approvals it leaves unanswered
+                    await self._supersede(tree)
                 await recorder.commit(Event(
                     invocation_id=spec.invocation_id, author="user", content=content,
                     actions=EventActions(approval_decisions=decisions)))
@@ -639,6 +645,12 @@ class _Run:
             logger.warning("run %s: the session store failed: %s", spec.invocation_id,
                            type(exc).__name__)
             hold.failure = tree.error_event(exc.code, public_message(exc))
+
+    async def _supersede(self, tree: TreeRun) -> None:
+        """Answer every call awaiting approval ``superseded`` (agents/approvals.py)."""
+        superseded = superseded_event(tree.ctx, tree.name)
+        if superseded is not None:
+            await self._hold.recorder.commit(superseded)
 
     def events(self) -> AsyncGenerator[Event, None]:
         """The run's events; every non-partial one was committed before it is yielded."""

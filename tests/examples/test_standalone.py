@@ -65,9 +65,8 @@ def test_the_docs_search_reports_progress_then_answers(env: dict[str, str]) -> N
 
 def test_a_deploy_waits_for_approval_then_shows_its_progress(env: dict[str, str]) -> None:
     lines = run(env, "deploy", stdin="y\n")
-    start = lines.index('[approval required] deploy({"version": "2", "environment": "staging"})')
-    assert lines[start + 1] == ('Approve deploy({"version": "2", "environment": "staging"})? '
-                                "[y/N] [approved] deploy")
+    start = lines.index("[approval required] deploy version 2 to staging")
+    assert lines[start + 1] == "Approve deploy version 2 to staging? [y/N] [approved] deploy"
     assert lines[start + 2:start + 7] == ["[deploy] 1/5 build", "[deploy] 2/5 upload",
                                           "[deploy] 3/5 migrate", "[deploy] 4/5 switch traffic",
                                           "[deploy] 5/5 verify"]

@@ -28,6 +28,7 @@ from headwater.gateway import StaticTokenAuth, create_app
 from headwater.sessions import BaseSessionService
 from headwater.settings import Settings
 from headwater.testing import ScriptedModel, ScriptedTurn, aiter_sse, wait_until
+from headwater.tools import args_sha256
 
 from .conftest import JS, require_node
 from .stores import new_service
@@ -229,6 +230,12 @@ async def test_an_approval_pauses_as_an_interrupt_and_the_resume_continues(
     assert (interrupt["id"], interrupt["reason"], interrupt["toolCallId"]) == (
         "d1", "tool_call", "d1")
     assert interrupt["responseSchema"]["required"] == ["approved"]
+    # The approver reads the call with its arguments (the tool gives no summary).
+    assert interrupt["message"] == 'Approve deploy(env="prod")?'
+    assert interrupt["metadata"] == {"toolName": "deploy", "args_sha256": args_sha256(
+        {"env": "prod"}), "display": 'deploy(env="prod")', "args": {"env": "prod"}}
+    [start] = [e for e in paused["events"] if e["type"] == "TOOL_CALL_ARGS"]
+    assert start["delta"] == "{}"  # the call itself keeps its arguments hidden
     assert "TOOL_CALL_RESULT" not in types(paused)
     assert resumed["failure"] is None and resumed["outcome"] == "success"
     assert resumed["pendingInterrupts"] == []
@@ -252,6 +259,30 @@ async def test_the_interrupt_is_pending_until_answered_and_a_denial_runs_nothing
     assert "pending interrupt" in refused["failure"]["message"] and refused["events"] == []
     assert denied["outcome"] == "success" and ran == []
     assert model.requests[1].contents[-1].function_responses[0].response["code"] == "denied"
+
+
+async def test_a_summarised_interrupt_and_a_resume_after_a_new_message_is_refused(
+        node: str, server: Any) -> None:
+    model = ScriptedModel().call("deploy", {"env": "prod"}, call_id="d1").reply("Other things.")
+    summarised = deploy_tool(requires_approval=True, approval_summary="deploy to {env}")
+    base = await server(Agent(name="ops", model=model, tools=[summarised]))
+    report = await agui(node, f"{base}/ag-ui/ops", [{"message": "deploy"}])
+    [interrupt] = report["runs"][0]["interrupts"]
+    assert interrupt["message"] == "Approve deploy to prod?"
+    assert interrupt["metadata"] == {"toolName": "deploy", "display": "deploy to prod",
+                                     "args_sha256": args_sha256({"env": "prod"})}
+    # Another client of the thread (one that holds no interrupt) sends a message: the
+    # approval is superseded, and the first client's late resume is refused, saying so.
+    other = await agui(node, f"{base}/ag-ui/ops", [{"message": "something else"}])
+    assert of_role(other, "assistant")[-1]["content"] == "Other things."
+    async with httpx.AsyncClient(base_url=base, headers=HEADERS, timeout=10) as client:
+        late = await client.post("/ag-ui/ops", json={
+            "threadId": "thread-1", "runId": "r9", "messages": [],
+            "resume": [{"interruptId": "d1", "status": "resolved",
+                        "payload": {"approved": True}}]})
+    assert late.status_code == 400
+    assert "call 'd1' (deploy) was superseded" in late.json()["error"]["message"]
+    assert ran == []
 
 
 # -- (4) a model error ---------------------------------------------------------------------------

@@ -79,17 +79,21 @@ def test_other_errors_are_run_error_with_the_fixed_message(code: str) -> None:
 
 def test_approvals_become_the_interrupt_outcome() -> None:
     got = events(encoder(),
-                 ("approval_required", {"call_id": "c1", "name": "deploy", "args_sha256": "h1"}),
+                 ("approval_required", {"call_id": "c1", "name": "deploy", "args_sha256": "h1",
+                                        "display": "deploy 2 to staging"}),
                  ("approval_required", {"call_id": "c2", "name": "pay", "args_sha256": "h2",
-                                        "args": {"amount": 3}}),
+                                        "display": "pay(amount=3)", "args": {"amount": 3}}),
                  ("done", {"usage": {"input_tokens": 5, "output_tokens": 7}}))
     [finished] = got
     assert finished["usage"] == [{"inputTokens": 5, "outputTokens": 7, "totalTokens": 12}]
     first, second = finished["outcome"]["interrupts"]
     assert finished["outcome"]["type"] == "interrupt"
     assert (first["id"], first["toolCallId"], first["reason"]) == ("c1", "c1", "tool_call")
-    assert first["metadata"] == {"toolName": "deploy", "args_sha256": "h1"}
+    assert first["metadata"] == {"toolName": "deploy", "args_sha256": "h1",
+                                 "display": "deploy 2 to staging"}
+    assert first["message"] == "Approve deploy 2 to staging?"  # what the approver reads
     assert second["metadata"]["args"] == {"amount": 3}  # only where the frame carried them
+    assert second["message"] == "Approve pay(amount=3)?"
 
 
 def test_a_frame_type_this_format_does_not_carry_sends_nothing() -> None:

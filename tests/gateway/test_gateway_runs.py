@@ -61,8 +61,11 @@ async def test_a_run_that_needs_approval_pauses_then_an_answer_continues_it(
     paused = await post_run(client, sid, {"message": "deploy to prod"})
     assert [t for _, t, _ in paused.frames] == ["tool_call", "approval_required", "done"]
     request = paused.frames[1][2]
+    # The approver (the session's owner) sees what is asked; other frames keep args hidden.
     assert request == {"author": "ops", "call_id": "d1", "name": "deploy",
-                       "args_sha256": args_sha256({"env": "prod"})}
+                       "args_sha256": args_sha256({"env": "prod"}),
+                       "display": 'deploy(env="prod")', "args": {"env": "prod"}}
+    assert paused.frames[0][2]["calls"] == [{"id": "d1", "name": "deploy"}]
     assert deployed == []
     wrong = await client.post(f"/sessions/{sid}/runs", headers=A, json={
         "approvals": [{"call_id": "d1", "approved": True, "args_sha256": "0" * 64}]})
@@ -75,6 +78,50 @@ async def test_a_run_that_needs_approval_pauses_then_an_answer_continues_it(
     assert any(i.get("approvals_requested") for i in items)
     assert any(i.get("approval_decisions") == [{"call_id": "d1", "approved": True,
                                                 "reason": None}] for i in items)
+
+
+@tool(requires_approval=True, approval_summary="ship {version} to {env}")
+def ship(version: str, env: str = "staging") -> str:
+    """Ship a version.
+
+    Args:
+        version: which.
+        env: where to.
+    """
+    deployed.append(f"{version}@{env}")
+    return "shipped"
+
+
+async def test_a_summarised_approval_left_behind_by_a_message_is_superseded(
+        client_for: Any) -> None:
+    deployed.clear()
+    model = ScriptedModel().call("ship", {"version": "2"}, call_id="s1").reply("Not shipped.")
+    app = create_app(Agent(name="ops", model=model, tools=[ship]), auth=AUTH,
+                     session_service=new_service(), settings=quick())
+    client = await client_for(app)
+    sid = await new_session(client)
+    paused = await post_run(client, sid, {"message": "ship 2"})
+    asked = {"call_id": "s1", "name": "ship", "args_sha256": args_sha256({"version": "2"}),
+             "display": "ship 2 to staging"}  # the summary stands for the arguments
+    assert paused.frames[1][2] == {"author": "ops", **asked}
+    items = (await client.get(f"/sessions/{sid}/events", headers=A)).json()["items"]
+    assert [i["approvals_requested"] for i in items if "approvals_requested" in i] == [[asked]]
+
+    later = await post_run(client, sid, {"message": "never mind"})
+    assert [t for _, t, _ in later.frames] == ["delta", "message", "done"]
+    items = (await client.get(f"/sessions/{sid}/events", headers=A)).json()["items"]
+    results = [r for i in items for r in i.get("results", [])]
+    assert [(r["id"], r["status"], r.get("code")) for r in results] == [
+        ("s1", "error", "superseded")]
+    assert [i["text"] for i in items if i["author"] == "user"][-1] == "never mind"
+    late = await client.post(f"/sessions/{sid}/runs", headers=A, json={
+        "approvals": [{"call_id": "s1", "approved": True,
+                       "args_sha256": asked["args_sha256"]}]})
+    assert late.status_code == 400
+    error = late.json()["error"]
+    assert error["code"] == "invalid_request"
+    assert "call 's1' (ship) was superseded: a later message was sent" in error["message"]
+    assert deployed == []
 
 
 async def test_a_long_running_call_is_completed_with_function_responses(

@@ -327,6 +327,72 @@ async def test_deny_shows_the_models_reply_and_the_tool_never_runs(
     assert ran == []
 
 
+async def superseded_card(page: Any) -> Any:
+    """The deploy card, once it says its approval was superseded; it asks nothing more."""
+    card = page.get_by_role("region", name="Tool deploy")
+    await page.wait_for_selector('section.tool[data-status="superseded"]')
+    assert await card.get_by_role("button").count() == 0
+    assert "superseded" in await card.locator(".state").inner_text()
+    return card
+
+
+async def test_an_approval_shows_its_arguments_and_a_later_message_supersedes_it(
+        serve: Serve, open_page: Any) -> None:
+    ran.clear()
+    model = (ScriptedModel().call("deploy", {"version": 2, "env": "staging"}, call_id="d1")
+             .reply("Nothing ", "was deployed."))
+    app, _ = served(Agent(name="ops", model=model, tools=[deploy]))
+    base = await serve(app)
+    page = await open_page(base)
+    await ask(page, "Deploy version 2 to staging")
+    await page.get_by_role("button", name="Approve", exact=True).wait_for()
+    shows = 'deploy(version=2, env="staging")'  # what is approved, not just "deploy"
+    assert await page.get_by_label("deploy approval").inner_text() == shows
+    await run_ended(page)
+    # Another message before answering: the server answers the call "superseded" first.
+    await page.get_by_label("Message", exact=True).fill("Never mind, what else?")
+    await page.get_by_role("button", name="Send", exact=True).click()
+    await says(page, "ops", "Nothing was deployed.")
+    await run_ended(page)
+    card = await superseded_card(page)
+    assert await card.get_by_label("deploy approval").inner_text() == shows
+    results = [r for i in await history(base) for r in i.get("results", [])]
+    assert [(r["id"], r.get("code")) for r in results] == [("d1", "superseded")]
+    await page.reload()  # the page rebuilt from the history says the same
+    await page.wait_for_selector('[data-author="ops"]:not([data-draft])')
+    card = await superseded_card(page)
+    assert await card.get_by_label("deploy approval").inner_text() == shows
+    assert ran == []
+
+
+async def test_a_late_approve_from_a_stale_page_is_refused_and_the_card_says_why(
+        serve: Serve, open_page: Any) -> None:
+    ran.clear()
+    model = (ScriptedModel().call("deploy", {"version": 2, "env": "staging"}, call_id="d1")
+             .reply("Nothing was deployed."))
+    app, _ = served(Agent(name="ops", model=model, tools=[deploy]))
+    base = await serve(app)
+    page = await open_page(base)
+    await ask(page, "Deploy version 2 to staging")
+    approve = page.get_by_role("button", name="Approve", exact=True)
+    await approve.wait_for()
+    await run_ended(page)
+    # Another page (or chat) sends the session a message: this page's card is stale.
+    async with httpx.AsyncClient(base_url=base, timeout=10) as client:
+        [session] = (await client.get("/sessions")).json()["items"]
+        other = await client.post(f"/sessions/{session['id']}/runs",
+                                  json={"message": "never mind"})
+        assert other.status_code == 200
+    await approve.click()
+    card = await superseded_card(page)  # refused, and the record shown again
+    alert = page.get_by_role("alert")
+    await alert.wait_for()
+    assert "(invalid_request)" in await alert.inner_text()
+    assert await card.get_by_label("deploy approval").inner_text() == (
+        'deploy(version=2, env="staging")')
+    assert ran == []
+
+
 async def test_sessions_are_made_switched_and_deleted_with_a_token_when_the_app_has_auth(
         serve: Serve, open_page: Any) -> None:
     model = ScriptedModel().reply("First answer.").reply("Second answer.")
@@ -455,6 +521,10 @@ async def test_the_demo_suggestions_ask_their_agents(
     assert await page.locator("#agent-info").inner_text() == (
         "agent coordinator · model demo · scripted model")
     await page.get_by_role("button", name="Deploy version 2 to staging").click()
+    await page.get_by_role("button", name="Approve", exact=True).wait_for()
+    # The deploy tool's approval_summary, in place of its arguments.
+    assert await page.get_by_label("deploy approval").inner_text() == (
+        "deploy version 2 to staging")
     await page.get_by_role("button", name="Approve", exact=True).click()
     bar = page.get_by_role("progressbar", name="deploy progress")
     await page.wait_for_selector('[data-author="deploy"]:not([data-draft])')

@@ -23,6 +23,7 @@ from headwater.gateway.sse import encode_frame
 from headwater.gateway.vercel import UIMessageEncoder
 from headwater.settings import Settings
 from headwater.testing import ScriptedModel, ScriptedTurn, wait_until
+from headwater.tools import args_sha256
 
 from .conftest import JS, require_node
 from .stores import new_service
@@ -166,6 +167,9 @@ def check_approval_turns(turns: list[dict[str, Any]], call_id: str) -> None:
     [part] = [p for p in first["messages"][-1]["parts"] if p["type"] == "tool-drop_table"]
     assert part["state"] == "approval-requested"
     assert part["approval"]["id"] == call_id
+    assert part["input"] == {"table": "users"}  # what the approver is asked about
+    assert part["approval"]["descriptor"] == {"display": 'drop_table(table="users")',
+                                              "args_sha256": args_sha256({"table": "users"})}
     assert texts(first["messages"][-1]) == []
 
     assert (second["status"], second["error"]) == ("ready", None)
@@ -288,8 +292,14 @@ async def test_a_denied_approval_ends_in_output_denied(client_for: Any) -> None:
              .reply("I did not drop it."))
     client = await client_for(app_for(model))
     first = await client.post("/vercel/ops", json=chat_body("c1", user("drop")), headers=A)
-    assert {"type": "tool-approval-request", "approvalId": "d1", "toolCallId": "d1"} in \
-        chunks_of(first.text)
+    chunks = chunks_of(first.text)
+    asked = chunks.index({"type": "tool-approval-request", "approvalId": "d1", "toolCallId": "d1",
+                          "approvalDescriptor": {"display": 'drop_table(table="users")',
+                                                 "args_sha256": args_sha256({"table": "users"})}})
+    # the part's input becomes what is asked about (tool_call sent {}: not exposed)
+    assert chunks[asked - 1] == {"type": "tool-input-available", "toolCallId": "d1",
+                                 "toolName": "drop_table", "input": {"table": "users"},
+                                 "providerMetadata": {"headwater": {"author": "ops"}}}
     answer = {"id": "a1", "role": "assistant", "parts": [
         {"type": "tool-drop_table", "toolCallId": "d1", "state": "approval-responded",
          "input": {}, "approval": {"id": "d1", "approved": False, "reason": "not today"}}]}
@@ -301,6 +311,27 @@ async def test_a_denied_approval_ends_in_output_denied(client_for: Any) -> None:
     again = await client.post("/vercel/ops", json=chat_body("c1", user("drop"), answer),
                               headers=A)  # the same answer again: nothing is pending
     assert (again.status_code, again.json()["error"]["code"]) == (400, "invalid_request")
+
+
+async def test_an_answer_after_a_later_message_is_refused_as_superseded(
+        client_for: Any) -> None:
+    model = (ScriptedModel().call("drop_table", {"table": "users"}, call_id="d1")
+             .reply("Something else, then."))
+    client = await client_for(app_for(model))
+    await client.post("/vercel/ops", json=chat_body("c1", user("drop")), headers=A)
+    other = await client.post("/vercel/ops", json=chat_body("c1", user("something else")),
+                              headers=A)
+    assert [c["delta"] for c in chunks_of(other.text) if c["type"] == "text-delta"] == [
+        "Something else, then."]
+    answer = {"id": "a1", "role": "assistant", "parts": [
+        {"type": "tool-drop_table", "toolCallId": "d1", "state": "approval-responded",
+         "input": {"table": "users"}, "approval": {"id": "d1", "approved": True}}]}
+    late = await client.post("/vercel/ops", json=chat_body("c1", user("drop"), answer),
+                             headers=A)
+    assert late.status_code == 400
+    error = late.json()["error"]
+    assert error["code"] == "invalid_request"
+    assert "call 'd1' (drop_table) was superseded" in error["message"]
 
 
 async def test_same_limits_and_cancellation_as_the_typed_runs(client_for: Any) -> None:

@@ -247,19 +247,62 @@ test("progress is read from percentages and ratios, else counted", () => {
 test("approval_required asks on the call's card; a decision answers it", () => {
   const asked = play([
     frame("tool_call", { names: ["deploy"], calls: [{ id: "d1", name: "deploy" }] }),
-    frame("approval_required", { call_id: "d1", name: "deploy", args_sha256: "ab" }),
+    frame("approval_required", { call_id: "d1", name: "deploy", args_sha256: "ab",
+                                 display: 'deploy(version="2")', args: { version: "2" } }),
     frame("done", { usage: { input_tokens: 1, output_tokens: 1 } }),
   ]);
   const card = asked.items[0];
   assert.equal(card.status, "awaiting_approval");
-  assert.deepEqual(card.approval, { args_sha256: "ab", decided: null });
+  assert.deepEqual(card.approval, { args_sha256: "ab", display: 'deploy(version="2")',
+                                    decided: null });
   const denied = reduce(asked, { type: "decision",
                                  data: { call_id: "d1", name: "deploy", approved: false } });
   assert.equal(denied.items[0].status, "denied");
   assert.equal(denied.items[0].approval.decided, "denied");
+  assert.equal(denied.items[0].approval.display, 'deploy(version="2")');  // still shown
   const answered = reduce(denied, frame("tool_result", { count: 1, results: [
-    { id: "d1", name: "deploy", status: "error", size: 20 }] }));
+    { id: "d1", name: "deploy", status: "error", size: 20, code: "denied" }] }));
   assert.equal(answered.items[0].status, "denied");
+});
+
+test("a message the server took supersedes the approvals still waiting, and only those", () => {
+  const asked = play([
+    frame("tool_call", { names: ["deploy", "deploy"], calls: [{ id: "d1", name: "deploy" },
+                                                              { id: "d2", name: "deploy" }] }),
+    frame("approval_required", { call_id: "d1", name: "deploy", args_sha256: "a",
+                                 display: "deploy 1 to staging" }),
+    frame("approval_required", { call_id: "d2", name: "deploy", args_sha256: "b",
+                                 display: "deploy 2 to staging" }),
+    frame("done", {}),
+  ]);
+  const approved = reduce(asked, { type: "decision",
+                                   data: { call_id: "d1", name: "deploy", approved: true } });
+  const after = reduce(approved, { type: "superseded" });
+  assert.deepEqual(after.items.map((i) => i.status), ["running", "superseded"]);
+  assert.equal(after.items[1].approval.display, "deploy 2 to staging");
+  // a live run's superseded result (its tool_result frame) says the same
+  const live = reduce(asked, frame("tool_result", { count: 1, results: [
+    { id: "d2", name: "deploy", status: "error", size: 90, code: "superseded" }] }));
+  assert.deepEqual(live.items.map((i) => i.status), ["awaiting_approval", "superseded"]);
+});
+
+test("a history shows a superseded approval as superseded, with what it asked", () => {
+  const state = fromHistory([
+    { id: "u1", author: "user", role: "user", text: "Deploy version 2", final: false },
+    { id: "e1", author: "ops", role: "model", text: "", final: false,
+      calls: [{ id: "d1", name: "deploy" }] },
+    { id: "e2", author: "ops", role: null, text: "", final: true,
+      approvals_requested: [{ call_id: "d1", name: "deploy", args_sha256: "ab",
+                              display: "deploy 2 to staging" }] },
+    { id: "e3", author: "ops", role: "user", text: "", final: false,
+      results: [{ id: "d1", name: "deploy", status: "error", size: 90, code: "superseded" }] },
+    { id: "u2", author: "user", role: "user", text: "Never mind", final: false },
+    { id: "e4", author: "ops", role: "model", text: "OK.", final: true },
+  ], { ended: true });
+  const card = state.items[1];
+  assert.equal(card.status, "superseded");
+  assert.deepEqual(card.approval, { args_sha256: "ab", display: "deploy 2 to staging",
+                                    decided: null });
 });
 
 test("history has the record and no draft", () => {
@@ -293,7 +336,8 @@ test("a history that waits for an approval asks again; a denial in it is kept", 
       approvals_requested: [{ call_id: "d1", name: "deploy", args_sha256: "ab" }] },
   ]);
   assert.equal(waiting.items[1].status, "awaiting_approval");
-  assert.deepEqual(waiting.items[1].approval, { args_sha256: "ab", decided: null });
+  assert.deepEqual(waiting.items[1].approval, { args_sha256: "ab", display: null,
+                                                decided: null });
   const denied = fromHistory([
     { id: "e1", author: "ops", role: "model", text: "", final: false,
       calls: [{ id: "d1", name: "deploy" }] },

@@ -8,9 +8,10 @@ from typing import Any
 
 import pytest
 
-from headwater import ToolContext, ToolStreamEvent, tool
+from headwater import Agent, Runner, ToolContext, ToolStreamEvent, tool
 from headwater.models import LlmRequest
-from headwater.testing import ScriptedCall, ScriptedTurn, VirtualClock, wait_until
+from headwater.sessions import InMemorySessionService
+from headwater.testing import ScriptedCall, ScriptedModel, ScriptedTurn, VirtualClock, wait_until
 from headwater.tools import approval_response
 
 from .test_live import Live
@@ -164,3 +165,36 @@ async def test_a_failing_model_turn_is_an_error_event_not_a_hang(
         errors = [e for e in live.events if e.error_code]
         assert [(e.error_code, e.turn_complete) for e in errors] == [("internal", True)]
         assert "responder bug" in caplog.text
+
+
+async def test_a_live_run_supersedes_approvals_asked_before_it_and_keeps_its_own() -> None:
+    ran: list[str] = []
+
+    @tool(requires_approval=True)
+    def deploy(env: str) -> str:
+        """Deploys."""
+        ran.append(env)
+        return "deployed"
+
+    service = InMemorySessionService()
+    before = Runner(agent=Agent(name="market_watch", model=ScriptedModel(
+        responder=responder_for("deploy", {"env": "old"})), tools=[deploy]), app_name="app",
+        session_service=service, auto_create_session=True)
+    events = [e async for e in before.run_async(user_id="u", session_id="s", new_message="go")]
+    (asked_before,) = events[-1].actions.requested_approvals
+    async with Live([deploy], VirtualClock(), service=service, responder=responder_for(
+            "deploy", {"env": "prod"})) as live:
+        await live.say("go")
+        # Going live is a new turn: the call asked before it was answered "superseded" as
+        # the run started, so the model's first request holds a valid history.
+        history = live.model.requests[0].contents
+        assert history[2].function_responses[0].response["code"] == "superseded"
+        (asked,) = [a for e in live.events for a in e.actions.requested_approvals]
+        await live.say("hello")  # in a live run the user talks on while an approval waits
+        live.queue.send_content(approval_response(asked_before, True))
+        await live.clock.settle()
+        refused = [e for e in live.events if e.error_code and e.partial]
+        assert len(refused) == 1 and "superseded" in (refused[0].error_message or "")
+        live.queue.send_content(approval_response(asked, True))
+        await wait_until(lambda: live.texts()[-1:] == ["result {'result': 'deployed'}"])
+    assert ran == ["prod"]

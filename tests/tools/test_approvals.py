@@ -123,19 +123,21 @@ async def test_mismatched_and_replayed_answers_are_refused_and_lose_nothing() ->
     assert ran == ["prod"]
 
 
-async def test_a_text_message_while_approval_is_pending_keeps_history_valid() -> None:
+async def test_a_text_message_while_approval_is_pending_supersedes_it() -> None:
+    # The next turn answers an approval or leaves it behind (tests/sessions/test_superseded.py
+    # on every store): the model reads the call answered, a late answer is refused.
     model = deploy_model()
     runner = runner_for(model)
     await run(runner, "deploy to prod")
-    model.reply("It will deploy to prod once you approve.", first=True)  # answered next
+    model.reply("Nothing was deployed.", first=True)  # answered next
     events = await run(runner, "what will it do?")
-    assert events[-1].text == "It will deploy to prod once you approve."
+    assert events[-1].text == "Nothing was deployed."
     contents = model.requests[1].contents
-    assert contents[2].function_responses[0].response["status"] == "pending"
-    await run(runner, approval_response("d1", True))
-    contents = model.requests[2].contents
-    # The real result sits right after the call; the placeholder is gone.
-    assert contents[2].function_responses[0].response == {"result": "deployed"}
+    assert [c.role for c in contents] == ["user", "model", "user", "user"]
+    assert contents[2].function_responses[0].response["code"] == "superseded"
+    with pytest.raises(ApprovalError, match="superseded"):
+        await run(runner, approval_response("d1", True))
+    assert ran == []
 
 
 CHILD = textwrap.dedent("""
@@ -218,3 +220,90 @@ async def test_long_running_tool_answers_with_a_ticket_then_continues() -> None:
     with pytest.raises(UserError, match="names 'other'"):
         await run(runner, Content("user", [Part(function_response=FunctionResponse(
             id="x1", name="other", response={}))]))
+
+
+# -- what an approver is shown ---------------------------------------------------------------
+
+def deploy_to(version: str, environment: str = "staging") -> str:
+    """Deploy a version."""
+    return f"{version}@{environment}"
+
+
+@pytest.mark.parametrize(("summary", "why"), [
+    ("deploy {vers}", r"names \{vers\}, which is not a parameter of the tool \(its parameters: "
+                      r"version, environment\)"),
+    ("deploy {}", "each field names a parameter"),
+    ("deploy {0}", "each field names a parameter"),
+    ("deploy {version.real}", "each field names a parameter"),
+    ("deploy {version[0]}", "each field names a parameter"),
+    ("deploy {version:{environment}}", "each field names a parameter"),
+    ("deploy {version", "is not a valid template"),
+    (lambda: "x", "must take one argument"),
+    (lambda a, b: "x", "must take one argument"),
+    (42, "must be a template"),
+])
+def test_a_bad_approval_summary_is_refused_when_the_tool_is_built(summary: Any,
+                                                                  why: str) -> None:
+    with pytest.raises(ValueError, match=why):
+        tool(requires_approval=True, approval_summary=summary)(deploy_to)
+
+
+def test_an_approval_summary_needs_an_approval_and_a_plain_function() -> None:
+    with pytest.raises(ValueError, match="only shown with requires_approval=True"):
+        tool(approval_summary="deploy {version}")(deploy_to)
+
+    async def later(args: dict[str, Any]) -> str:
+        return "x"
+
+    with pytest.raises(ValueError, match="not an async one"):
+        tool(requires_approval=True, approval_summary=later)(deploy_to)
+
+
+def test_a_template_fills_in_defaults_and_a_function_gets_the_arguments() -> None:
+    template = tool(requires_approval=True,
+                    approval_summary="deploy {version!r} to {environment}")(deploy_to)
+    assert template.summarize_approval({"version": "2"}) == "deploy '2' to staging"
+    assert template.summarize_approval({"version": "2", "environment": "prod"}) == (
+        "deploy '2' to prod")
+    seen: list[dict[str, Any]] = []
+
+    def summary(args: dict[str, Any]) -> str:
+        seen.append(args)
+        return f"ship\n  {args['version']}\tnow "
+
+    function = tool(requires_approval=True, approval_summary=summary)(deploy_to)
+    assert function.summarize_approval({"version": "3"}) == "ship 3 now"  # one line
+    assert seen == [{"version": "3", "environment": "staging"}]
+    assert tool(requires_approval=True)(deploy_to).summarize_approval({"version": "3"}) is None
+
+
+def test_a_summary_that_fails_shows_the_arguments_instead(
+        caplog: pytest.LogCaptureFixture) -> None:
+    def broken(args: dict[str, Any]) -> str:
+        raise RuntimeError("secret detail")
+
+    for summary in ("deploy {version}", broken, lambda args: 42, lambda args: "  "):
+        gated = tool(requires_approval=True, approval_summary=summary)(deploy_to)
+        assert gated.summarize_approval({}) is None  # no version: the template cannot fill
+    assert "approval_summary failed (KeyError)" in caplog.text
+    assert "approval_summary failed (RuntimeError)" in caplog.text
+    assert "returned int, not str" in caplog.text
+    assert "secret detail" not in caplog.text
+
+
+async def test_the_request_carries_the_summary_and_the_display_shows_the_call_without_one(
+        ) -> None:
+    summarized = tool(name="deploy", requires_approval=True,
+                      approval_summary="deploy {version} to {environment}")(deploy_to)
+    model = ScriptedModel().call("deploy", {"version": "2", "environment": "prod"},
+                                 call_id="d1")
+    [asked] = (await run(runner_for(model, tools=[summarized]), "go"))[-1].actions \
+        .requested_approvals
+    assert (asked.summary, asked.display) == ("deploy 2 to prod", "deploy 2 to prod")
+    plain = tool(name="deploy", requires_approval=True)(deploy_to)
+    model = ScriptedModel().call("deploy", {"version": "2", "note": "a \"b\"\nc"},
+                                 call_id="d1")
+    [asked] = (await run(runner_for(model, tools=[plain]), "go"))[-1].actions \
+        .requested_approvals
+    assert asked.summary is None
+    assert asked.display == 'deploy(version="2", note="a \\"b\\"\\nc")'

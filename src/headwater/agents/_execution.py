@@ -197,7 +197,8 @@ class ToolExecutor:
         if tool.options.requires_approval and call.id not in approved:
             return CallOutcome(call, None, approval=ApprovalRequest(
                 call_id=call.id, tool_name=tool.name, args=call.args,
-                args_sha256=args_sha256(call.args)))
+                args_sha256=args_sha256(call.args),
+                summary=tool.summarize_approval(call.args)))
         limit = ctx.run_config.max_tool_calls
         if limit is not None and ctx.stats.tool_calls >= limit:
             return CallOutcome(call, error_result(

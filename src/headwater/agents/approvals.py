@@ -1,12 +1,30 @@
-"""Approval answers and long-running results arriving in a message, checked against the session."""
+"""Approval answers and long-running results arriving in a message, checked against the
+session; and approvals a later message superseded.
+
+**Superseded.** An approval is answered by the next turn or not at all: a plain
+user message (no approval answer, no function response) sent while calls await
+approval gives each of them a ``superseded`` error result, stored before the
+message (one conditional write, like any result: the first wins), so the model
+sees each call answered and a late answer is refused (:func:`answered_calls`
+says why). ``run_async`` does it as the run starts; ``run_live`` when the
+client's content arrives (docs/event-contract.md, "Tool error results").
+"""
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..errors import ApprovalError, UserError
-from ..events import ApprovalDecision
-from ..sessions.ledger import CallLedger
+from ..events import ApprovalDecision, Event
+from ..sessions.ledger import CallLedger, CallRecord
 from ..tools.approval import APPROVAL_RESPONSE_NAME
-from ..types import Content, FunctionCall, Part
+from ..types import Content, FunctionCall, FunctionResponse, Part
+from ._execution import error_result
+from .invocation import InvocationContext
+
+SUPERSEDED_MESSAGE = ("Not run: the user sent another message instead of answering this "
+                      "call's approval. Ask again if it is still wanted.")
+"""What the model reads in a ``superseded`` result."""
 
 
 def split_approvals(message: Content) -> tuple[Content | None, list[ApprovalDecision]]:
@@ -45,8 +63,7 @@ def answered_calls(ledger: CallLedger, content: Content | None,
     for decision in decisions:
         request = ledger.awaiting_approval(decision.call_id)
         if request is None or decision.call_id in seen:
-            raise ApprovalError(f"no approval is pending for call {decision.call_id!r} "
-                                "(unknown, or already answered)")
+            raise ApprovalError(not_pending(ledger, decision.call_id))
         if decision.args_sha256 is not None and decision.args_sha256 != request.args_sha256:
             raise ApprovalError(f"the answer for call {decision.call_id!r} is bound to other "
                                 "arguments than the pending call's; refusing it")
@@ -66,3 +83,42 @@ def answered_calls(ledger: CallLedger, content: Content | None,
             raise UserError(f"function response for {response.id!r}, which is no pending "
                             f"long-running call of this session (it is {record.status})")
     return resume
+
+
+def not_pending(ledger: CallLedger, call_id: str) -> str:
+    """Why an answer for ``call_id`` is refused when no approval of it is pending."""
+    record = ledger.record(call_id)
+    if record is not None and superseded(record):
+        return (f"the approval of call {call_id!r} ({record.call.name}) was superseded: a "
+                "later message was sent before it was answered, so the call did not run "
+                "and can no longer be approved; ask for it again")
+    return f"no approval is pending for call {call_id!r} (unknown, or already answered)"
+
+
+def superseded(record: CallRecord) -> bool:
+    """Whether a call's result is the ``superseded`` one (its approval was never answered)."""
+    response = record.response
+    return (record.status == "answered" and response is not None
+            and response.response.get("code") == "superseded")
+
+
+def supersedes(content: Content | None, decisions: list[ApprovalDecision]) -> bool:
+    """Whether a message (split by :func:`split_approvals`) supersedes pending approvals:
+    a plain message, with no approval answer and no function response."""
+    return not decisions and (content is None or not content.function_responses)
+
+
+def superseded_result() -> dict[str, Any]:  # the model's JSON
+    """The result a superseded call gets."""
+    return error_result("superseded", SUPERSEDED_MESSAGE)
+
+
+def superseded_event(ctx: InvocationContext, author: str) -> Event | None:
+    """One event giving every call of the session that awaits approval a ``superseded``
+    result, or ``None`` when none does."""
+    waiting = ctx.ledger.awaiting()
+    if not waiting:
+        return None
+    parts = [Part(function_response=FunctionResponse(
+        id=r.call.id, name=r.call.name, response=superseded_result())) for r in waiting]
+    return Event(invocation_id=ctx.invocation_id, author=author, content=Content("user", parts))

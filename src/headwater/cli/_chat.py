@@ -122,6 +122,7 @@ class Chat:
         self.session_id: str | None = None
         self.embedded = False  # the chat's own server (gone when it ends), not a gateway
         self._run_id: str | None = None
+        self._pending: list[Approval] = []  # a resumed session's approvals still unanswered
 
     # -- opening ---------------------------------------------------------------------------
 
@@ -163,9 +164,7 @@ class Chat:
         self._live_note(self.agent)
         if self.session_id:
             self._show_history(history)
-            pending = _pending_approvals(history)
-            if pending:
-                self._turn(None, pending)
+            self._pending = _pending_approvals(history)  # asked first, by repl()
 
     def _live_note(self, agent: str | None) -> None:
         """Where ``agent`` can run, when its tools are live streams (chat opens no live
@@ -204,7 +203,11 @@ class Chat:
     # -- the prompt --------------------------------------------------------------------------
 
     def repl(self) -> int:
-        """Read messages and commands until the user leaves; returns 0."""
+        """Ask a resumed session's pending approvals, then read messages and commands until
+        the user leaves; returns 0."""
+        pending, self._pending = self._pending, []
+        if pending:  # outside open(): answering runs the loop open() is run on
+            self._turn(None, pending)
         while True:
             try:
                 line = self._input("[bold green]you>[/] ").strip()
@@ -300,7 +303,7 @@ class Chat:
             pending = None
 
     def _ask(self, approval: Approval) -> bool:
-        question = f"[magenta]Approve {escape(approval.name)}? \\[y/n][/] "
+        question = f"[magenta]Approve {escape(approval.display)}? \\[y/n][/] "
         while True:
             try:
                 answer = self._input(question).strip().lower()
@@ -405,8 +408,7 @@ def _pending_approvals(items: list[dict[str, Any]]) -> list[Approval]:
     pending: dict[str, Approval] = {}
     for item in items:
         for asked in item.get("approvals_requested", []):
-            pending[asked["call_id"]] = Approval(asked["call_id"], asked["name"],
-                                                 asked.get("args_sha256"), asked.get("args"))
+            pending[asked["call_id"]] = Approval.of(asked)
         for decided in item.get("approval_decisions", []):
             pending.pop(decided["call_id"], None)
         for result in item.get("results", []):

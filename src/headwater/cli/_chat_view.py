@@ -72,7 +72,15 @@ class Approval:
     call_id: str
     name: str
     args_sha256: str | None
-    args: dict[str, Any] | None  # the tool's arguments, when it exposes them
+    display: str  # what the approver is shown: the tool's summary, or the call's arguments
+
+    @classmethod
+    def of(cls, data: dict[str, Any]) -> Approval:  # JSON from the wire
+        """The approval an ``approval_required`` frame (or a history item's
+        ``approvals_requested`` entry) asks for."""
+        name = str(data.get("name", ""))
+        return cls(str(data.get("call_id", "")), name, data.get("args_sha256"),
+                   str(data.get("display") or name))
 
 
 class RunView:
@@ -227,12 +235,10 @@ class RunView:
 
     def _on_approval_required(self, data: dict[str, Any]) -> None:
         self._end_draft()
-        args = data.get("args")
-        self.approvals.append(Approval(str(data.get("call_id", "")), str(data.get("name", "")),
-                                       data.get("args_sha256"), args))
-        shown = "" if args is None else f"({_short(args)})"
-        self.console.print(f"{_indent(data)}[magenta]? {escape(str(data.get('name')))}"
-                           f"{escape(shown)} needs your approval[/]")
+        approval = Approval.of(data)
+        self.approvals.append(approval)
+        self.console.print(f"{_indent(data)}[magenta]? {escape(approval.name)} needs your "
+                           f"approval: {escape(approval.display)}[/]")
 
     def _on_error(self, data: dict[str, Any]) -> None:
         self._end_draft()

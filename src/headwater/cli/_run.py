@@ -243,7 +243,8 @@ def event_json(event: Event) -> dict[str, Any]:  # raw JSON out
         line["tool_progress"] = {"call_id": progress.call_id, "name": progress.tool_name,
                                  "type": progress.event.type, "delta": progress.event.delta}
     if event.actions.requested_approvals:
-        line["approvals"] = [{"call_id": a.call_id, "name": a.tool_name, "args": a.args}
+        line["approvals"] = [{"call_id": a.call_id, "name": a.tool_name, "args": a.args,
+                              "display": a.display}
                              for a in event.actions.requested_approvals]
     if event.error_code:
         line["error_code"] = event.error_code

@@ -117,8 +117,7 @@ async def narrate(stream: RunStream, out: TextIO) -> bool:
             elif settled == "new":
                 out.write(f"{new_line(indent)}{event.author}> {event.text}\n")
         for approval in event.actions.requested_approvals:
-            out.write(f"{new_line(indent)}[approval required] {approval.tool_name}"
-                      f"({json.dumps(approval.args)})\n")
+            out.write(f"{new_line(indent)}[approval required] {approval.display}\n")
         for call in event.function_calls:
             out.write(f"{new_line(indent)}[tool call] {call.name}({json.dumps(call.args)})\n")
         for response in event.function_responses:

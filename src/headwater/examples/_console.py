@@ -124,7 +124,7 @@ def _print_record(event: Event, out: TextIO) -> bool:
     for response in event.function_responses:
         out.write(f"[result] {response.name} -> {json.dumps(response.response)}\n")
     for request in event.actions.requested_approvals:
-        out.write(f"[approval required] {request.tool_name}({json.dumps(request.args)})\n")
+        out.write(f"[approval required] {request.display}\n")
     if event.error_code is not None:
         out.write(f"[error] {event.error_code}: {event.error_message}\n")
         return True

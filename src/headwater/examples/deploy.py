@@ -1,8 +1,10 @@
 """The deploy (seed 001): an approval gate, then a progress bar.
 
 ``deploy`` is a progress tool with ``requires_approval=True``: the run stops
-with an approval request before the tool runs; the answer (bound to a hash of
-the arguments) resumes it, and the deploy reports "1/5 build" … "5/5 verify".
+with an approval request before the tool runs — the approver reads its
+``approval_summary``, "deploy version 2 to staging" — and the answer (bound to
+a hash of the arguments) resumes it; the deploy reports "1/5 build" … "5/5
+verify".
 Run it::
 
     python -m headwater.examples.deploy ["Deploy version 2 to staging"] [--approve | --deny]
@@ -14,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import sys
 from collections.abc import AsyncIterator, Sequence
 
@@ -31,7 +32,8 @@ INSTRUCTION = "Deploy versions when asked; deploy needs a human's approval."
 STEPS = ("build", "upload", "migrate", "switch traffic", "verify")
 
 
-@tool(streaming=True, requires_approval=True)
+@tool(streaming=True, requires_approval=True,
+      approval_summary="deploy version {version} to {environment}")
 async def deploy(version: str, environment: str,
                  tool_context: ToolContext) -> AsyncIterator[ToolStreamEvent]:
     """Deploy a version of the app; a human approves first, then progress is reported.
@@ -62,7 +64,7 @@ def _options(parser: argparse.ArgumentParser) -> None:
 
 def ask(request: ApprovalRequest) -> bool:
     """Ask on standard input whether to run ``request``; end of input is a no."""
-    sys.stdout.write(f"Approve {request.tool_name}({json.dumps(request.args)})? [y/N] ")
+    sys.stdout.write(f"Approve {request.display}? [y/N] ")
     sys.stdout.flush()
     line = sys.stdin.readline()
     if not line.endswith("\n"):

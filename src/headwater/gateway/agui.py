@@ -25,7 +25,9 @@ typed frame            AG-UI events
                        Patch appending the event), message id ``<call id>-progress``
 ``tool_result``        per result ``TOOL_CALL_RESULT`` (the summary JSON, or the
                        response with ``expose_result=True``)
-``approval_required``  an interrupt, sent with ``RUN_FINISHED``
+``approval_required``  an interrupt, sent with ``RUN_FINISHED``: ``message`` "Approve
+                       <display>?", ``metadata`` ``{toolName, args_sha256, display,
+                       args?}`` (the frame's)
 ``agent_transfer``     ``CUSTOM`` named ``agent_transfer``, value ``{author, to, call_id}``
 ``agent_error``        ``SUBAGENT_ERROR`` of the branch's subagent (code and fixed message)
 ``done``               ``RUN_FINISHED`` with ``usage`` and outcome ``success``, or
@@ -433,11 +435,15 @@ class AguiEncoder:
                 for result in data["results"]]
 
     def _interrupt(self, data: Mapping[str, Any]) -> dict[str, Any]:
-        metadata: dict[str, Any] = {"toolName": data["name"], "args_sha256": data["args_sha256"]}
+        # What the approver is shown, as the frame gives it (FrameMapper.approval); a frame
+        # logged by an earlier version (a run followed across an upgrade) has only the name.
+        display = data.get("display") or data["name"]
+        metadata: dict[str, Any] = {"toolName": data["name"], "args_sha256": data["args_sha256"],
+                                    "display": display}
         if "args" in data:
             metadata["args"] = data["args"]
         return {"id": data["call_id"], "reason": "tool_call", "toolCallId": data["call_id"],
-                "message": f"Approve the call to {data['name']}?",
+                "message": f"Approve {display}?",
                 "responseSchema": dict(APPROVAL_SCHEMA), "metadata": metadata}
 
     # -- the end ---------------------------------------------------------------------------------

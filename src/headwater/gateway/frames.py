@@ -7,8 +7,12 @@ event becomes one history item with the same summaries. A live run's mapper
 (``live=True``) adds ``tool_emission`` (what a live streaming tool tells the
 model and the user) and ``turn_complete`` (the model ended its turn, maybe
 cut short). Tool arguments and
-results leave only as summaries (names, ids, status, size, a hash) unless the
-tool sets ``expose_result=True``; partial tool calls never leave at all.
+results leave only as summaries (names, ids, status, size, an error result's
+code, a hash) unless the tool sets ``expose_result=True``; partial tool calls
+never leave at all. An approval is the exception: the approver is the
+session's owner, so ``approval_required`` (and the history's
+``approvals_requested``) carries the line to show, ``display``, and the
+arguments unless the tool summarises them (:meth:`FrameMapper.approval`).
 
 Provenance: every frame made from an event carries its ``author`` (the agent
 that made it) and, off the main line, its ``branch``; a result event that
@@ -25,8 +29,8 @@ from typing import Any, Final
 
 from ..agents.live_flow import PENDING
 from ..agents.transfer import TRANSFER_TO_AGENT
-from ..errors import ERRORS, ErrorCode, error_info
-from ..events import Event
+from ..errors import ERRORS, TOOL_ERROR_CODES, ErrorCode, error_info
+from ..events import ApprovalRequest, Event
 from ..sessions.ledger import CALL_MARK
 from ..types import Content, FunctionResponse, Usage
 
@@ -167,12 +171,8 @@ class FrameMapper:
                                             "call_id": event.branch[len(event.author) + 1:],
                                             "branch": event.branch, "text": text}
         for request in event.actions.requested_approvals:
-            approval: dict[str, Any] = {"author": event.author, "call_id": request.call_id,
-                                        "name": request.tool_name,
-                                        "args_sha256": request.args_sha256}
-            if self.exposes(request.tool_name):
-                approval["args"] = request.args
-            yield "approval_required", _on_branch(approval, branch)
+            yield "approval_required", _on_branch(
+                {"author": event.author, **self.approval(request)}, branch)
         if self.live and event.turn_complete and event.author != "user":
             yield "turn_complete", {"author": event.author, "interrupted": event.interrupted}
 
@@ -237,10 +237,7 @@ class FrameMapper:
                 item["results"] = [self._result(r) for r in responses]
         actions = event.actions
         if actions.requested_approvals:
-            item["approvals_requested"] = [
-                {"call_id": r.call_id, "name": r.tool_name, "args_sha256": r.args_sha256,
-                 **({"args": r.args} if self.exposes(r.tool_name) else {})}
-                for r in actions.requested_approvals]
+            item["approvals_requested"] = [self.approval(r) for r in actions.requested_approvals]
         if actions.approval_decisions:
             item["approval_decisions"] = [
                 {"call_id": d.call_id, "approved": d.approved, "reason": d.reason}
@@ -255,6 +252,19 @@ class FrameMapper:
                              "output_tokens": event.usage.output_tokens}
         return item
 
+    def approval(self, request: ApprovalRequest) -> dict[str, Any]:
+        """An approval as every surface shows it (the frame, the history, and through them
+        AG-UI, Vercel, the page and chat): the call, the hash its answer is bound to, and
+        ``display``, the line the approver reads (``ApprovalRequest.display``). The
+        arguments go along — the approver is the session's owner — unless the tool gives a
+        summary in their place (then only with ``expose_result``)."""
+        shown: dict[str, Any] = {"call_id": request.call_id, "name": request.tool_name,
+                                 "args_sha256": request.args_sha256,
+                                 "display": request.display}
+        if request.summary is None or self.exposes(request.tool_name):
+            shown["args"] = request.args
+        return shown
+
     def _call(self, call_id: str, name: str, args: Mapping[str, Any]) -> dict[str, Any]:
         call: dict[str, Any] = {"id": call_id, "name": name}
         if self.exposes(name):
@@ -263,8 +273,12 @@ class FrameMapper:
 
     def _result(self, response: FunctionResponse) -> dict[str, Any]:
         body = response.response
+        status = result_status(body)
         result: dict[str, Any] = {"id": response.id, "name": response.name,
-                                  "status": result_status(body), "size": result_size(body)}
+                                  "status": status, "size": result_size(body)}
+        code = body.get("code") if status == "error" else None
+        if code in TOOL_ERROR_CODES:  # a fixed word (denied, superseded...), never payload
+            result["code"] = code
         if self.exposes(response.name):
             result["response"] = body
         return result

@@ -28,7 +28,11 @@ typed frame            UI message chunks
 ``tool_result``        ``tool-output-available`` (the response for
                        ``expose_result`` tools, else the summary), or
                        ``tool-output-error``, or ``tool-output-denied``
-``approval_required``  ``tool-approval-request`` (``approvalId`` = the call id)
+``approval_required``  ``tool-input-available`` again, ``input`` = the arguments (when
+                       the frame has them), then ``tool-approval-request``
+                       (``approvalId`` = the call id, ``approvalDescriptor`` =
+                       ``{display, args_sha256}``, the client's
+                       ``part.approval.descriptor``)
 ``agent_transfer``     ``data-agent-transfer`` (``id``: the call id; ``data``:
                        ``{author, to, call_id}``)
 ``agent_error``        ``data-agent-error`` (``data``: ``{author, branch, code,
@@ -62,6 +66,7 @@ from typing import Any, Final, Literal
 from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..agents.approvals import not_pending, superseded
 from ..errors import ERROR_MESSAGES
 from ..sessions.ledger import CallLedger
 from ..sse import encode_event
@@ -173,13 +178,17 @@ def _answers(message: UIMessageIn, ledger: CallLedger) -> Turn:
         if call_id is None or not _is_tool_part(part.type):
             continue
         approval = part.approval
-        if (part.state == "approval-responded" and approval is not None
-                and approval.approved is not None and ledger.awaiting_approval(call_id)):
-            parts += approval_response(call_id, approval.approved, approval.reason).parts
-            if not approval.approved:
-                denied.add(call_id)
-            continue
         record = ledger.record(call_id)
+        if (part.state == "approval-responded" and approval is not None
+                and approval.approved is not None):
+            if ledger.awaiting_approval(call_id):
+                parts += approval_response(call_id, approval.approved, approval.reason).parts
+                if not approval.approved:
+                    denied.add(call_id)
+                continue
+            if record is not None and superseded(record):  # answered since: refused, said why
+                raise GatewayHTTPError("invalid_request", not_pending(ledger, call_id),
+                                       status=400)
         if (record is not None and record.status == "long_running" and not part.preliminary
                 and part.state in ("output-available", "output-error")):
             response = (_error_output(part.errorText) if part.state == "output-error"
@@ -260,9 +269,7 @@ class UIMessageEncoder:
         elif kind == "tool_result":
             self._tool_result(data, out)
         elif kind == "approval_required":
-            self.finish_reason = "tool-calls"
-            out.append({"type": "tool-approval-request", "approvalId": data["call_id"],
-                        "toolCallId": data["call_id"]})
+            self._approval(data, out)
         elif kind == "agent_transfer":
             out.append({"type": "data-agent-transfer", "id": data["call_id"],
                         "data": {"author": data["author"], "to": data["to"],
@@ -341,6 +348,21 @@ class UIMessageEncoder:
                     {"type": "tool-input-available", "toolCallId": call_id, "toolName": name,
                      "input": call.get("args", {}), "providerMetadata": provenance}]
         self.step = "sealed"
+        self.finish_reason = "tool-calls"
+
+    def _approval(self, data: Mapping[str, Any], out: list[dict[str, Any]]) -> None:
+        """An approval: the part's ``input`` becomes the arguments the approver is asked
+        about (``tool_call`` sent ``{}`` for a tool that does not expose them), and the
+        request carries the line to show (the frame's ``display``)."""
+        call_id = data["call_id"]
+        if "args" in data:
+            out.append({"type": "tool-input-available", "toolCallId": call_id,
+                        "toolName": data["name"], "input": data["args"],
+                        "providerMetadata": _provenance(data)})
+        out.append({"type": "tool-approval-request", "approvalId": call_id,
+                    "toolCallId": call_id,
+                    "approvalDescriptor": {"display": data.get("display") or data["name"],
+                                           "args_sha256": data["args_sha256"]}})
         self.finish_reason = "tool-calls"
 
     def _progress(self, data: Mapping[str, Any], out: list[dict[str, Any]]) -> None:

@@ -440,6 +440,10 @@ class CallLedger:
         return [r.call for r in self._calls.values() if r.status == "long_running"
                 and r.ticket_at is not None and now - r.ticket_at >= ttl]
 
+    def awaiting(self) -> list[CallRecord]:
+        """The calls waiting for a human's approval, in call order."""
+        return [r for r in self._calls.values() if r.status == "awaiting_approval"]
+
     def awaiting_approval(self, call_id: str) -> ApprovalRequest | None:
         """The pending approval request of this call, if it has one."""
         record = self._calls.get(call_id)

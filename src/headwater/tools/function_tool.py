@@ -15,8 +15,9 @@ from ..errors import ToolArgumentsError, UserError
 from ..live_request_queue import LiveRequestQueue
 from ..types import ToolDeclaration
 from ._schema import inspect_function, json_schema
+from .approval import render_summary
 from .context import ToolContext
-from .options import ToolOptions, options_for
+from .options import ToolOptions, options_for, template_fields
 from .threads import run_sync
 
 
@@ -71,6 +72,11 @@ class BaseTool(ABC):
 
     def remember(self, args: dict[str, Any], result: Any) -> None:  # noqa: B027 - optional hook
         """Offer a result to the tool's cache (a no-op without ``cache=True``)."""
+
+    def summarize_approval(self, args: dict[str, Any]) -> str | None:  # args: raw JSON
+        """The line an approver of a call with ``args`` is shown instead of the arguments:
+        ``options.approval_summary`` made from them, or ``None`` (none, or it failed)."""
+        return render_summary(self.name, self.options.approval_summary, args)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.name!r}, kind={self.options.kind!r})"
@@ -141,6 +147,22 @@ class FunctionTool(BaseTool):
             name=self.name, description=self.description,
             parameters=json_schema(self._args_model),
         )
+        self._defaults = {name: field.get_default(call_default_factory=True)
+                          for name, field in self._args_model.model_fields.items()
+                          if not field.is_required()}
+        self._check_summary_fields()
+
+    def _check_summary_fields(self) -> None:
+        """Refuse an ``approval_summary`` template that names no parameter of the tool."""
+        summary = self.options.approval_summary
+        if not isinstance(summary, str):
+            return
+        for name in template_fields(summary):
+            if name not in self._field_names:
+                raise ValueError(
+                    f"tool {self.name!r}: approval_summary names {{{name}}}, which is not a "
+                    f"parameter of the tool (its parameters: "
+                    f"{', '.join(self._field_names) or 'none'})")
 
     @property
     def consumes_input_stream(self) -> bool:
@@ -196,6 +218,14 @@ class FunctionTool(BaseTool):
         keep = self.options.cache_function
         if self.options.cache and (keep is None or keep(args, result)):
             self._cache[_cache_key(args)] = result
+
+    def summarize_approval(self, args: dict[str, Any]) -> str | None:  # args: raw JSON
+        """The tool's ``approval_summary`` made from ``args``, each parameter the model left
+        out at its default (what the function would be called with)."""
+        summary = self.options.approval_summary
+        if summary is None:
+            return None
+        return render_summary(self.name, summary, {**self._defaults, **args})
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Call the underlying function directly (handy in tests)."""

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import difflib
 import inspect
+import string
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any, Literal, cast, get_args
@@ -40,6 +41,8 @@ from typing import Any, Literal, cast, get_args
 ToolKind = Literal["call", "progress", "live"]
 ResponseFormat = Literal["content", "content_and_artifact"]
 CacheFunction = Callable[[dict[str, Any], Any], bool]
+ApprovalSummary = Callable[[dict[str, Any]], str]
+"""``(args) -> str``: the line an approver is shown for a call with these arguments."""
 
 _KINDS: tuple[str, ...] = get_args(ToolKind)
 _FORMATS: tuple[str, ...] = get_args(ResponseFormat)
@@ -70,13 +73,23 @@ class ToolOptions:
         cache: results are kept per arguments and reused (``"call"`` tools only).
         cache_function: ``(args, result) -> bool``, whether to keep a result
             (needs ``cache=True``).
+        approval_summary: what an approver is shown instead of the raw
+            arguments (needs ``requires_approval=True``): a template whose
+            fields name the tool's parameters (``"deploy {version} to
+            {environment}"``, ``str.format`` syntax), or a function ``(args) ->
+            str``. Made into one line when the approval is asked; a template
+            whose field has no value, or a function that raises, falls back to
+            the call with its arguments (logged).
         max_lifetime, max_emissions, min_interval: bounds of a live stream in
             ``run_live`` (seconds, count, seconds between emissions with the
             latest value winning).
 
     Raises:
         ValueError: when made, for an unknown ``kind`` or ``response_format``,
-            ``cache_function`` without ``cache=True``, or a streaming kind
+            ``cache_function`` without ``cache=True``, an ``approval_summary``
+            without ``requires_approval=True`` or that is neither a template
+            (malformed, or a field that is not a plain name) nor a function of
+            one argument, or a streaming kind
             combined with ``cache``, ``cache_function``,
             ``response_format="content_and_artifact"``, ``return_direct`` or
             ``long_running``.
@@ -92,6 +105,7 @@ class ToolOptions:
     expose_result: bool = False
     cache: bool = False
     cache_function: CacheFunction | None = None
+    approval_summary: str | ApprovalSummary | None = None
     max_lifetime: float | None = None
     max_emissions: int | None = None
     min_interval: float | None = None
@@ -104,6 +118,8 @@ class ToolOptions:
                              f"not {self.response_format!r}")
         if self.cache_function is not None and not self.cache:
             raise ValueError("cache_function is only consulted with cache=True")
+        if self.approval_summary is not None:
+            _check_summary(self.approval_summary, self.requires_approval)
         if self.kind != "call":
             self._check_streaming()
 
@@ -124,6 +140,52 @@ class ToolOptions:
         if self.long_running:
             raise ValueError(f"{what} cannot combine with long_running=True: a long-running "
                              "tool answers with a ticket at once")
+
+
+def _check_summary(summary: Any, requires_approval: bool) -> None:  # summary: user input
+    if not requires_approval:
+        raise ValueError("approval_summary is only shown with requires_approval=True")
+    if isinstance(summary, str):
+        template_fields(summary)
+        return
+    if not callable(summary):
+        raise ValueError("approval_summary must be a template (str) or a function "
+                         f"(args) -> str, not {type(summary).__name__}")
+    if inspect.iscoroutinefunction(summary):
+        raise ValueError("approval_summary must be a plain function (args) -> str, not an "
+                         "async one: it is called when the approval is asked")
+    try:
+        signature = inspect.signature(summary)
+    except (TypeError, ValueError):  # a builtin without a signature: taken as it is
+        return
+    try:
+        signature.bind({})
+    except TypeError:
+        raise ValueError("approval_summary must take one argument, the call's arguments "
+                         f"(a dict); its signature is {signature}") from None
+
+
+def template_fields(template: str) -> tuple[str, ...]:
+    """The names an ``approval_summary`` template's fields use, in order.
+
+    Raises:
+        ValueError: a malformed template, or a field that is not a plain name
+            (``{}``, ``{0}``, ``{a.b}``, ``{a[0]}``, a nested ``{a:{b}}``).
+    """
+    names: list[str] = []
+    try:
+        parsed = list(string.Formatter().parse(template))
+    except ValueError as exc:
+        raise ValueError(f"approval_summary {template!r} is not a valid template: {exc} "
+                         "(write {{ and }} for literal braces)") from None
+    for _, name, spec, _ in parsed:
+        if name is None:
+            continue
+        if not name.isidentifier() or (spec and "{" in spec):
+            raise ValueError(f"approval_summary {template!r}: each field names a parameter "
+                             f"of the tool, like {{version}}; {{{name}}} does not")
+        names.append(name)
+    return tuple(names)
 
 
 OPTION_NAMES: frozenset[str] = frozenset(f.name for f in fields(ToolOptions))

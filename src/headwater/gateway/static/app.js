@@ -153,7 +153,8 @@ function progressView(card) {
 
 const TOOL_WORDS = { running: "running", ok: "answered", error: "failed", denied: "denied",
                      awaiting_approval: "waiting for approval",
-                     started: "started: waiting for its first value", streaming: "streaming…",
+                     started: "started: waiting for its first value",
+                     superseded: "not run: superseded by a later message", streaming: "streaming…",
                      finished: "finished streaming", stopped: "stopped streaming",
                      failed: "stream failed" };
 
@@ -185,6 +186,10 @@ function toolView(card) {
   if (card.emissions?.length) {
     box.append(el("ol", { class: "emissions", "aria-label": `${card.name} emissions` },
                   ...card.emissions.map(emissionView)));
+  }
+  if (card.approval?.display) {  // what is (or was) approved: the summary, or the call's arguments
+    box.append(el("div", { class: "approval", role: "group",
+                           "aria-label": `${card.name} approval` }, card.approval.display));
   }
   if (card.status === "awaiting_approval" && card.approval && !card.approval.decided) {
     box.append(el("div", { class: "actions" },
@@ -457,6 +462,7 @@ function startRun(body, { refused = null, started = null } = {}) {
       refused(error);
       return REFUSED;
     }
+    if (body.message !== undefined) dispatch({ type: "superseded" });  // the run took it
     run.runId = response.headers.get("X-Run-Id");
     saveRun({ session_id: run.sessionId, run_id: run.runId, last_id: 0, record_id: 0 });
     started?.();
@@ -571,11 +577,15 @@ function noteFirst(id, text) {
   }
 }
 
-function answer(card, approved) {
+async function answer(card, approved) {
   if (active) return;
+  const id = sessionId;
   dispatch({ type: "decision", data: { call_id: card.call_id, name: card.name, approved } });
-  startRun({ approvals: [{ call_id: card.call_id, approved,
-                           args_sha256: card.approval?.args_sha256 ?? null }] });
+  await startRun({ approvals: [{ call_id: card.call_id, approved,
+                                 args_sha256: card.approval?.args_sha256 ?? null }] });
+  // Refused (answered elsewhere, or superseded by a message from another page): the card
+  // shows the server's record of the call again, with the error.
+  if (state.status === "error" && sessionId === id) await settle(id);
 }
 
 async function stop() {
@@ -625,7 +635,10 @@ async function goLive() {
 function onLiveMessage(mine, message) {
   if (live !== mine) return;
   if (message.id === null) {  // a notice about the socket, not a run frame
-    if (message.type === "ready") mine.ready = true;
+    if (message.type === "ready") {  // a live run is a new turn: it superseded what waited
+      mine.ready = true;
+      state = reduce(state, { type: "superseded" });
+    }
     else if (message.type === "error") {
       // A refused message was dropped: a text too long is the box's again. (Other notices
       // may be about frames, which the page does not take back.)

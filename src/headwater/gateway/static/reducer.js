@@ -3,7 +3,7 @@
 //   state = { items, drafts, status, error }
 //   items:  the record, in order: {kind: "message", author, branch?, id, text, final}
 //           | {kind: "tool", call_id, name, author?, branch?, status, progress, approval,
-//              lines, emissions?}
+//              lines, emissions?}: approval {args_sha256, display, decided} once asked
 //           | {kind: "transfer", author, to, call_id, branch?}: the conversation went to `to`
 //           | {kind: "usage", usage} | {kind: "error", code, retryable}
 //           | {kind: "notice", code}: said about the record itself ("no_answer")
@@ -198,7 +198,9 @@ function onToolProgress(state, d) {
 // A denied call's result is the denial (status "error"): the card keeps saying "denied".
 // A live stream's result, "pending", comes at once: its card says "started" until a value
 // comes, and then keeps saying what its stream does.
+// A call whose approval a later message left unanswered says "superseded" (code superseded).
 function resultStatus(card, result) {
+  if (result.code === "superseded") return "superseded";
   if (card.status === "denied" || isStream(card)) return card.status;
   if (result.status === "pending") return "started";
   return result.status === "error" ? "error" : "ok";
@@ -249,12 +251,24 @@ function addEmission(items, callId, id, text) {
   });
 }
 
+// An approval asked: what the approver is shown (`display`: the tool's summary, or the call
+// with its arguments) and the hash the answer is bound to. A frame or a history item.
+function asked(card, d) {
+  return { ...card, status: "awaiting_approval",
+           approval: { args_sha256: d.args_sha256 ?? null, display: d.display ?? null,
+                       decided: null } };
+}
+
 function onApprovalRequired(state, d) {
-  const items = updateTool(state.items, d.call_id, d.name, (card) => ({
-    ...card, status: "awaiting_approval",
-    approval: { args_sha256: d.args_sha256 ?? null, decided: null },
-  }), d);
-  return { ...state, items };
+  return { ...state, items: updateTool(state.items, d.call_id, d.name, (card) => asked(card, d),
+                                       d) };
+}
+
+/** A plain message the server took supersedes every approval still waiting for an answer
+ *  (docs/tools.md, Approvals): those cards say "superseded" and ask nothing more. */
+export function supersede(items) {
+  return items.map((i) => (i.kind === "tool" && i.status === "awaiting_approval"
+    && !i.approval?.decided ? { ...i, status: "superseded" } : i));
 }
 
 function transferItem(d) {
@@ -298,6 +312,8 @@ export function reduce(state, frame) {
       return onTransfer(state, d);
     case "tool_emission":  // live runs: what a streaming tool just said, as it arrives
       return { ...state, items: addEmission(state.items, d.call_id, d.id, d.text) };
+    case "superseded":  // the server took a plain message: pending approvals are answered
+      return { ...state, items: supersede(state.items) };
     case "decision":  // the page answered an approval
       return { ...state, items: updateTool(state.items, d.call_id, d.name ?? "", (card) => ({
         ...card, status: d.approved ? "running" : "denied",
@@ -332,10 +348,7 @@ function historyTool(items, item) {
                                       call_id: call?.id, branch: item.branch })];
   }
   for (const a of item.approvals_requested ?? []) {
-    items = updateTool(items, a.call_id, a.name, (card) => ({
-      ...card, status: "awaiting_approval",
-      approval: { args_sha256: a.args_sha256 ?? null, decided: null },
-    }), item);
+    items = updateTool(items, a.call_id, a.name, (card) => asked(card, a), item);
   }
   for (const a of item.approval_decisions ?? []) {
     items = updateTool(items, a.call_id, "", (card) => ({
