@@ -226,7 +226,8 @@ async def test_without_a_provider_of_ours_or_a_global_one_nothing_is_recorded() 
 
 def test_a_global_provider_set_after_the_first_run_traces_the_next() -> None:
     """A run before any provider is set spends nothing on spans; one set afterwards with
-    the API's own ``set_tracer_provider`` (once per process: a child) gets the next run's."""
+    the API's own ``set_tracer_provider`` (once per process: a child) gets the runs that
+    start ``PROVIDER_RECHECK`` after the last question (a run at once may go untraced)."""
     script = textwrap.dedent("""
         import asyncio
         from opentelemetry import trace
@@ -234,7 +235,7 @@ def test_a_global_provider_set_after_the_first_run_traces_the_next() -> None:
         from opentelemetry.sdk.trace.export import SimpleSpanProcessor
         from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
             InMemorySpanExporter)
-        from headwater import Agent, Runner
+        from headwater import Agent, Runner, telemetry
         from headwater.testing import ScriptedModel
 
         async def main():
@@ -246,6 +247,7 @@ def test_a_global_provider_set_after_the_first_run_traces_the_next() -> None:
             provider = TracerProvider()
             provider.add_span_processor(SimpleSpanProcessor(exporter))
             trace.set_tracer_provider(provider)
+            await asyncio.sleep(telemetry.PROVIDER_RECHECK + 0.1)
             second = await runner.run_once(user_id="u", new_message="hi")
             print(first.text, second.text, sorted(s.name for s in exporter.get_finished_spans()))
 

@@ -60,6 +60,9 @@ _otel_context: Any = None  # opentelemetry.context, imported with it
 _tracer: Tracer | None = None
 _provider: TracerProvider | None = None
 _global_provider = False  # a global provider was seen (it is set at most once: it stays)
+_proxy_until = 0.0  # until then (time.monotonic) the API's last answer, its proxy, stands
+PROVIDER_RECHECK = 1.0
+"""Seconds the API's answer "no global tracer provider yet" is kept (:func:`_no_provider`)."""
 
 
 def set_tracer_provider(provider: TracerProvider | None) -> None:
@@ -94,15 +97,23 @@ def _no_provider() -> bool:
     Until a global provider is set, the API answers its proxy provider
     (``opentelemetry.trace.get_tracer_provider()`` is a ``ProxyTracerProvider``),
     whose tracer makes no-op spans; asking it for a span each run costs more
-    than this question. A global provider is set at most once
-    (``opentelemetry.trace.set_tracer_provider``; one named by
+    than this question. The question itself is not free either (while no
+    provider is set the API looks up ``OTEL_PYTHON_TRACER_PROVIDER`` in the
+    environment each time, about a microsecond), so a "no" is kept for
+    :data:`PROVIDER_RECHECK` seconds: a provider set after runs began traces
+    the runs that start that long after the last question. A global provider is
+    set at most once (``opentelemetry.trace.set_tracer_provider``; one named by
     ``OTEL_PYTHON_TRACER_PROVIDER`` is loaded by the first question), so once
     one is seen the API is not asked again.
     """
-    global _global_provider
+    global _global_provider, _proxy_until
     if _provider is not None or _global_provider:
         return False
+    now = time.monotonic()
+    if now < _proxy_until:
+        return True
     if isinstance(_otel.get_tracer_provider(), _otel.ProxyTracerProvider):
+        _proxy_until = now + PROVIDER_RECHECK
         return True
     _global_provider = True
     return False
