@@ -208,7 +208,9 @@ def test_serve_model(tmp_path: Path, env: dict[str, str], monkeypatch: pytest.Mo
         "from headwater import Agent\nfrom headwater.testing import ScriptedModel\n"
         "agent = Agent(name='clerk', model=ScriptedModel(model='own'))\n"
         "agents = [agent, Agent(name='other', model=ScriptedModel(model='own'))]\n"
-        "from headwater.gateway import create_app\napp = create_app(agents)\n")
+        "from headwater.gateway import create_app\napp = create_app(agents)\n"
+        "from headwater import SequentialAgent\n"
+        "steps = SequentialAgent(name='steps', sub_agents=[Agent(name='one', model='demo')])\n")
     line = one_line_error(hw("serve", "own_model:app", "--model", "demo", cwd=tmp_path,
                              env=env))
     assert "--model applies to an Agent or a list of agents; own_model:app is an app" in line
@@ -226,6 +228,11 @@ def test_serve_model(tmp_path: Path, env: dict[str, str], monkeypatch: pytest.Mo
     app = load_target("own_model:agents", "demo:demo")
     models = [runner.agent.model for runner in app.state.gateway.runners.values()]
     assert len(models) == 2 and all(isinstance(m, DemoModel) for m in models)
+    app = load_target("own_model:steps")  # a workflow root is served as create_app serves it
+    assert list(app.state.gateway.runners) == ["steps"]
+    line = one_line_error(hw("serve", "own_model:steps", "--model", "demo", cwd=tmp_path,
+                             env=env))
+    assert "--model applies to an Agent; 'steps' of own_model:steps is a SequentialAgent" in line
 
 
 # -- sessions -------------------------------------------------------------------------------------

@@ -14,10 +14,10 @@ An example is written to a fresh directory as the file its first line names
 - ``headwater run file.py MESSAGE`` for each of :data:`MESSAGES`, when it
   defines ``agent`` or ``root_agent``;
 - ``headwater serve module:attr`` on a free loopback port, for ``app`` and for
-  an ``agent`` / ``root_agent`` built as an ``Agent`` (``serve`` takes no
-  workflow root), with :data:`MESSAGES` sent one after the other in one session
-  over HTTP (the bearer token of a ``StaticTokenAuth`` it builds, as the README's
-  ``curl`` lines send it); each run must end ``done`` with an answer.
+  an ``agent`` / ``root_agent`` (an ``Agent`` or a workflow agent), with
+  :data:`MESSAGES` sent one after the other in one session over HTTP (the
+  bearer token of a ``StaticTokenAuth`` it builds, as the README's ``curl``
+  lines send it); each run must end ``done`` with an answer.
 """
 
 from __future__ import annotations
@@ -188,9 +188,12 @@ def ways(block: Block) -> list[str]:
     if names.keys() & set(AGENT_NAMES):
         found.append("run")
     found += [f"serve:{name}" for name in ("app", *AGENT_NAMES)
-              if names.get(name) == ("create_app" if name == "app" else "Agent")]
+              if names.get(name) in (("create_app",) if name == "app" else AGENT_KINDS)]
     return found
 
+
+AGENT_KINDS = ("Agent", "SequentialAgent", "ParallelAgent", "LoopAgent")
+"""What an example's ``agent`` / ``root_agent`` is built with, for ``headwater serve``."""
 
 RUNS = [(block, way) for block in EXAMPLES for way in ways(block)]
 

@@ -250,8 +250,8 @@ def _serve_command(commands: _Commands) -> None:
     serve = commands.add_parser(
         "serve", formatter_class=formatter, epilog=SERVE_EPILOG,
         help="serve an app, an agent or a list of agents over HTTP (uvicorn)",
-        description="Serve module:attr (a FastAPI/ASGI app, an Agent or a list of agents). "
-                    "Replicas behind a proxy: docs/deployment.md.")
+        description="Serve module:attr (a FastAPI/ASGI app, an agent of any kind or a list "
+                    "of agents). Replicas behind a proxy: docs/deployment.md.")
     serve.add_argument("target", help="module:attr naming a FastAPI/ASGI app, an Agent "
                                       "or a list of agents")
     serve.add_argument("--host", default="127.0.0.1", help="address (default: %(default)s)")

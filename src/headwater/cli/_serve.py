@@ -32,7 +32,6 @@ def serve_command(args: Any) -> int:  # argparse.Namespace
         from ._models import resolve_model
 
         resolve_model(model)  # an unknown provider or a missing key fails here, in words
-        model = "demo:demo" if model == "demo" else model
     check_port(args.host, args.port)  # a busy port fails here, in words
     serve(args.target, host=args.host, port=args.port, reload=args.reload,
           insecure_dev=args.insecure_dev, log_level=args.log_level, model=model,

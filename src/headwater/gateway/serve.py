@@ -34,6 +34,7 @@ from urllib.parse import urlsplit
 import uvicorn
 
 from ..agents.agent import Agent
+from ..agents.base import BaseAgent
 from ..errors import UserError
 from ..models.registry import get_model
 from ..sessions.base import BaseSessionService
@@ -145,16 +146,16 @@ def _built(factory: Any, spec: str) -> Any:
 def _served(target: Any, spec: str, model: str | None) -> Any:
     """The app for ``target``: a gateway over an agent or a list of agents, or the app
     itself (see :func:`load_target`)."""
-    agents: list[Agent] | None = None
-    if isinstance(target, Agent):
+    agents: list[BaseAgent] | None = None
+    if isinstance(target, BaseAgent):
         agents = [target]
     elif isinstance(target, Sequence) and not isinstance(target, str) and target and all(
-            isinstance(a, Agent) for a in target):
+            isinstance(a, BaseAgent) for a in target):
         agents = list(target)
     auth = auth_from_settings(get_settings())
     if agents is not None:
-        served = _on_model(agents, model)
-        return create_app(served[0] if isinstance(target, Agent) else served, auth=auth)
+        served = _on_model(agents, model, spec)
+        return create_app(served[0] if isinstance(target, BaseAgent) else served, auth=auth)
     if callable(target) and not _is_factory(target):
         if model is not None:
             raise UserError(f"--model applies to an Agent or a list of agents; {spec} is an "
@@ -166,15 +167,23 @@ def _served(target: Any, spec: str, model: str | None) -> Any:
         return target
     what = ("a function" if callable(target) else "None" if target is None
             else type(target).__name__)
-    raise UserError(f"{spec} is {what}: expected an ASGI app, an Agent or a list of agents "
-                    "(or a function returning one)")
+    raise UserError(f"{spec} is {what}: expected an ASGI app, an agent (an Agent or a "
+                    "workflow agent) or a list of agents (or a function returning one)")
 
 
-def _on_model(agents: list[Agent], model: str | None) -> list[Agent]:
-    """``agents``, each set to run on ``model`` (resolved once) when one is given."""
+def _on_model(agents: list[BaseAgent], model: str | None, spec: str) -> list[BaseAgent]:
+    """``agents``, each set to run on ``model`` (resolved once) when one is given.
+
+    Raises:
+        UserError: a model for a workflow agent (its sub-agents choose their own models).
+    """
     if model is not None:
         resolved = get_model(model)
         for agent in agents:
+            if not isinstance(agent, Agent):
+                raise UserError(f"--model applies to an Agent; {agent.name!r} of {spec} is a "
+                                f"{type(agent).__name__}, whose sub-agents choose their own "
+                                "models")
             agent.model = resolved
     return agents
 

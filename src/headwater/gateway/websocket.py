@@ -364,7 +364,7 @@ class LiveSocket:
     # -- the run -------------------------------------------------------------------------------
 
     async def _follow(self, run: Run) -> None:
-        self.gw.socket_opened()  # the server's shutdown waits for this socket's last frame
+        self.gw.socket_opened()  # the stop handler's drain waits for this socket's last frame
         try:
             await self._follow_run(run)
         finally:
