@@ -365,6 +365,32 @@ async def test_an_approval_shows_its_arguments_and_a_later_message_supersedes_it
     assert ran == []
 
 
+async def test_in_a_live_session_approve_answers_through_the_socket_and_the_deploy_runs(
+        serve: Serve, open_page: Any) -> None:
+    """A live run holds the session: the card's Approve goes to the run over its socket
+    (a new run would be refused ``session_busy``), and the approved call runs in it."""
+    ran.clear()
+    model = (ScriptedModel().call("deploy", {"version": 2, "env": "staging"})
+             .reply("Version 2 is live ", "on staging."))
+    app, _ = served(Agent(name="ops", model=model, tools=[deploy]))
+    page = await open_page(await serve(app))
+    await page.get_by_role("button", name="New session", exact=True).click()
+    await page.get_by_role("button", name="Go live", exact=True).click()
+    await page.wait_for_function("() => !document.getElementById('stop').disabled")  # ready
+    await page.get_by_label("Message", exact=True).fill("Deploy version 2 to staging")
+    await page.get_by_role("button", name="Send", exact=True).click()
+    approve = page.get_by_role("button", name="Approve", exact=True)
+    await approve.wait_for()
+    assert ran == []
+    await approve.click()
+    await page.wait_for_function(
+        "() => [...document.querySelectorAll('[data-author=ops]:not([data-draft]) .text')]"
+        ".at(-1)?.textContent === 'Version 2 is live on staging.'")
+    assert ran == ["staging"]
+    assert await page.get_by_role("button", name="Approve").count() == 0
+    assert await page.get_by_role("alert").count() == 0
+
+
 async def test_a_late_approve_from_a_stale_page_is_refused_and_the_card_says_why(
         serve: Serve, open_page: Any) -> None:
     ran.clear()

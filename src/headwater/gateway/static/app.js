@@ -580,9 +580,19 @@ function noteFirst(id, text) {
 async function answer(card, approved) {
   if (active) return;
   const id = sessionId;
+  const args_sha256 = card.approval?.args_sha256 ?? null;
+  if (live?.ready && live.sessionId === id) {
+    // A live run takes the answer as content on its socket (a new run would find the
+    // session busy): docs/frame-protocol.md, "Live WebSocket".
+    dispatch({ type: "decision", data: { call_id: card.call_id, name: card.name, approved } });
+    live.socket.send(JSON.stringify({ type: "content", content: { role: "user", parts: [
+      { function_response: { id: card.call_id, name: APPROVAL_NAME,
+                             response: { approved, args_sha256 } } }] } }));
+    render();
+    return;
+  }
   dispatch({ type: "decision", data: { call_id: card.call_id, name: card.name, approved } });
-  await startRun({ approvals: [{ call_id: card.call_id, approved,
-                                 args_sha256: card.approval?.args_sha256 ?? null }] });
+  await startRun({ approvals: [{ call_id: card.call_id, approved, args_sha256 }] });
   // Refused (answered elsewhere, or superseded by a message from another page): the card
   // shows the server's record of the call again, with the error.
   if (state.status === "error" && sessionId === id) await settle(id);
@@ -603,6 +613,8 @@ async function stop() {
 }
 
 // -- live --------------------------------------------------------------------------------------
+
+const APPROVAL_NAME = "headwater:approval";  // a function response that answers an approval
 
 const CLOSE_WORDS = { 1008: "unauthorized", 4404: "not_found", 4409: "session_busy",
                       1013: "too_many_streams", 1011: "internal" };
