@@ -55,6 +55,18 @@ def test_ids_are_unique() -> None:
     assert len({Event().id for _ in range(1000)}) == 1000
 
 
+def test_a_partial_events_id_is_made_when_first_read_unique_and_stable() -> None:
+    events = [partial_event("inv", "agent", None) for _ in range(1000)]
+    assert all(isinstance(e, Event) and e.partial for e in events)
+    ids = [e.id for e in reversed(events)]  # read in another order than they were made
+    assert len(set(ids)) == 1000 and [e.id for e in reversed(events)] == ids  # kept
+    assert not set(ids) & {Event().id for _ in range(1000)}  # no id an Event has either
+    copy = dataclasses.replace(events[0], author="other")
+    assert copy.id == events[0].id and copy.author == "other"
+    events[1].id = "mine"
+    assert events[1].id == "mine"
+
+
 def test_partial_event_is_a_partial_event_with_read_only_empty_actions() -> None:
     content = Content("model", [Part(text="Hel")])
     fast = partial_event("inv", "agent", content, branch="agent/c1")

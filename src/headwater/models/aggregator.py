@@ -56,7 +56,27 @@ class StreamAggregator:
         if not delta:
             return None
         self._text.append(delta)
-        return _partial(delta, False)
+        # _partial(delta, False), written out: this is the per-chunk path of every adapter.
+        part: Part = _new(Part)
+        part.text = delta
+        part.thought = False
+        part.thought_signature = None
+        part.function_call = None
+        part.function_response = None
+        part.inline_data = None
+        content: Content = _new(Content)
+        content.role = "model"
+        content.parts = [part]
+        response: LlmResponse = _new(LlmResponse)
+        response.content = content
+        response.partial = True
+        response.finish_reason = None
+        response.usage = None
+        response.error_code = None
+        response.error_message = None
+        response.turn_complete = False
+        response.interrupted = False
+        return response
 
     def thought(self, delta: str) -> LlmResponse | None:
         """Record a reasoning delta (kept as a thought part, never as answer text)."""
