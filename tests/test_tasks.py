@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import threading
 
 import pytest
 
@@ -193,3 +194,29 @@ def test_cancel_all_outside_a_loop_and_spawn_without_one() -> None:
     with pytest.raises(RuntimeError):
         tasks.spawn(coro)
     coro.close()
+
+
+async def test_a_task_on_another_loop_is_cancelled_through_its_loop_and_not_waited_for() -> None:
+    tasks = TaskSet("owner")
+    started = threading.Event()
+    outcome: list[str] = []
+
+    async def elsewhere() -> None:
+        async def forever() -> None:
+            started.set()
+            await asyncio.Event().wait()
+
+        try:
+            await tasks.spawn(forever(), name="other loop")
+        except asyncio.CancelledError:
+            outcome.append("cancelled")
+
+    thread = threading.Thread(target=asyncio.run, args=(elsewhere(),))
+    thread.start()
+    assert await asyncio.to_thread(started.wait, 10)
+    mine = tasks.spawn(asyncio.sleep(0))
+    await tasks.wait()  # the other loop's task is not this loop's to wait for
+    assert mine.done() and len(tasks) == 1
+    await tasks.aclose()
+    await asyncio.to_thread(thread.join, 10)
+    assert outcome == ["cancelled"] and len(tasks) == 0

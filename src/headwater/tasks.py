@@ -40,8 +40,9 @@ class TaskSet:
     its type is one of the task's ``expected`` exceptions — for a task whose
     caller awaits it and handles the failure, or a failure reported elsewhere.
 
-    A set is not tied to an event loop until its first task; its tasks run on
-    the loop that is running when ``spawn`` is called.
+    A set belongs to no event loop: each task runs on the loop running when
+    ``spawn`` is called, so an owner used from several loops (a SQLite store)
+    keeps one set for all of them.
 
     Args:
         name: what the set belongs to, for the log lines (``"run manager"``).
@@ -110,36 +111,48 @@ class TaskSet:
         """Cancel every task not done yet (but the caller's own), without waiting.
 
         The set stays open: for an owner that closes without awaiting (a
-        synchronous close), or before it starts again.
+        synchronous close), or before it starts again. A task on another
+        event loop is cancelled through that loop, thread-safely.
         """
-        current = asyncio.current_task() if _loop_running() else None
+        current = _current_task()
         for task in list(self._tasks):
-            if task is not current:
+            if task is current:
+                continue
+            loop = task.get_loop()
+            if loop is _running_loop():
                 task.cancel()
+            elif not loop.is_closed():
+                loop.call_soon_threadsafe(task.cancel)
 
     async def wait(self) -> None:
         """Wait until every task is done, those started while waiting too.
 
         Nothing is cancelled: for an owner that drains its work before it
-        closes (bound the wait with ``asyncio.timeout``). Cancelling the caller
-        only stops the waiting.
+        closes (bound the wait with ``asyncio.timeout``). Only the tasks on the
+        caller's event loop are waited for. Cancelling the caller only stops
+        the waiting.
         """
-        while others := self._tasks - {asyncio.current_task()}:
-            await asyncio.wait(others)
+        while mine := self._mine():
+            await asyncio.wait(mine)
 
     async def aclose(self, grace: float | None = None) -> None:
         """Close the set: no task may start any more; cancel every task left and wait for it.
 
         A task that ignores its cancellation is waited for at most ``grace``
         seconds (``None``: until it ends); it is still held until it is done.
-        Idempotent. Cancelling the caller stops the waiting, not the
-        cancellation of the tasks.
+        Only the tasks on the caller's event loop are waited for (those on
+        another loop are cancelled). Idempotent. Cancelling the caller stops
+        the waiting, not the cancellation of the tasks.
         """
         self._closed = True
         self.cancel_all()
-        others = self._tasks - {asyncio.current_task()}  # a task may close its own set
-        if others:
-            await asyncio.wait(others, timeout=grace)
+        if mine := self._mine():  # a task may close its own set: not itself
+            await asyncio.wait(mine, timeout=grace)
+
+    def _mine(self) -> set[asyncio.Task[Any]]:
+        """The tasks on the running loop, but the caller's own."""
+        loop, current = asyncio.get_running_loop(), asyncio.current_task()
+        return {task for task in self._tasks if task.get_loop() is loop and task is not current}
 
     async def __aenter__(self) -> TaskSet:
         return self
@@ -153,9 +166,12 @@ class TaskSet:
         return f"<TaskSet {self._name!r} {state}, {len(self._tasks)} tasks>"
 
 
-def _loop_running() -> bool:
+def _running_loop() -> asyncio.AbstractEventLoop | None:
     try:
-        asyncio.get_running_loop()
+        return asyncio.get_running_loop()
     except RuntimeError:
-        return False
-    return True
+        return None
+
+
+def _current_task() -> asyncio.Task[Any] | None:
+    return asyncio.current_task() if _running_loop() is not None else None
