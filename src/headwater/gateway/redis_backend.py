@@ -41,6 +41,7 @@ from urllib.parse import urlsplit
 
 from ..errors import RunLogClosed, RunLogFull, RunNotFound, RunStoreUnavailable, UserError
 from ..settings import Settings
+from ..tasks import TaskSet
 from .registry import RunInfo, RunRegistry, RunStatus
 from .runlog import RunLog, check_after
 from .sse import TERMINAL_TYPES, Frame, decode_frame, encode_frame
@@ -503,7 +504,7 @@ class _Stream:
         self.run_id = run_id
         self.token = uuid.uuid4().hex
         self.closed = False
-        self.held: asyncio.Future[None] | None = None
+        self.held: asyncio.Task[None] | None = None
 
 
 class RedisRunRegistry(RunRegistry):
@@ -545,10 +546,11 @@ class RedisRunRegistry(RunRegistry):
         self._runs: dict[str, RunInfo] = {}  # this replica's running runs: renewed
         self._streams: dict[str, set[_Stream]] = {}  # this replica's open streams, by user
         self._callback: Callable[[str], None] | None = None
-        self._subscribed: asyncio.Future[None] | None = None
+        self._subscribed: asyncio.Task[None] | None = None
         self._pubsub: Any = None
-        self._listener: asyncio.Task[None] | None = None
         self._renewer: asyncio.Task[None] | None = None
+        # The listener, the renewer and each stream's hold and release: closed in close().
+        self._tasks = TaskSet("Redis run registry", logger=logger)
         self._closed = False
 
     # keys
@@ -634,9 +636,10 @@ class RedisRunRegistry(RunRegistry):
     def stream_opened(self, user_id: str, run_id: str) -> object:
         stream = _Stream(user_id, run_id)
         self._streams.setdefault(user_id, set()).add(stream)
-        stream.held = asyncio.ensure_future(self._hold_stream(stream))
-        stream.held.add_done_callback(_quiet)
-        self._renew_in_background()
+        if not self._closed:
+            stream.held = self._tasks.spawn(self._hold_stream(stream), name="hold a stream",
+                                            expected=RunStoreUnavailable)  # told per outage
+            self._renew_in_background()
         return stream
 
     def stream_closed(self, token: object) -> None:
@@ -648,7 +651,9 @@ class RedisRunRegistry(RunRegistry):
             streams.discard(token)
             if not streams:
                 del self._streams[token.user_id]
-        asyncio.ensure_future(self._release(token)).add_done_callback(_quiet)
+        if not self._closed:
+            self._tasks.spawn(self._release(token), name="release a stream",
+                              expected=RunStoreUnavailable)  # told once per outage
 
     async def _hold_stream(self, stream: _Stream) -> None:
         with self.health.guard():
@@ -685,7 +690,9 @@ class RedisRunRegistry(RunRegistry):
         """Listen to this replica's cancel channel (once; again after a failed attempt)."""
         if self._subscribed is None or (self._subscribed.done()
                                         and self._subscribed.exception() is not None):
-            self._subscribed = asyncio.ensure_future(self._start_listening())
+            # Its callers await it (and get its failure); a cancelled caller does not stop it.
+            self._subscribed = self._tasks.spawn(self._start_listening(), name="subscribe",
+                                                 expected=Exception)
         await asyncio.shield(self._subscribed)
 
     async def _start_listening(self) -> None:
@@ -693,7 +700,7 @@ class RedisRunRegistry(RunRegistry):
         with self.health.guard():
             await pubsub.subscribe(self._channel(self.replica))
         self._pubsub = pubsub
-        self._listener = asyncio.ensure_future(self._listen(pubsub))
+        self._tasks.spawn(self._listen(pubsub), name="listen for cancels")
 
     async def _listen(self, pubsub: Any) -> None:
         while True:
@@ -723,7 +730,7 @@ class RedisRunRegistry(RunRegistry):
 
     def _renew_in_background(self) -> None:
         if not self._closed and self._renewer is None:
-            self._renewer = asyncio.ensure_future(self._renew_forever())
+            self._renewer = self._tasks.spawn(self._renew_forever(), name="renew runs")
 
     async def _renew_forever(self) -> None:
         while True:
@@ -765,21 +772,10 @@ class RedisRunRegistry(RunRegistry):
         if self._closed:
             return
         self._closed = True
-        tasks = [task for task in (self._listener, self._renewer) if task is not None]
-        for task in tasks:
-            task.cancel()
-        if tasks:
-            await asyncio.wait(tasks)  # their end, whatever it was; a cancel of ours still raises
+        await self._tasks.aclose()  # their end, whatever it was; a cancel of ours still raises
         try:
             if self._pubsub is not None:
                 await self._pubsub.aclose()
         finally:
             await disconnect(self._redis)
 
-
-def _quiet(task: asyncio.Future[None]) -> None:
-    if task.cancelled():
-        return
-    error = task.exception()
-    if error is not None and not isinstance(error, RunStoreUnavailable):  # logged per outage
-        logger.warning("a Redis step of the run registry failed: %s", type(error).__name__)

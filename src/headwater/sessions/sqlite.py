@@ -36,13 +36,14 @@ import queue
 import sqlite3
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from ..errors import HeadwaterError, SessionError
 from ..settings import Settings
+from ..tasks import TaskSet
 from . import _sqlcore as core
 
 if TYPE_CHECKING:
@@ -518,7 +519,8 @@ class SqliteStore:
         self._config = config
         self._open: _Open | None = None
         self._open_lock = threading.Lock()
-        self._submitting: set[asyncio.Future[Any]] = set()
+        # Writes waiting for room in the queue, or for the store to open: close() waits.
+        self._submitting = TaskSet("SQLite submissions")
         self._reading = 0  # reads under way: others wait on the store, writes queue up
         self._counting = threading.Lock()  # ``_reading`` changes on several loops' threads
 
@@ -552,9 +554,7 @@ class SqliteStore:
         if writer.inline and not self._reading and writer.run_now(job, key):
             return future
         if not writer.offer(job):
-            task = loop.create_task(self._submit_when_room(job, opened))
-            self._submitting.add(task)
-            task.add_done_callback(self._submitting.discard)
+            self._submitting.spawn(self._submit_when_room(job, opened), name="submit a write")
         return future
 
     async def _submit_when_room(self, job: _Job, opened: _Open) -> None:
@@ -572,7 +572,7 @@ class SqliteStore:
                 return
 
     def start_write(self, steps: core.Steps[T], order: core.Key | None = None,
-                    on_commit: Callable[[T], None] | None = None) -> Awaitable[T]:
+                    on_commit: Callable[[T], None] | None = None) -> asyncio.Future[T]:
         """Queue a write at once (opening the store first if need be); see :meth:`submit`.
 
         The one writer thread commits in queue order and reports commits in
@@ -581,9 +581,9 @@ class SqliteStore:
         opened = self._open
         if opened is not None:
             return self.submit(steps, opened, on_commit, order)
-        task = asyncio.ensure_future(self._submit_when_open(steps, on_commit, order))
-        self._submitting.add(task)
-        task.add_done_callback(self._submitting.discard)
+        # The caller awaits it through the shield and gets its failure.
+        task = self._submitting.spawn(self._submit_when_open(steps, on_commit, order),
+                                      name="open and submit a write", expected=Exception)
         return asyncio.shield(task)
 
     async def _submit_when_open(self, steps: core.Steps[T],
@@ -628,6 +628,7 @@ class SqliteStore:
         Once every connection is closed, SQLite checkpoints the WAL and removes
         the ``-wal`` and ``-shm`` files.
         """
+        await self._submitting.wait()  # the writes on their way into the queue go in first
         with self._open_lock:
             opened, self._open = self._open, None
         if opened is not None:
