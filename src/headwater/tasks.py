@@ -20,11 +20,12 @@ import asyncio
 import logging
 from collections.abc import Coroutine, Iterator
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, TypeAlias, TypeVar
 
 __all__ = ("TaskSet",)
 
 T = TypeVar("T")
+_Expected: TypeAlias = type[BaseException] | tuple[type[BaseException], ...]
 
 _logger = logging.getLogger("headwater.tasks")
 
@@ -54,12 +55,13 @@ class TaskSet:
     def __init__(self, name: str = "tasks", *, logger: logging.Logger | None = None) -> None:
         self._name = name
         self._logger = logger or _logger
-        self._tasks: set[asyncio.Task[Any]] = set()
+        # Each task not done yet, with the exceptions it is expected to fail with.
+        self._tasks: dict[asyncio.Task[Any], _Expected] = {}
         self._closed = False
 
     def spawn(
         self, coro: Coroutine[Any, Any, T], *, name: str | None = None,
-        expected: type[BaseException] | tuple[type[BaseException], ...] = (),
+        expected: _Expected = (),
     ) -> asyncio.Task[T]:
         """Start ``coro`` as a task of this set and return the task.
 
@@ -80,13 +82,12 @@ class TaskSet:
             coro.close()
             raise RuntimeError(f"{self._name} is closed: no task may start in it")
         task = asyncio.get_running_loop().create_task(coro, name=name)
-        self._tasks.add(task)
-        task.add_done_callback(lambda done: self._finished(done, expected))
+        self._tasks[task] = expected
+        task.add_done_callback(self._finished)
         return task
 
-    def _finished(self, task: asyncio.Task[Any],
-                  expected: type[BaseException] | tuple[type[BaseException], ...]) -> None:
-        self._tasks.discard(task)
+    def _finished(self, task: asyncio.Task[Any]) -> None:
+        expected = self._tasks.pop(task, ())
         if task.cancelled():
             return
         error = task.exception()  # retrieved: asyncio never reports it again
@@ -114,12 +115,13 @@ class TaskSet:
         synchronous close), or before it starts again. A task on another
         event loop is cancelled through that loop, thread-safely.
         """
-        current = _current_task()
+        running = _running_loop()
+        current = asyncio.current_task(running) if running is not None else None
         for task in list(self._tasks):
             if task is current:
                 continue
             loop = task.get_loop()
-            if loop is _running_loop():
+            if loop is running:
                 task.cancel()
             elif not loop.is_closed():
                 loop.call_soon_threadsafe(task.cancel)
@@ -172,6 +174,3 @@ def _running_loop() -> asyncio.AbstractEventLoop | None:
     except RuntimeError:
         return None
 
-
-def _current_task() -> asyncio.Task[Any] | None:
-    return asyncio.current_task() if _running_loop() is not None else None
