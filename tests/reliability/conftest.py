@@ -50,6 +50,9 @@ CHURN_SETTLED = 2.0  # runs leaving at random points: counters at baseline after
 POLL_TIMEOUT = 15.0
 # How often a check polls: part of what it measures, so small next to the promises.
 POLL_EVERY = 0.02
+# Requests a test's setup has in flight at once (new_sessions): fewer than the connections
+# httpx's pool keeps alive (20), so none waits in its queue and none sits idle.
+SETUP_AT_ONCE = 16
 
 
 # -- the child ---------------------------------------------------------------------------------
@@ -361,6 +364,24 @@ async def new_session(client: httpx.AsyncClient, headers: dict[str, str] = A) ->
     assert response.status_code == 201, response.text
     sid: str = response.json()["id"]
     return sid
+
+
+async def new_sessions(client: httpx.AsyncClient, count: int,
+                       headers: dict[str, str] = A) -> list[str]:
+    """``count`` new sessions, created ``SETUP_AT_ONCE`` at a time.
+
+    Setup, not the thing under test: httpx's pool scans its queue for each request it
+    assigns, so hundreds queued at once stall this process's loop for seconds on a busy
+    machine, long enough for the server to close the connections left waiting
+    (``header_timeout``) and the client to fail with ``ReadError``.
+    """
+    limit = asyncio.Semaphore(SETUP_AT_ONCE)
+
+    async def one() -> str:
+        async with limit:
+            return await new_session(client, headers)
+
+    return list(await asyncio.gather(*(one() for _ in range(count))))
 
 
 async def history(client: httpx.AsyncClient, sid: str,
