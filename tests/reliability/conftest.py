@@ -28,7 +28,15 @@ from typing import Any
 import httpx
 import pytest
 
-from headwater.testing import FakeProvider, Scenario, Sleep, SSEMessage, SSEParser, render_openai
+from headwater.testing import (
+    FakeProvider,
+    Scenario,
+    Sleep,
+    SSEMessage,
+    SSEParser,
+    Trickle,
+    render_openai,
+)
 
 HERE = Path(__file__).resolve().parent
 # The canaries: a secret each that must never leave where it belongs (a token, the provider key).
@@ -43,7 +51,6 @@ GRACE = 3.0  # HEADWATER_SHUTDOWN_GRACE of the served app
 # starts looking) to when the test first sees it hold, so an upper bound of the real time:
 DISCONNECT_FREED = 1.0  # a client gone: upstream closed, tool child gone, run cancelled,
 #                         counters at baseline
-RESTART_TURN = 3.0  # kill -9, then the restarted server ready: each session takes a new turn
 CHURN_SETTLED = 2.0  # runs leaving at random points: counters at baseline after the last left
 # How long a check polls before it fails. Far past every promise: a miss fails with the
 # time it measured (against the promise) instead of hanging or failing at a guess.
@@ -408,6 +415,14 @@ def trickled(words: Iterable[str], every: float, first: float = 0.0) -> Scenario
     for event in render_openai(text=list(words)):
         body += [event, Sleep(every)]
     return Scenario(body=body)
+
+
+def endless(word: str, every: float) -> Scenario:
+    """An OpenAI stream that sends ``word`` every ``every`` seconds until the client goes: a
+    stream still going when the test acts, however long its setup took."""
+    role, first = render_openai(text=[word], finish_reason=None, usage=None, done=False)
+    return Scenario(body=[role, first, Trickle(first, every=every, forever=True,
+                                               size=len(first))])
 
 
 def tool_calls(*calls: tuple[str, dict[str, Any], str]) -> Scenario:
