@@ -1,5 +1,5 @@
 """Shared test setup: a no-network guard, the PostgreSQL and Redis URLs, child-process fixtures,
-headwater's spans in memory.
+headwater's spans in memory, the slow tests' timeout.
 
 Tests never reach the network (docs/architecture.md): from `pytest_configure` on,
 connecting a socket, or resolving a name, outside loopback raises
@@ -85,6 +85,19 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     while _patches:
         owner, name, original = _patches.pop()
         setattr(owner, name, original)
+
+
+SLOW_TIMEOUT = 180.0
+"""The per-test timeout of a test marked ``slow`` (it starts processes or runs long) that
+sets none of its own: three times pyproject's 60 s. Such a test takes that much longer on
+a busy machine (a ``headwater`` child takes seconds to start there, and tests start many):
+a timeout guards against a hang, not against a slow machine."""
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.get_closest_marker("slow") and not item.get_closest_marker("timeout"):
+            item.add_marker(pytest.mark.timeout(SLOW_TIMEOUT))
 
 
 @pytest.fixture(scope="session")

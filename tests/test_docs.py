@@ -98,10 +98,11 @@ def test_the_readme_says_what_the_tests_need_and_scripts_test_sees_to_it() -> No
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     section = readme[readme.index("### Running the tests"):readme.index("## In code")]
     assert "Debian's `chromium`" in section and "/usr/bin/chromium" in section
-    assert "HEADWATER_TEST_POSTGRES_URL" in section
+    assert "HEADWATER_TEST_POSTGRES_URL" in section and "HEADWATER_TEST_REDIS_URL" in section
     script = (ROOT / "scripts" / "test").read_text(encoding="utf-8")
     assert "apt-get install -y -qq chromium" in script and "browser tests skip:" in script
     assert "PostgreSQL tests skip: set HEADWATER_TEST_POSTGRES_URL" in script
+    assert "Redis tests skip: set HEADWATER_TEST_REDIS_URL" in script
 
 
 def test_the_deployment_page_shows_the_nginx_configuration_the_test_runs() -> None:

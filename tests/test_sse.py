@@ -238,6 +238,7 @@ _events = st.tuples(_json_values, st.none() | _names,
                         blacklist_categories=["Cs"], blacklist_characters="\r\n\0")))
 
 
+@pytest.mark.timeout(240)  # 300 examples: half a minute of hypothesis on a busy machine
 @settings(max_examples=300, deadline=None)
 @given(events=st.lists(_events, min_size=1, max_size=8), surrogate=st.booleans(),
        data=st.data())

@@ -138,6 +138,10 @@ class Settings(BaseSettings):
         shutdown_grace: seconds open streams get to end when the server stops.
         ready_timeout: seconds ``GET /readyz`` waits for the session store (and
             Redis, with ``redis_url``) to answer; past it, 503.
+        worker_healthcheck_timeout: seconds a ``headwater serve --workers`` worker
+            has to answer its supervisor's health check (uvicorn's
+            ``timeout_worker_healthcheck``), while it starts too; one that does
+            not is killed and replaced, so it covers a worker's start on a busy host.
         header_timeout: seconds a connection has to send a whole request head
             (request line and headers), from when it opens or its previous
             response ended; past it the server closes it (slow-header clients).
@@ -293,6 +297,7 @@ class Settings(BaseSettings):
     body_read_timeout: float = Field(default=10.0, gt=0)
     shutdown_grace: float = Field(default=10.0, ge=0)
     ready_timeout: float = Field(default=5.0, gt=0)
+    worker_healthcheck_timeout: float = Field(default=30.0, gt=0)
     header_timeout: float = Field(default=10.0, gt=0)
     max_connections: int = Field(default=1000, ge=1)
     cors_origins: list[str] = Field(default_factory=list)

@@ -83,17 +83,20 @@ class Served:
         self.process.wait(10)
 
 
-def serve_args(*args: str, port: int, host: str = "127.0.0.1",
-               target: str = AGENT) -> list[str]:
-    return [sys.executable, "-m", "headwater.cli", "serve", target, "--host", host,
-            "--port", str(port), *args]
+def serve_args(*args: str, port: int, host: str = "127.0.0.1", target: str = AGENT,
+               cli: str = "headwater.cli") -> list[str]:
+    """``python -m <cli> serve <target> ...``: the ``headwater`` command, or a module that
+    runs it (``slow_worker_cli``)."""
+    return [sys.executable, "-m", cli, "serve", target, "--host", host, "--port", str(port),
+            *args]
 
 
 async def serve(*args: str, env: dict[str, str], log: Path, host: str = "127.0.0.1",
-                target: str = AGENT, within: float = 60.0) -> Served:
+                target: str = AGENT, within: float = 60.0, cli: str = "headwater.cli"
+                ) -> Served:
     """A ``headwater serve`` child in this folder, up (``/healthz`` 200 on loopback)."""
     port = free_port()
-    process = launch(serve_args(*args, port=port, host=host, target=target), env, log)
+    process = launch(serve_args(*args, port=port, host=host, target=target, cli=cli), env, log)
     served = Served(process, port, log)
     await wait_healthy(served.base_url, served.process, served.output, within)
     return served

@@ -24,12 +24,24 @@ from sqlalchemy.engine import make_url
 from headwater.sessions import SqlSessionService
 from headwater.testing import FakeProvider, Scenario, render_openai, wait_until
 
-from .deployment import HERE, Served, sent_tool_results, serve
+from .deployment import (
+    HERE,
+    Served,
+    free_port,
+    launch,
+    sent_tool_results,
+    serve,
+    serve_args,
+)
 from .stores import Stores
 from .test_runlog import drop_keys
 
 pytestmark = pytest.mark.slow
 
+# Seconds a test waits for its --workers to be up: three interpreters and two stores
+# opened, on a busy two-core machine.
+WORKERS_UP = 60
+BOOT = 8  # seconds slow_worker_cli adds to a worker's boot: past uvicorn's own 5 s
 SECRET = "a-jwt-secret-of-at-least-32-bytes!!"
 TOKEN_B = "dG9rZW4tYg=="  # base64: a token that ends in "="
 
@@ -83,8 +95,14 @@ async def run_where(client: httpx.AsyncClient, provider: FakeProvider, sid: str,
     return int(result["result"])
 
 
+def started_workers(output: str) -> int:
+    """How many workers have finished their startup (uvicorn says so once for each)."""
+    return output.count("Application startup complete.")
+
+
 @pytest.mark.postgres
 @pytest.mark.redis
+@pytest.mark.timeout(WORKERS_UP * 3)
 async def test_an_agent_on_postgresql_in_two_workers_with_tokens_from_the_environment(
         env: dict[str, str], served: list[Served], provider: FakeProvider, postgres_url: str,
         redis_url: str, tmp_path: Path) -> None:
@@ -96,9 +114,10 @@ async def test_an_agent_on_postgresql_in_two_workers_with_tokens_from_the_enviro
                          "--log-level", "info",
                          env=env, log=tmp_path / "serve.log", host="0.0.0.0")
     served.append(server)
-    await wait_until(lambda: len(workers_of(server.process.pid)) == 2, timeout=30,
-                     interval=0.1, message="two worker processes")
+    await wait_until(lambda: started_workers(server.output()) == 2, timeout=WORKERS_UP,
+                     interval=0.1, message="two workers up")
     workers = workers_of(server.process.pid)
+    assert len(workers) == 2, server.output()
 
     async with httpx.AsyncClient(base_url=server.base_url, timeout=20) as client:
         assert (await client.get("/sessions")).status_code == 401
@@ -132,6 +151,35 @@ async def test_an_agent_on_postgresql_in_two_workers_with_tokens_from_the_enviro
     await drop_keys(redis_url, prefix)
     log = server.output()
     assert "token-a" not in log and TOKEN_B not in log  # secrets are never logged
+
+
+@pytest.mark.redis
+@pytest.mark.timeout(WORKERS_UP * 3)
+async def test_workers_slow_to_boot_are_not_killed_while_they_start(
+        env: dict[str, str], served: list[Served], redis_url: str, tmp_path: Path) -> None:
+    """A worker answers its supervisor's health checks only once it has booted: two that boot
+    slower than uvicorn's own 5 s (as on a busy host) both come up, neither killed, within
+    worker_healthcheck_timeout; with the setting below their boot they are killed."""
+    prefix = f"hwtest:{uuid.uuid4().hex}:"
+    env = {**env, "HW_TEST_WORKER_BOOT": str(BOOT), "HEADWATER_REDIS_KEY_PREFIX": prefix}
+    args = ("--redis-url", redis_url, "--workers", "2", "--log-level", "info")
+    server = await serve(*args, env=env, log=tmp_path / "serve.log", cli="slow_worker_cli",
+                         within=BOOT + WORKERS_UP)
+    served.append(server)
+    await wait_until(lambda: started_workers(server.output()) == 2, timeout=WORKERS_UP,
+                     interval=0.1, message="two workers up")
+    assert "died" not in server.output(), server.output()
+    assert len(workers_of(server.process.pid)) == 2, server.output()
+    server.stop()
+
+    short = Served(launch(serve_args(*args, port=free_port(), cli="slow_worker_cli"),
+                          {**env, "HEADWATER_WORKER_HEALTHCHECK_TIMEOUT": "2"},
+                          tmp_path / "short.log"), 0, tmp_path / "short.log")
+    served.append(short)
+    await wait_until(lambda: "died" in short.output(), timeout=WORKERS_UP, interval=0.1,
+                     message="a worker killed while booting")
+    short.stop()
+    await drop_keys(redis_url, prefix)
 
 
 async def test_an_agent_with_jwt_auth_from_the_environment(

@@ -274,6 +274,7 @@ def _chunkings(draw: st.DrawFn, raw: bytes) -> list[bytes]:
     return [raw[a:b] for a, b in itertools.pairwise(bounds)]
 
 
+@pytest.mark.timeout(240)  # 300 examples: half a minute of hypothesis on a busy machine
 @settings(max_examples=300, deadline=None)
 @given(deltas=st.lists(st.tuples(_texts, _texts), max_size=8), data=st.data())
 def test_frames_survive_any_chunking(deltas: list[tuple[str, str]], data: st.DataObject) -> None:

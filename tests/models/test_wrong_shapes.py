@@ -17,6 +17,7 @@ import json
 from typing import Any
 
 import httpx
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -257,6 +258,7 @@ def test_the_unmutated_streams_play_a_whole_tool_turn() -> None:
         assert [r.response for e in stored for r in e.function_responses] == [{"result": 1}]
 
 
+@pytest.mark.timeout(240)  # 60 runs on a real provider and store: long on a busy machine
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(case=mutations("openai"))
 def test_openai_wrong_shapes_fail_the_call_with_a_stored_error(
@@ -264,6 +266,7 @@ def test_openai_wrong_shapes_fail_the_call_with_a_stored_error(
     check("openai", *case)
 
 
+@pytest.mark.timeout(240)  # 60 runs on a real provider and store: long on a busy machine
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(case=mutations("anthropic"))
 def test_anthropic_wrong_shapes_fail_the_call_with_a_stored_error(

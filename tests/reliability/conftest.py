@@ -28,7 +28,15 @@ from typing import Any
 import httpx
 import pytest
 
-from headwater.testing import FakeProvider, Scenario, Sleep, SSEMessage, SSEParser, render_openai
+from headwater.testing import (
+    FakeProvider,
+    Scenario,
+    Sleep,
+    SSEMessage,
+    SSEParser,
+    Trickle,
+    render_openai,
+)
 
 HERE = Path(__file__).resolve().parent
 # The canaries: a secret each that must never leave where it belongs (a token, the provider key).
@@ -43,13 +51,15 @@ GRACE = 3.0  # HEADWATER_SHUTDOWN_GRACE of the served app
 # starts looking) to when the test first sees it hold, so an upper bound of the real time:
 DISCONNECT_FREED = 1.0  # a client gone: upstream closed, tool child gone, run cancelled,
 #                         counters at baseline
-RESTART_TURN = 3.0  # kill -9, then the restarted server ready: each session takes a new turn
 CHURN_SETTLED = 2.0  # runs leaving at random points: counters at baseline after the last left
 # How long a check polls before it fails. Far past every promise: a miss fails with the
 # time it measured (against the promise) instead of hanging or failing at a guess.
 POLL_TIMEOUT = 15.0
 # How often a check polls: part of what it measures, so small next to the promises.
 POLL_EVERY = 0.02
+# Requests a test's setup has in flight at once (new_sessions): fewer than the connections
+# httpx's pool keeps alive (20), so none waits in its queue and none sits idle.
+SETUP_AT_ONCE = 16
 
 
 # -- the child ---------------------------------------------------------------------------------
@@ -363,6 +373,24 @@ async def new_session(client: httpx.AsyncClient, headers: dict[str, str] = A) ->
     return sid
 
 
+async def new_sessions(client: httpx.AsyncClient, count: int,
+                       headers: dict[str, str] = A) -> list[str]:
+    """``count`` new sessions, created ``SETUP_AT_ONCE`` at a time.
+
+    Setup, not the thing under test: httpx's pool scans its queue for each request it
+    assigns, so hundreds queued at once stall this process's loop for seconds on a busy
+    machine, long enough for the server to close the connections left waiting
+    (``header_timeout``) and the client to fail with ``ReadError``.
+    """
+    limit = asyncio.Semaphore(SETUP_AT_ONCE)
+
+    async def one() -> str:
+        async with limit:
+            return await new_session(client, headers)
+
+    return list(await asyncio.gather(*(one() for _ in range(count))))
+
+
 async def history(client: httpx.AsyncClient, sid: str,
                   headers: dict[str, str] = A) -> list[dict[str, Any]]:
     items: list[dict[str, Any]] = []
@@ -387,6 +415,14 @@ def trickled(words: Iterable[str], every: float, first: float = 0.0) -> Scenario
     for event in render_openai(text=list(words)):
         body += [event, Sleep(every)]
     return Scenario(body=body)
+
+
+def endless(word: str, every: float) -> Scenario:
+    """An OpenAI stream that sends ``word`` every ``every`` seconds until the client goes: a
+    stream still going when the test acts, however long its setup took."""
+    role, first = render_openai(text=[word], finish_reason=None, usage=None, done=False)
+    return Scenario(body=[role, first, Trickle(first, every=every, forever=True,
+                                               size=len(first))])
 
 
 def tool_calls(*calls: tuple[str, dict[str, Any], str]) -> Scenario:

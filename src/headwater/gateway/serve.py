@@ -249,6 +249,8 @@ def serve(spec: str, *, host: str = "127.0.0.1", port: int = 8000, reload: bool 
     grace = max(1, math.ceil(settings.shutdown_grace))
     options: dict[str, Any] = {"host": host, "port": port, "log_level": log_level,
                                "timeout_graceful_shutdown": grace,
+                               "timeout_worker_healthcheck":
+                                   math.ceil(settings.worker_healthcheck_timeout),
                                "log_config": log_config(log_level), "access_log": False,
                                "http": http_protocol(settings)}
     logging.config.dictConfig(options["log_config"])  # as uvicorn will: the lines below too
