@@ -27,7 +27,7 @@ from contextlib import aclosing
 from typing import Any, Protocol
 
 from ..context import CallbackContext
-from ..errors import ErrorCode, ModelError, SessionError, UserError, public_message
+from ..errors import ErrorCode, ModelError, UserError, public_message
 from ..events import Event, EventActions, partial_event
 from ..models.base import LlmRequest, LlmResponse
 from ..models.contract import StreamContract
@@ -69,32 +69,6 @@ class Recorder(Protocol):
         Raises:
             SessionError: the store refused or failed; nothing of the event is stored.
         """
-        ...
-
-
-class RunTop(Protocol):
-    """The runner's side of a run whose events are one flow's (:meth:`Flow.top`)."""
-
-    async def begin(self) -> Flow | Event | None:
-        """Start the run (hold the session, store the message): the flow to drive, the
-        one event that is the whole run (its start failed as an event), or ``None``
-        (no events: the run was closed, or its start failed and raised before).
-
-        Raises:
-            what the start raises (a busy or missing session...); nothing is held then.
-        """
-        ...
-
-    def store_failed(self, exc: SessionError) -> Event:
-        """The error event that ends a run whose store failed mid-run."""
-        ...
-
-    def stopped(self) -> None:
-        """The reader closed or cancelled the run before its last event."""
-        ...
-
-    async def end(self) -> None:
-        """End the run: leave its hold on the session (seal, record a stop, release)."""
         ...
 
 
@@ -151,18 +125,7 @@ class Flow:
         non-partial event before resuming this generator. Closing it closes the
         model stream and cancels running tools.
         """
-        return _steps(self, None)
-
-    @staticmethod
-    def top(top: RunTop) -> AsyncGenerator[Event, None]:
-        """A run whose events are one flow's: ``top``'s start, the flow's steps, ``top``'s end.
-
-        The runner's side of a run (holding the session, turning a store
-        failure into one error event, noting a stop, leaving the hold) runs in
-        the flow's own generator, so the reader steps the flow with no layer in
-        between (docs/architecture.md, "One flow, one persistence point").
-        """
-        return _steps(None, top)
+        return _steps(self)
 
     async def execute(self, calls: Sequence[FunctionCall], approved: Container[str] = (),
                       decided: Sequence[CallOutcome] = ()) -> AsyncGenerator[Event, None]:
@@ -379,106 +342,83 @@ class Flow:
         return results
 
 
-async def _steps(flow: Flow | None, top: RunTop | None) -> AsyncGenerator[Event, None]:
-    """:meth:`Flow.run`'s steps; with ``top`` (:meth:`Flow.top`), its start and end around them."""
-    begun: Flow | Event | None = flow
-    if top is not None:
-        begun = await top.begin()  # raises as the start does
-        if begun is None:
-            return
-    try:
-        try:
-            if isinstance(begun, Event):  # the start failed as an event: the run's only one
-                yield begun
-                return
-            assert begun is not None
-            flow = begun
-            ctx, commit = flow.ctx, flow.commit
-            if ctx.resume:
-                last: Event | None = None
-                async with aclosing(flow.resume(ctx.resume)) as events:
-                    async for event in events:
-                        yield event
-                        last = event
-                if last is not None and (last.is_final_response()
-                                         or last.actions.transfer_to_agent):
-                    return
-            agent, model = flow.agent, flow.agent.model
-            invocation_id, author, branch = ctx.invocation_id, agent.name, ctx.branch
-            stream = ctx.run_config.streaming_mode is StreamingMode.SSE
-            while True:
-                spent = flow.llm_budget_spent()
-                if spent is not None:
-                    await commit(spent, last=True)
-                    yield spent
-                    return
-                callback_context = ctx.callback_context(author)
-                request = await flow.request(callback_context)
-                aggregate = await flow.before_model(callback_context, request)
-                if aggregate is None:
-                    ctx.stats.llm_calls += 1
-                    contract = StreamContract(ctx.settings.max_output_chars)
-                    check_partial, done = contract.partial, False
-                    chat = ctx.trace.chat(author, model, request, stream=stream)
-                    waiting = chat.recording  # the time to the first chunk is still to record
-                    try:
-                        chunks = model.generate_content(request, stream=stream)
-                        async with aclosing(chunks):
-                            async for response in chunks:  # the per-chunk path: keep it lean
-                                if waiting:
-                                    waiting = chat.first_chunk()
-                                if response.partial and not done:
-                                    check_partial(response)
-                                    yield partial_event(invocation_id, author, response.content,
-                                                        branch)
-                                else:
-                                    done = True
-                                    contract.check(response)
-                        aggregate = contract.finish()
-                        chat.end(aggregate)
-                    except ModelError as exc:
-                        chat.fail(exc.code)
-                        logger.info("agent %s: model call failed: %s", author, exc)
-                        failed = flow.error_event(exc.code, public_message(exc))
-                        await commit(failed, last=True)
-                        yield failed
-                        return
-                    except (GeneratorExit, asyncio.CancelledError):
-                        chat.fail("cancelled")
-                        # An explicit stop keeps what was shown, marked interrupted (a transport
-                        # failure, above, keeps nothing of the call).
-                        await flow.keep_shown(contract.shown_text())
-                        raise
-                    except BaseException as exc:
-                        chat.fail(error_type(exc))
-                        raise
-                aggregate = await flow.after_model(callback_context, aggregate)
-                event = flow.model_event(aggregate, callback_context.actions)
-                calls = event.function_calls
-                ends = event.error_code is not None or not calls
-                await commit(event, last=ends)
+async def _steps(flow: Flow) -> AsyncGenerator[Event, None]:
+    """:meth:`Flow.run`'s steps."""
+    ctx, commit = flow.ctx, flow.commit
+    if ctx.resume:
+        last: Event | None = None
+        async with aclosing(flow.resume(ctx.resume)) as events:
+            async for event in events:
                 yield event
-                if ends:
-                    return
-                last = None
-                async with aclosing(flow.execute(calls)) as events:
-                    async for item in events:
-                        yield item
-                        last = item
-                if (last is None or last.actions.end_invocation or last.actions.transfer_to_agent
-                        or last.is_final_response()):
-                    return
-        except SessionError as exc:
-            if top is None:
+                last = event
+        if last is not None and (last.is_final_response()
+                                 or last.actions.transfer_to_agent):
+            return
+    agent, model = flow.agent, flow.agent.model
+    invocation_id, author, branch = ctx.invocation_id, agent.name, ctx.branch
+    stream = ctx.run_config.streaming_mode is StreamingMode.SSE
+    while True:
+        spent = flow.llm_budget_spent()
+        if spent is not None:
+            await commit(spent, last=True)
+            yield spent
+            return
+        callback_context = ctx.callback_context(author)
+        request = await flow.request(callback_context)
+        aggregate = await flow.before_model(callback_context, request)
+        if aggregate is None:
+            ctx.stats.llm_calls += 1
+            contract = StreamContract(ctx.settings.max_output_chars)
+            check_partial, done = contract.partial, False
+            chat = ctx.trace.chat(author, model, request, stream=stream)
+            waiting = chat.recording  # the time to the first chunk is still to record
+            try:
+                chunks = model.generate_content(request, stream=stream)
+                async with aclosing(chunks):
+                    async for response in chunks:  # the per-chunk path: keep it lean
+                        if waiting:
+                            waiting = chat.first_chunk()
+                        if response.partial and not done:
+                            check_partial(response)
+                            yield partial_event(invocation_id, author, response.content,
+                                                branch)
+                        else:
+                            done = True
+                            contract.check(response)
+                aggregate = contract.finish()
+                chat.end(aggregate)
+            except ModelError as exc:
+                chat.fail(exc.code)
+                logger.info("agent %s: model call failed: %s", author, exc)
+                failed = flow.error_event(exc.code, public_message(exc))
+                await commit(failed, last=True)
+                yield failed
+                return
+            except (GeneratorExit, asyncio.CancelledError):
+                chat.fail("cancelled")
+                # An explicit stop keeps what was shown, marked interrupted (a transport
+                # failure, above, keeps nothing of the call).
+                await flow.keep_shown(contract.shown_text())
                 raise
-            yield top.store_failed(exc)  # the store failed mid-run: one error event
-    except (GeneratorExit, asyncio.CancelledError):
-        if top is not None:
-            top.stopped()
-        raise
-    finally:
-        if top is not None:
-            await top.end()
+            except BaseException as exc:
+                chat.fail(error_type(exc))
+                raise
+        aggregate = await flow.after_model(callback_context, aggregate)
+        event = flow.model_event(aggregate, callback_context.actions)
+        calls = event.function_calls
+        ends = event.error_code is not None or not calls
+        await commit(event, last=ends)
+        yield event
+        if ends:
+            return
+        last = None
+        async with aclosing(flow.execute(calls)) as events:
+            async for item in events:
+                yield item
+                last = item
+        if (last is None or last.actions.end_invocation or last.actions.transfer_to_agent
+                or last.is_final_response()):
+            return
 
 
 def seal_event(ctx: InvocationContext, author: str, reason: str,

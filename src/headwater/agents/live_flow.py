@@ -63,6 +63,7 @@ from ..errors import (
     ModelProtocolViolation,
     OutputTooLong,
     QueueFull,
+    SessionError,
     UserError,
     public_message,
 )
@@ -157,6 +158,7 @@ class LiveFlow:
         self._unhold = asyncio.Event()  # ... until this is set (see _caught_up)
         self._admitted = 0  # turns counted when admitted, whose first response is still due
         self._spent = False
+        self._store_failure: SessionError | None = None
 
     async def events(self) -> AsyncGenerator[Event, None]:
         """The run's events until the queue closes, the run ends or the consumer stops.
@@ -169,6 +171,8 @@ class LiveFlow:
                 yield event
         finally:
             await self._teardown(supervisor)
+        if self._store_failure is not None:  # the run's end: as a store failure anywhere
+            raise self._store_failure
 
     # -- the task group -------------------------------------------------------------------------
 
@@ -182,6 +186,10 @@ class LiveFlow:
                 self._pump = group.create_task(self._pump_model(self.flow, self._conn))
         except* _End:
             pass
+        except* SessionError as failures:  # the store failed: the run ends (events() raises)
+            first = failures.exceptions[0]
+            assert isinstance(first, SessionError)
+            self._store_failure = first
         except* Exception as failures:
             for failure in failures.exceptions:
                 logger.error("live run task failed", exc_info=failure)

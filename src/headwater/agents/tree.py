@@ -23,11 +23,10 @@ yield) and spends the run's one :class:`~headwater.agents.invocation.RunStats`
   goes on only once its event has been yielded. A branch that fails ends with
   its own error event; the others go on.
 
-A lone LLM agent (no sub-agents, no parent) runs its ``Flow`` directly: the
-single-agent path has no layer added (the runner drives it with ``Flow.top``,
-its start and end in the flow's own generator). The run's last event releases the
-session's lease in its own write only where the tree says it is last (the
-tail of the run); elsewhere the hold releases it when the run ends.
+A lone LLM agent (no sub-agents, no parent) is its ``Flow``'s run, with no
+generator of the tree's around it. The run's last event releases the session's
+lease in its own write only where the tree says it is last (the tail of the
+run); elsewhere the run releases it when it ends.
 """
 
 from __future__ import annotations
@@ -52,14 +51,6 @@ from .transfer import returns_to
 from .workflow import LoopAgent, ParallelAgent, SequentialAgent
 
 logger = logging.getLogger("headwater.agents")
-
-
-def lone_agent(root: BaseAgent) -> Agent | None:
-    """``root`` when it is a lone LLM agent (no sub-agents, no parent): its run is its
-    ``Flow``'s, with no layer added. ``None`` for any other root."""
-    if isinstance(root, Agent) and not root.sub_agents and root.parent_agent is None:
-        return root
-    return None
 
 
 @dataclass(slots=True)
@@ -140,20 +131,11 @@ class TreeRun:
             UserError: an agent kind the orchestrator cannot run, or an
                 instruction naming a state key the session does not hold.
         """
-        flow = self.lone_flow()
-        if flow is not None:
-            return flow.run()  # the single-agent path, as it was
+        root = self.root
+        if isinstance(root, Agent) and not root.sub_agents and root.parent_agent is None:
+            return Flow(root, self.ctx, self.recorder).run()  # a lone agent: its flow's run
         agent, branch = self.agent_to_run()
         return self._run(agent, branch, True, _Outcome(), self.ctx.resume)
-
-    def lone_flow(self) -> Flow | None:
-        """The flow of a lone LLM agent's run (:func:`lone_agent`), ``None`` for a tree.
-
-        The runner drives it with :meth:`Flow.top`, its own start and end in
-        the flow's generator.
-        """
-        agent = lone_agent(self.root)
-        return None if agent is None else Flow(agent, self.ctx, self.recorder)
 
     def drive(self, agent: BaseAgent, branch: str | None = None,
               message: Content | None = None) -> AsyncGenerator[Event, None]:
