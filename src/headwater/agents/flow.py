@@ -72,6 +72,18 @@ class Recorder(Protocol):
         ...
 
 
+def recorded(recorder: Recorder | None) -> Recorder:
+    """``recorder``; a run without one is refused (its record would be silently lost).
+
+    Raises:
+        UserError: no recorder.
+    """
+    if recorder is None:
+        raise UserError("a run needs a recorder (the runner's session store) to persist "
+                        "its events; run agents through headwater.Runner")
+    return recorder
+
+
 class Flow:
     """Drives one agent for one run.
 
@@ -95,12 +107,9 @@ class Flow:
 
     def __init__(self, agent: Agent, ctx: InvocationContext, recorder: Recorder | None,
                  *, transfer: bool = True, live: bool = False) -> None:
-        if recorder is None:
-            raise UserError("a run needs a recorder (the runner's session store) to persist "
-                            "its events; run agents through headwater.Runner")
         self.agent = agent
         self.ctx = ctx
-        self.commit = recorder.commit
+        self.commit = recorded(recorder).commit
         tools, by_name = agent.tools, agent.tools_by_name
         targets = transfer_targets(agent) if transfer else []
         if targets:
@@ -147,24 +156,16 @@ class Flow:
                           or results.is_final_response())
         yield results
 
-    async def _with_progress(self, calls: Sequence[FunctionCall], approved: Container[str],
-                             outcomes: list[CallOutcome]) -> AsyncGenerator[Event, None]:
+    def _with_progress(self, calls: Sequence[FunctionCall], approved: Container[str],
+                       outcomes: list[CallOutcome]) -> AsyncGenerator[Event, None]:
         """Run calls in a task while their progress events (and the events of agents
-        used as tools) are yielded here."""
+        used as tools) are yielded."""
         handoff = Handoff()
-        task = asyncio.create_task(self.executor.run(self.ctx, calls, approved, handoff))
-        task.add_done_callback(lambda _: handoff.close())
-        try:
-            while (item := await handoff.get()) is not None:
-                event, seen = item
-                yield event
-                if seen is not None:
-                    seen.set()
-            outcomes += task.result()
-        finally:
-            if not task.done():
-                task.cancel()
-                await asyncio.wait([task])
+
+        async def run() -> None:
+            outcomes.extend(await self.executor.run(self.ctx, calls, approved, handoff))
+
+        return handoff.relay(run)
 
     async def resume(self, resume: Resume) -> AsyncGenerator[Event, None]:
         """Run the calls a human approved and deny the others, before the next model call."""
