@@ -30,7 +30,6 @@ from ..context import CallbackContext
 from ..errors import ErrorCode, ModelError, UserError, public_message
 from ..events import Event, EventActions, partial_event
 from ..models.base import LlmRequest, LlmResponse
-from ..models.contract import StreamContract
 from ..run_config import StreamingMode
 from ..telemetry import error_type
 from ..tools.function_tool import BaseTool
@@ -48,6 +47,7 @@ from .approvals import Resume
 from .instructions import inject_session_state
 from .invocation import InvocationContext
 from .transfer import TRANSFER_TO_AGENT, TransferToAgentTool, transfer_targets
+from .turn import ModelTurn
 
 logger = logging.getLogger("headwater.agents")
 
@@ -213,6 +213,38 @@ class Flow:
                 return replaced
         return response
 
+    def admit(self) -> Event | None:
+        """Admit a model call about to start: counted in the run's ``llm_calls``, or the
+        ``budget_exceeded`` error event when the run's model-call budget is spent.
+
+        Asked right before a request leaves, in every mode: before each model
+        call of :meth:`run` (after the before-model callbacks, which may answer
+        instead of the model) and before each turn of a live connection.
+        """
+        spent = self.llm_budget_spent()
+        if spent is None:
+            self.ctx.stats.llm_calls += 1
+        return spent
+
+    async def model_failed(self, turn: ModelTurn, exc: ModelError) -> Event:
+        """The committed error event that ends the run after a model call failed (its span
+        failed too); nothing of the call is kept."""
+        turn.fail(exc.code)
+        logger.info("agent %s: model call failed: %s", self.agent.name, exc)
+        failed = self.error_event(exc.code, public_message(exc))
+        await self.commit(failed, last=True)
+        return failed
+
+    async def model_stopped(self, turn: ModelTurn, exc: BaseException | None = None) -> None:
+        """A model call ended before its aggregate, by ``exc``: its span fails. A stop (a
+        close, a cancel; ``None``: the run ended around it) keeps the answer text it had
+        shown, stored ``interrupted``; a failure keeps nothing of the call."""
+        if exc is None or isinstance(exc, (GeneratorExit, asyncio.CancelledError)):
+            turn.fail("cancelled")
+            await self.keep_shown(turn.shown_text())
+        else:
+            turn.fail(error_type(exc))
+
     def llm_budget_spent(self) -> Event | None:
         """The ``budget_exceeded`` error event once ``max_llm_calls`` or
         ``max_tokens_per_run`` is reached, else ``None``."""
@@ -344,68 +376,52 @@ class Flow:
 
 
 async def _steps(flow: Flow) -> AsyncGenerator[Event, None]:
-    """:meth:`Flow.run`'s steps."""
+    """:meth:`Flow.run`'s steps: one model call each (the per-chunk path is here, inline)."""
     ctx, commit = flow.ctx, flow.commit
+    last: Event | None = None
     if ctx.resume:
-        last: Event | None = None
         async with aclosing(flow.resume(ctx.resume)) as events:
-            async for event in events:
-                yield event
-                last = event
-        if last is not None and (last.is_final_response()
-                                 or last.actions.transfer_to_agent):
+            async for last in events:
+                yield last
+        if last is not None and ends_turn(last):
             return
     agent, model = flow.agent, flow.agent.model
     invocation_id, author, branch = ctx.invocation_id, agent.name, ctx.branch
     stream = ctx.run_config.streaming_mode is StreamingMode.SSE
     while True:
-        spent = flow.llm_budget_spent()
-        if spent is not None:
-            await commit(spent, last=True)
-            yield spent
-            return
         callback_context = ctx.callback_context(author)
         request = await flow.request(callback_context)
         aggregate = await flow.before_model(callback_context, request)
         if aggregate is None:
-            ctx.stats.llm_calls += 1
-            contract = StreamContract(ctx.settings.max_output_chars)
-            check_partial, done = contract.partial, False
-            chat = ctx.trace.chat(author, model, request, stream=stream)
-            waiting = chat.recording  # the time to the first chunk is still to record
+            spent = flow.admit()
+            if spent is not None:
+                await commit(spent, last=True)
+                yield spent
+                return
+            turn = ModelTurn(ctx, agent, request, stream=stream)
+            contract, chat, done = turn.contract, turn.chat, False
+            check_partial, waiting = contract.partial, chat.recording
             try:
-                chunks = model.generate_content(request, stream=stream)
-                async with aclosing(chunks):
+                async with aclosing(model.generate_content(request, stream=stream)) as chunks:
                     async for response in chunks:  # the per-chunk path: keep it lean
-                        if waiting:
+                        if waiting:  # the time to the first chunk is still to record
                             waiting = chat.first_chunk()
-                        if response.partial and not done:
+                        if response.partial and not done:  # ModelTurn.partial, inline
                             check_partial(response)
                             yield partial_event(invocation_id, author, response.content,
                                                 branch)
                         else:
                             done = True
                             contract.check(response)
-                aggregate = contract.finish()
-                chat.end(aggregate)
+                aggregate = turn.finish()
             except ModelError as exc:
-                chat.fail(exc.code)
-                logger.info("agent %s: model call failed: %s", author, exc)
-                failed = flow.error_event(exc.code, public_message(exc))
-                await commit(failed, last=True)
-                yield failed
+                yield await flow.model_failed(turn, exc)
                 return
-            except (GeneratorExit, asyncio.CancelledError):
-                chat.fail("cancelled")
-                # An explicit stop keeps what was shown, marked interrupted (a transport
-                # failure, above, keeps nothing of the call).
-                await flow.keep_shown(contract.shown_text())
-                raise
             except BaseException as exc:
-                chat.fail(error_type(exc))
+                await flow.model_stopped(turn, exc)
                 raise
-        aggregate = await flow.after_model(callback_context, aggregate)
-        event = flow.model_event(aggregate, callback_context.actions)
+        event = flow.model_event(await flow.after_model(callback_context, aggregate),
+                                 callback_context.actions)
         calls = event.function_calls
         ends = event.error_code is not None or not calls
         await commit(event, last=ends)
@@ -414,12 +430,16 @@ async def _steps(flow: Flow) -> AsyncGenerator[Event, None]:
             return
         last = None
         async with aclosing(flow.execute(calls)) as events:
-            async for item in events:
-                yield item
-                last = item
-        if (last is None or last.actions.end_invocation or last.actions.transfer_to_agent
-                or last.is_final_response()):
+            async for last in events:
+                yield last
+        if last is None or ends_turn(last) or last.actions.end_invocation:
             return
+
+
+def ends_turn(event: Event) -> bool:
+    """Whether the agent's turn is over after ``event``, a results event: a final
+    response, or a transfer to another agent."""
+    return event.is_final_response() or bool(event.actions.transfer_to_agent)
 
 
 def seal_event(ctx: InvocationContext, author: str, reason: str,

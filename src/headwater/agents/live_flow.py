@@ -67,19 +67,18 @@ from ..errors import (
     UserError,
     public_message,
 )
-from ..events import Event, EventActions, partial_event
+from ..events import Event, EventActions
 from ..live_request_queue import LiveRequest, LiveRequestQueue
 from ..models.base import LlmResponse
 from ..models.connection import BaseLlmConnection
-from ..models.contract import StreamContract
 from ..sessions.ledger import as_seen_by
-from ..telemetry import ChatTrace
 from ..tools.function_tool import BaseTool
 from ..types import Content, FunctionCall, FunctionResponse, Part, ToolDeclaration
 from ._execution import CallOutcome, closing_stream
 from .agent import Agent
 from .approvals import answered_calls, split_approvals
 from .flow import Flow, split_decisions
+from .turn import ModelTurn
 
 logger = logging.getLogger("headwater.live")
 
@@ -149,8 +148,7 @@ class LiveFlow:
         self._streams: dict[str, _Stream] = {}
         self._given: dict[str, str] = {}  # stored call id -> the id the connection gave
         self._conn: BaseLlmConnection | None = None
-        self._turn: StreamContract | None = None
-        self._chat: ChatTrace | None = None  # the span of the model turn in progress
+        self._turn: ModelTurn | None = None  # the model turn in progress
         self._realtime_to_model = True
         self._received = 0
         self._progress = asyncio.Event()
@@ -214,12 +212,11 @@ class LiveFlow:
         supervisor.cancel()
         timeout = self.ctx.settings.live_stop_timeout
         done, _ = await asyncio.wait([supervisor], timeout=timeout)
-        self._end_chat(None)  # a turn cut off by the run's end
         if not done:
             logger.warning("live run tasks did not end within %g s of the run's end", timeout)
         turn, self._turn = self._turn, None
-        if turn is not None:  # what the model had shown of it is kept, marked interrupted
-            await self.flow.keep_shown(turn.shown_text())
+        if turn is not None:  # a turn cut off by the run's end: what it had shown is kept
+            await self.flow.model_stopped(turn)
         if self._conn is not None:
             with contextlib.suppress(Exception):  # TimeoutError included: the close is bounded
                 # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancel
@@ -417,14 +414,14 @@ class LiveFlow:
     # -- model ----------------------------------------------------------------------------------
 
     def _admit(self) -> bool:
-        """The connection's ``before_turn``: the run's model-call budget (``Flow``'s rule),
-        checked before the request that starts a turn leaves; an admitted turn is counted."""
-        spent = self.flow.llm_budget_spent()
+        """The connection's ``before_turn``: the turn about to start is admitted (and
+        counted) against the run's model-call budget (:meth:`Flow.admit`), before its
+        request leaves."""
+        spent = self.flow.admit()
         if spent is not None:
             with contextlib.suppress(RuntimeError):  # the task group is already ending
                 self._spawn(self._over_budget(spent))
             return False
-        self.ctx.stats.llm_calls += 1
         self._admitted += 1
         return True
 
@@ -451,33 +448,29 @@ class LiveFlow:
         turn = self._turn
         if turn is None:  # a new model turn
             if self._admitted:
-                self._admitted -= 1  # checked and counted when the connection started it
+                self._admitted -= 1  # admitted and counted when the connection started it
             else:  # started by the server (speech), or by a connection without before_turn
-                spent = flow.llm_budget_spent()
+                spent = flow.admit()
                 if spent is not None:
                     await self._over_budget(spent)
                     return
-                ctx.stats.llm_calls += 1
-            turn = self._turn = StreamContract(ctx.settings.max_output_chars)
-            self._chat = ctx.trace.chat(flow.agent.name, flow.agent.model, None)
+            turn = self._turn = ModelTurn(flow.ctx, flow.agent, None)
         try:
             if response.partial:
-                turn.partial(response)
-                self._out.put_nowait(partial_event(ctx.invocation_id, flow.agent.name,
-                                                   response.content, branch=flow.ctx.branch))
+                self._out.put_nowait(turn.partial(response))
                 return
             self._turn = None
             if response.error_code == "model_protocol_violation":  # the connection checked it
-                self._end_chat(response)
+                turn.end(response)
                 await self._end_with(flow.error_event(
                     "model_protocol_violation", response.error_message
                     or ERROR_MESSAGES["model_protocol_violation"]))
             if response.error_code is None or response.content is not None:
-                turn.final_response(response)
-            self._end_chat(response)
+                turn.final(response)
+            turn.end(response)
         except (ModelProtocolViolation, OutputTooLong) as exc:
             self._turn = None  # a broken call keeps nothing, not even what it had shown
-            self._end_chat(None, exc.code)
+            turn.fail(exc.code)
             await self._end_with(flow.error_event(exc.code, public_message(exc)))
         callback_context = ctx.callback_context(flow.agent.name)
         response = await flow.after_model(callback_context, response)
@@ -534,10 +527,12 @@ class LiveFlow:
             if sealed is not None:
                 await self._emit(sealed)
             # The target's connection opens on the history as it sees it.
-            self._end_chat(None)  # a turn of the old connection left open (its pump was stopped)
+            turn, self._turn = self._turn, None
+            if turn is not None:  # a turn of the old connection left open (its pump was stopped)
+                turn.fail("cancelled")
             self.flow = self._flow_of(target)
             self._given.clear()
-            self._turn, self._admitted, self._received = None, 0, 0
+            self._admitted, self._received = 0, 0
             self._leaving = False
             logger.info("live run %s: %s transferred to %s", self.ctx.invocation_id,
                         old.agent.name, target.name)
@@ -547,14 +542,6 @@ class LiveFlow:
             self._pump = self._spawn(self._pump_model(self.flow, conn))
             if opening is not None:
                 await conn.send_content(opening, interrupt=False)
-
-    def _end_chat(self, response: LlmResponse | None, error_type: str = "cancelled") -> None:
-        """End the span of the model turn in progress: with its aggregate, or failed."""
-        chat, self._chat = self._chat, None
-        if chat is not None and response is not None:
-            chat.end(response)
-        elif chat is not None:
-            chat.fail(error_type)
 
     # -- tools ----------------------------------------------------------------------------------
 
