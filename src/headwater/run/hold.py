@@ -73,42 +73,27 @@ class SessionHold:
             SessionBusyError: another run holds it (after ``wait`` seconds).
             SessionError: the store failed. Nothing is held after a raise.
         """
-        service, ttl = self._service, self._ttl
-        app_name, user_id, session_id = self._app_name, self._user_id, self._session_id
         created, unsure = False, False
         while True:
             try:
-                if first is None:
-                    self.lease = await service.acquire_lease(
-                        app_name=app_name, user_id=user_id, session_id=session_id,
-                        owner=self._owner, run_id=self.run_id, ttl=ttl, wait=wait)
-                    stored = None if unsure else False
-                else:
-                    self.lease, stored = await service.acquire_lease_and_append(
-                        app_name=app_name, user_id=user_id, session_id=session_id,
-                        owner=self._owner, run_id=self.run_id, ttl=ttl, wait=wait,
-                        event=first[0], after=first[1])
-                self._handle = asyncio.get_running_loop().call_later(ttl / 3, self._due)
-                return stored
+                stored = await self._acquire(first, wait)
+                self._handle = asyncio.get_running_loop().call_later(self._ttl / 3, self._due)
+                return None if unsure else stored
             except asyncio.CancelledError:
                 # The write may have taken the lease anyway: give it back, or the session
                 # stays busy for a whole TTL (release matches on owner and run id alone).
-                self.lease = Lease(app_name, user_id, session_id, self._owner, self.run_id, 0.0)
+                self.lease = Lease(self._app_name, self._user_id, self._session_id,
+                                   self._owner, self.run_id, 0.0)
                 await self.release()
                 raise
             except SessionNotFoundError:
-                if not create:
-                    raise SessionNotFoundError(
-                        f"no session {session_id!r} for user {user_id!r} in app {app_name!r}; "
-                        "create it with runner.create_session() or pass "
-                        "auto_create_session=True") from None
-                if created:
-                    raise SessionNotFoundError(
-                        f"session {session_id!r} vanished as it was created") from None
+                if not create or created:
+                    raise self._not_found(created) from None
                 created = True
                 with contextlib.suppress(SessionError):  # another run may create it first
-                    await service.create_session(app_name=app_name, user_id=user_id,
-                                                 session_id=session_id)
+                    await self._service.create_session(
+                        app_name=self._app_name, user_id=self._user_id,
+                        session_id=self._session_id)
             except SessionBusyError:
                 raise
             except SessionError as exc:
@@ -119,6 +104,28 @@ class SessionHold:
                 logger.warning("run %s: storing the message with the lease failed (%s)",
                                self.run_id, type(exc).__name__)
                 first, unsure = None, True
+
+    async def _acquire(self, first: tuple[Event, str | None] | None, wait: float) -> bool:
+        """The lease, with ``first`` in the same write when given; whether it was stored."""
+        service = self._service
+        if first is None:
+            self.lease = await service.acquire_lease(
+                app_name=self._app_name, user_id=self._user_id, session_id=self._session_id,
+                owner=self._owner, run_id=self.run_id, ttl=self._ttl, wait=wait)
+            return False
+        self.lease, stored = await service.acquire_lease_and_append(
+            app_name=self._app_name, user_id=self._user_id, session_id=self._session_id,
+            owner=self._owner, run_id=self.run_id, ttl=self._ttl, wait=wait,
+            event=first[0], after=first[1])
+        return stored
+
+    def _not_found(self, created: bool) -> SessionNotFoundError:
+        if created:
+            return SessionNotFoundError(f"session {self._session_id!r} vanished as it was created")
+        return SessionNotFoundError(
+            f"no session {self._session_id!r} for user {self._user_id!r} in app "
+            f"{self._app_name!r}; create it with runner.create_session() or pass "
+            "auto_create_session=True")
 
     def _due(self) -> None:
         self._handle = None
