@@ -247,3 +247,40 @@ async def test_a_reader_stopping_the_run_is_recorded(kind: str) -> None:
     assert stored[-2].function_responses[0].response["code"] == "cancelled"  # the seal
     assert stored[-1].error_code == "cancelled"  # the stop's record
     assert await is_free(runner)
+
+
+# -- the lease kept alive ------------------------------------------------------------------
+
+
+async def test_a_run_longer_than_its_lease_keeps_the_session() -> None:
+    """The runner renews the lease of a live run (every sixth of its lifetime, once it is a
+    third old): a run three times longer than the lease's lifetime still holds its session
+    and stores its answer; once it ends, the session is free again."""
+    ttl = 0.3
+    working = asyncio.Event()
+
+    async def slow(query: str) -> str:
+        """Works for a while."""
+        working.set()
+        await asyncio.sleep(3 * ttl)
+        return "done"
+
+    model = ScriptedModel().call("slow", {"query": "q"}).reply("All done.")
+    runner = Runner(agent=Agent(name="bot", model=model, tools=[slow]), app_name="app",
+                    auto_create_session=True,
+                    settings=Settings(session_lease_ttl=ttl, session_lock_timeout=0))
+    stream = runner.run_async(user_id="u", session_id="s", new_message="go")
+    reader = asyncio.create_task(_drain(stream))
+    await asyncio.wait_for(working.wait(), 5)
+    for _ in range(5):  # past the lease's lifetime, again and again: still held
+        await asyncio.sleep(ttl / 2)
+        assert not await is_free(runner)
+    events = await asyncio.wait_for(reader, 5)
+    assert events[-1].text == "All done."
+    assert (await history(runner))[-1].text == "All done."
+    assert await is_free(runner)
+
+
+async def _drain(stream: RunStream) -> list[Event]:
+    async with stream:
+        return [e async for e in stream]

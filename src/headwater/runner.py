@@ -29,6 +29,7 @@ from .clock import SYSTEM_CLOCK, Clock
 from .errors import UserError
 from .events import Event, new_id
 from .live_request_queue import LiveRequestQueue
+from .run.hold import LeaseKeeper
 from .run.lifecycle import Run
 from .run.recorder import SealReason as SealReason
 from .run.stream import RunResult as RunResult
@@ -80,6 +81,8 @@ class Runner:
         self.auto_create_session = auto_create_session
         self.lease_owner = f"{socket.gethostname()}:{os.getpid()}:{new_id('runner')}"
         """Who holds the leases of this runner's runs (host, pid, a runner id)."""
+        self.lease_keeper = LeaseKeeper(self.settings.session_lease_ttl)
+        """Renews the leases of this runner's live runs (``headwater.run.hold``)."""
         self._ledgers: collections.OrderedDict[tuple[str, str], CallLedger] = (
             collections.OrderedDict())
         self._sync_loop: asyncio.AbstractEventLoop | None = None

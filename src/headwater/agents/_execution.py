@@ -141,6 +141,8 @@ class CallOutcome:
 class ToolExecutor:
     """Runs the calls of one aggregate for one agent."""
 
+    __slots__ = ("after", "agent_name", "before", "middleware", "tools")
+
     def __init__(
         self,
         *,

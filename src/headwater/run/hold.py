@@ -3,11 +3,13 @@
 One run per session (docs/architecture.md, "One run per session"): before a
 run reads its session it takes the session's lease (owner, run id, expiry),
 storing the user's message in the same write when nothing needs repair. While
-the run lives the hold renews the lease every third of its lifetime (a timer
-between renewals, no task for a run shorter than that); a lost lease is not
-renewed again and the run's next write is refused. The run's last write
-releases the lease in the same write (:class:`~headwater.run.recorder.Recorder`
-marks the hold released); otherwise :meth:`SessionHold.release` gives it back.
+the run lives its lease is renewed once it is a third of its lifetime old (by
+the runner's :class:`LeaseKeeper`: one timer per event loop, every sixth of the
+lifetime, for all of the runner's runs; no task for a run shorter than that,
+and no timer of its own); a lost lease is not renewed again and the run's next
+write is refused. The run's last write releases the lease in the same write
+(:class:`~headwater.run.recorder.Recorder` marks the hold released); otherwise
+:meth:`SessionHold.release` gives it back.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import weakref
 
 from ..errors import LeaseLostError, SessionBusyError, SessionError, SessionNotFoundError
 from ..events import Event
@@ -23,15 +26,91 @@ from ..sessions.base import BaseSessionService, Lease
 logger = logging.getLogger("headwater.runner")
 
 
+class LeaseKeeper:
+    """Keeps the leases of one runner's live runs: each is renewed once it is a third of its
+    lifetime old, so it never expires while its run lives.
+
+    One timer per event loop fires every sixth of the lifetime while the loop has
+    runs holding a lease, and starts the renewals that are due (each a task its
+    hold owns); a loop without such runs has no timer. A lease is renewed between
+    a third and a half of its lifetime after it was taken or last renewed.
+
+    Args:
+        ttl: the leases' lifetime (``Settings.session_lease_ttl``).
+    """
+
+    __slots__ = ("_last", "_loops", "ttl")
+
+    def __init__(self, ttl: float) -> None:
+        self.ttl = ttl
+        self._loops: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Ticker] = (
+            weakref.WeakKeyDictionary())
+        self._last: _Ticker | None = None  # the ticker of the loop last asked for
+
+    def keep(self, hold: SessionHold) -> _Ticker:
+        """Renew ``hold``'s lease while it is held (on the running loop): its ticker."""
+        loop = asyncio.get_running_loop()
+        ticker = self._last
+        if ticker is None or ticker.loop() is not loop:
+            ticker = self._loops.get(loop)
+            if ticker is None:
+                ticker = self._loops[loop] = _Ticker(loop, self.ttl)
+            self._last = ticker
+        ticker.add(hold)
+        return ticker
+
+
+class _Ticker:
+    """The holds of one event loop whose leases are kept, with when each was last renewed.
+
+    It refers to its loop weakly: a loop that is gone takes its ticker with it.
+    """
+
+    __slots__ = ("_due_after", "_handle", "_holds", "_interval", "loop")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, ttl: float) -> None:
+        self.loop = weakref.ref(loop)
+        self._due_after = ttl / 3
+        self._interval = ttl / 6
+        self._holds: dict[SessionHold, float] = {}  # hold -> loop time of its last renewal
+        self._handle: asyncio.TimerHandle | None = None
+
+    def add(self, hold: SessionHold) -> None:
+        loop = self.loop()
+        assert loop is not None  # called on the running loop
+        self._holds[hold] = loop.time()
+        if self._handle is None:
+            self._handle = loop.call_later(self._interval, self._tick)
+
+    def renewed(self, hold: SessionHold) -> None:
+        loop = self.loop()
+        if loop is not None and hold in self._holds:
+            self._holds[hold] = loop.time()
+
+    def discard(self, hold: SessionHold) -> None:
+        self._holds.pop(hold, None)
+
+    def _tick(self) -> None:
+        self._handle = None
+        loop = self.loop()
+        if not self._holds or loop is None:
+            return  # no run holds a lease here: no timer until one does
+        due = loop.time() - self._due_after
+        for hold, renewed_at in list(self._holds.items()):
+            if renewed_at <= due:
+                hold.renew()
+        self._handle = loop.call_later(self._interval, self._tick)
+
+
 class SessionHold:
     """One run's lease on one session.
 
     Args:
         service: the session store.
+        keeper: the runner's lease keeper (renewals; its ``ttl`` is the lease's lifetime).
         app_name, user_id, session_id: the session.
         owner: who holds the lease (the runner's ``lease_owner``).
         run_id: the run (its invocation id).
-        ttl: the lease's lifetime (``Settings.session_lease_ttl``).
 
     Attributes:
         lease: the lease once taken (renewals replace it), else ``None``.
@@ -39,19 +118,20 @@ class SessionHold:
             :meth:`release`); nothing of the run may be written any more.
     """
 
-    __slots__ = ("_app_name", "_handle", "_owner", "_renewal", "_service", "_session_id",
-                 "_ttl", "_user_id", "lease", "released", "run_id")
+    __slots__ = ("_app_name", "_keeper", "_owner", "_renewal", "_service", "_session_id",
+                 "_ticker", "_ttl", "_user_id", "lease", "released", "run_id")
 
-    def __init__(self, service: BaseSessionService, app_name: str, user_id: str,
-                 session_id: str, owner: str, run_id: str, ttl: float) -> None:
+    def __init__(self, service: BaseSessionService, keeper: LeaseKeeper, app_name: str,
+                 user_id: str, session_id: str, owner: str, run_id: str) -> None:
         self._service = service
+        self._keeper = keeper
         self._app_name = app_name
         self._user_id = user_id
         self._session_id = session_id
         self._owner = owner
         self.run_id = run_id
-        self._ttl = ttl
-        self._handle: asyncio.TimerHandle | None = None
+        self._ttl = keeper.ttl
+        self._ticker: _Ticker | None = None
         self._renewal: asyncio.Task[None] | None = None
         self.lease: Lease | None = None
         self.released = False
@@ -77,7 +157,7 @@ class SessionHold:
         while True:
             try:
                 stored = await self._acquire(first, wait)
-                self._handle = asyncio.get_running_loop().call_later(self._ttl / 3, self._due)
+                self._ticker = self._keeper.keep(self)
                 return None if unsure else stored
             except asyncio.CancelledError:
                 # The write may have taken the lease anyway: give it back, or the session
@@ -127,32 +207,33 @@ class SessionHold:
             f"{self._app_name!r}; create it with runner.create_session() or pass "
             "auto_create_session=True")
 
-    def _due(self) -> None:
-        self._handle = None
-        self._renewal = asyncio.ensure_future(self._renew())
+    def renew(self) -> None:
+        """Renew the lease now, in a task this hold owns (unless one is under way)."""
+        if self._renewal is None or self._renewal.done():
+            self._renewal = asyncio.ensure_future(self._renew())
 
     async def _renew(self) -> None:
-        lease = self.lease
-        assert lease is not None
+        lease, ticker = self.lease, self._ticker
+        assert lease is not None and ticker is not None
         try:
             self.lease = await self._service.renew_lease(lease, self._ttl)
         except LeaseLostError:
             logger.warning("run %s lost its session lease; its writes are refused", self.run_id)
+            ticker.discard(self)  # not renewed again
             return
-        except SessionError as exc:
+        except SessionError as exc:  # tried again at the next tick
             logger.warning("renewing the lease of run %s failed: %s", self.run_id,
                            type(exc).__name__)
-        if not self.released:
-            self._handle = asyncio.get_running_loop().call_later(self._ttl / 3, self._due)
+            return
+        ticker.renewed(self)
 
     async def release(self) -> None:
         """Stop renewing (waiting for a renewal under way) and give the lease back, unless the
         run's last write did. Quiet on a store failure: the lease then expires on its own.
         Idempotent."""
         released, self.released = self.released, True
-        handle, self._handle = self._handle, None
-        if handle is not None:
-            handle.cancel()
+        if self._ticker is not None:
+            self._ticker.discard(self)
         renewal, self._renewal = self._renewal, None
         try:
             if renewal is not None and not renewal.done():

@@ -51,7 +51,7 @@ from ..sessions.ledger import CallLedger
 from ..settings import Settings
 from ..telemetry import NO_TRACE, RunTrace, error_type, start_run
 from ..types import Content
-from .hold import SessionHold
+from .hold import LeaseKeeper, SessionHold
 from .recorder import Recorder, SealReason
 
 logger = logging.getLogger("headwater.runner")
@@ -70,6 +70,12 @@ class RunState(enum.Enum):
     """Over: the hold left; no more events."""
 
 
+# The states as module constants: on Python 3.11 reading an enum member off its class
+# (``RunState.NEW``) runs Python code, about a thousand instructions each time.
+_NEW, _STARTING, _RUNNING, _CLOSED = (RunState.NEW, RunState.STARTING, RunState.RUNNING,
+                                      RunState.CLOSED)
+
+
 class RunHost(Protocol):
     """What a run needs of the runner that made it (:class:`headwater.runner.Runner`)."""
 
@@ -81,6 +87,7 @@ class RunHost(Protocol):
     artifact_service: BaseArtifactService | None
     clock: Clock
     lease_owner: str
+    lease_keeper: LeaseKeeper
 
     def known_ledger(self, user_id: str, session_id: str) -> CallLedger | None: ...
 
@@ -122,7 +129,7 @@ class Run:
         self.queue = queue
         self.invocation_id = random_id("inv")
         self.stats = RunStats()
-        self.state = RunState.NEW
+        self.state = _NEW
         self.reason: SealReason = "cancelled"
         self._stopped = False  # stopped before its last event: the stop is recorded
         self._trace: RunTrace = NO_TRACE
@@ -151,8 +158,8 @@ class Run:
         return self._events(announce)
 
     async def _events(self, announce: bool) -> AsyncGenerator[Event, None]:
-        if self.state is not RunState.NEW:
-            if self.state is RunState.CLOSED:
+        if self.state is not _NEW:
+            if self.state is _CLOSED:
                 return
             raise UserError("this run's events are already being read")
         await self._start()
@@ -181,9 +188,9 @@ class Run:
         """End the run: close the source (model stream, tools), then leave the session (seal,
         record a stop, release) and end the span. Idempotent; a run never started only
         closes."""
-        if self.state is RunState.CLOSED:
+        if self.state is _CLOSED:
             return
-        self.state = RunState.CLOSED
+        self.state = _CLOSED
         try:
             if self._source is not None:
                 await self._source.aclose()
@@ -202,7 +209,7 @@ class Run:
             SessionNotFoundError, SessionBusyError, ApprovalError, UserError:
                 the run is closed and nothing is held afterwards.
         """
-        self.state = RunState.STARTING
+        self.state = _STARTING
         host = self._host
         self._trace = start_run(agent=host.agent.name, session_id=self.session_id,
                                 invocation_id=self.invocation_id,
@@ -217,7 +224,7 @@ class Run:
             self._trace.fail(error_type(exc))
             await self.close()
             raise
-        self.state = RunState.RUNNING
+        self.state = _RUNNING
 
     async def _open(self) -> TreeRun | None:
         """Take the lease, read the session, and make the run's recorder and tree run.
@@ -227,9 +234,8 @@ class Run:
         """
         host = self._host
         service, settings = host.session_service, host.settings
-        self._hold = hold = SessionHold(service, host.app_name, self.user_id, self.session_id,
-                                        host.lease_owner, self.invocation_id,
-                                        settings.session_lease_ttl)
+        self._hold = hold = SessionHold(service, host.lease_keeper, host.app_name, self.user_id,
+                                        self.session_id, host.lease_owner, self.invocation_id)
         self._first = self._first_event()
         self._stored = await hold.take(self._first, wait=settings.session_lock_timeout,
                                        create=host.auto_create_session)
@@ -346,9 +352,11 @@ class Run:
         if hold is None:
             return  # never started
         try:
-            if recorder is not None and tree is not None:
+            # A last write that released the lease left no call open (Recorder.commit) and
+            # came after every stop: nothing to seal, nothing to record.
+            if recorder is not None and tree is not None and not hold.released:
                 await recorder.seal(tree, self.reason, self._read)
-                if self._stopped and not hold.released:  # stopped before its last event
+                if self._stopped:  # stopped before its last event
                     await recorder.record_stop(self.reason, self._host.agent.name)
         finally:
             try:
