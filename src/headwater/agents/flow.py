@@ -103,7 +103,7 @@ class Flow:
             and agents to transfer to.
     """
 
-    __slots__ = ("agent", "commit", "ctx", "executor", "tools")
+    __slots__ = ("agent", "calls_back", "commit", "ctx", "executor", "tools")
 
     def __init__(self, agent: Agent, ctx: InvocationContext, recorder: Recorder | None,
                  *, transfer: bool = True, live: bool = False) -> None:
@@ -124,6 +124,10 @@ class Flow:
             agent_name=agent.name, tools=by_name,
             before=agent.before_tool_callbacks, after=agent.after_tool_callbacks,
             middleware=agent.tool_middleware)
+        self.calls_back = bool(callable(agent.instruction) or agent.before_model_callbacks
+                               or agent.after_model_callbacks)
+        """Whether a model call needs a callback context (an instruction provider or model
+        callbacks); without one, :meth:`run` makes none."""
 
     # -- run_async --------------------------------------------------------------------------
 
@@ -134,7 +138,23 @@ class Flow:
         non-partial event before resuming this generator. Closing it closes the
         model stream and cancels running tools.
         """
-        return _steps(self)
+        return _steps(self) if not self.ctx.resume else _resumed(self)
+
+    def streams(self, calls: Sequence[FunctionCall]) -> bool:
+        """Whether running ``calls`` shows events as they run (tool progress, agents used
+        as tools; SSE only): :meth:`execute` then; :meth:`call` otherwise."""
+        return (self.ctx.run_config.streaming_mode is not StreamingMode.NONE
+                and self.executor.streams_progress(calls))
+
+    async def call(self, calls: Sequence[FunctionCall]) -> Event:
+        """Run calls that show nothing as they run; the one committed event with every result."""
+        return await self._results(await self.executor.run(self.ctx, calls))
+
+    async def _results(self, outcomes: list[CallOutcome]) -> Event:
+        results = self.results_event(outcomes)
+        await self.commit(results, last=results.actions.end_invocation
+                          or results.is_final_response())
+        return results
 
     async def execute(self, calls: Sequence[FunctionCall], approved: Container[str] = (),
                       decided: Sequence[CallOutcome] = ()) -> AsyncGenerator[Event, None]:
@@ -144,17 +164,13 @@ class Flow:
         """
         outcomes: list[CallOutcome] = list(decided)
         if calls:
-            streaming = self.ctx.run_config.streaming_mode is not StreamingMode.NONE
-            if streaming and self.executor.streams_progress(calls):
+            if self.streams(calls):
                 async with aclosing(self._with_progress(calls, approved, outcomes)) as events:
                     async for event in events:
                         yield event
             else:
                 outcomes += await self.executor.run(self.ctx, calls, approved)
-        results = self.results_event(outcomes)
-        await self.commit(results, last=results.actions.end_invocation
-                          or results.is_final_response())
-        yield results
+        yield await self._results(outcomes)
 
     def _with_progress(self, calls: Sequence[FunctionCall], approved: Container[str],
                        outcomes: list[CallOutcome]) -> AsyncGenerator[Event, None]:
@@ -176,11 +192,12 @@ class Flow:
 
     # -- the pieces both modes use -----------------------------------------------------------
 
-    async def request(self, callback_context: CallbackContext) -> LlmRequest:
+    async def request(self, callback_context: CallbackContext | None) -> LlmRequest:
         """The next model request: instruction, the ledger's conversation, tools, config."""
         agent, ctx = self.agent, self.ctx
         instruction = agent.instruction
         if callable(instruction):
+            assert callback_context is not None  # made whenever the flow calls back
             instruction = await maybe_await(instruction(callback_context))
         elif "{" in instruction:
             instruction = inject_session_state(instruction, ctx.session.state,
@@ -226,14 +243,26 @@ class Flow:
             self.ctx.stats.llm_calls += 1
         return spent
 
-    async def model_failed(self, turn: ModelTurn, exc: ModelError) -> Event:
-        """The committed error event that ends the run after a model call failed (its span
-        failed too); nothing of the call is kept."""
+    def model_failed(self, turn: ModelTurn, exc: ModelError) -> Event:
+        """The error event that ends the run after a model call failed (its span failed
+        too); nothing of the call is kept."""
         turn.fail(exc.code)
         logger.info("agent %s: model call failed: %s", self.agent.name, exc)
-        failed = self.error_event(exc.code, public_message(exc))
-        await self.commit(failed, last=True)
-        return failed
+        return self.error_event(exc.code, public_message(exc))
+
+    async def ended(self, error: Event) -> Event:
+        """``error``, committed as the run's last event."""
+        await self.commit(error, last=True)
+        return error
+
+    async def answered(self, callback_context: CallbackContext | None, aggregate: LlmResponse
+                       ) -> Event:
+        """The record of a model call's aggregate, after the after-model callbacks (none
+        without a callback context)."""
+        if callback_context is None:
+            return self.model_event(aggregate)
+        return self.model_event(await self.after_model(callback_context, aggregate),
+                                callback_context.actions)
 
     async def model_stopped(self, turn: ModelTurn, exc: BaseException | None = None) -> None:
         """A model call ended before its aggregate, by ``exc``: its span fails. A stop (a
@@ -375,30 +404,36 @@ class Flow:
         return results
 
 
+async def _resumed(flow: Flow) -> AsyncGenerator[Event, None]:
+    """:meth:`Flow.run` of a run whose message answered calls: those first, then the steps
+    (unless the results ended the agent's turn)."""
+    last = None
+    async with aclosing(flow.resume(flow.ctx.resume)) as events:
+        async for last in events:
+            yield last
+    if last is not None and ends_turn(last):
+        return
+    async with aclosing(_steps(flow)) as events:
+        async for last in events:
+            yield last
+
+
 async def _steps(flow: Flow) -> AsyncGenerator[Event, None]:
-    """:meth:`Flow.run`'s steps: one model call each (the per-chunk path is here, inline)."""
-    ctx, commit = flow.ctx, flow.commit
-    last: Event | None = None
-    if ctx.resume:
-        async with aclosing(flow.resume(ctx.resume)) as events:
-            async for last in events:
-                yield last
-        if last is not None and ends_turn(last):
-            return
-    agent, model = flow.agent, flow.agent.model
-    invocation_id, author, branch = ctx.invocation_id, agent.name, ctx.branch
+    """:meth:`Flow.run`'s steps, one model call each (the per-chunk path is here, inline)."""
+    ctx, commit, agent, calls_back = flow.ctx, flow.commit, flow.agent, flow.calls_back
+    invocation_id, author, branch, model = ctx.invocation_id, agent.name, ctx.branch, agent.model
     stream = ctx.run_config.streaming_mode is StreamingMode.SSE
     while True:
-        callback_context = ctx.callback_context(author)
+        callback_context = ctx.callback_context(author) if calls_back else None
         request = await flow.request(callback_context)
-        aggregate = await flow.before_model(callback_context, request)
+        aggregate = None
+        if callback_context is not None:
+            aggregate = await flow.before_model(callback_context, request)
         if aggregate is None:
-            spent = flow.admit()
-            if spent is not None:
-                await commit(spent, last=True)
-                yield spent
+            if (spent := flow.admit()) is not None:
+                yield await flow.ended(spent)
                 return
-            turn = ModelTurn(ctx, agent, request, stream=stream)
+            turn = ModelTurn(ctx, author, model, request, stream=stream)
             contract, chat, done = turn.contract, turn.chat, False
             check_partial, waiting = contract.partial, chat.recording
             try:
@@ -415,23 +450,25 @@ async def _steps(flow: Flow) -> AsyncGenerator[Event, None]:
                             contract.check(response)
                 aggregate = turn.finish()
             except ModelError as exc:
-                yield await flow.model_failed(turn, exc)
+                yield await flow.ended(flow.model_failed(turn, exc))
                 return
             except BaseException as exc:
                 await flow.model_stopped(turn, exc)
                 raise
-        event = flow.model_event(await flow.after_model(callback_context, aggregate),
-                                 callback_context.actions)
+        event = await flow.answered(callback_context, aggregate)
         calls = event.function_calls
         ends = event.error_code is not None or not calls
         await commit(event, last=ends)
         yield event
         if ends:
             return
-        last = None
-        async with aclosing(flow.execute(calls)) as events:
-            async for last in events:
-                yield last
+        if flow.streams(calls):  # tool progress, agents used as tools: shown as they run
+            last = None
+            async with aclosing(flow.execute(calls)) as events:
+                async for last in events:
+                    yield last
+        else:
+            yield (last := await flow.call(calls))
         if last is None or ends_turn(last) or last.actions.end_invocation:
             return
 

@@ -243,7 +243,7 @@ class LiveModel:
                 if spent is not None:
                     await self._out.over_budget(spent)
                     return
-            turn = self._turn = ModelTurn(flow.ctx, flow.agent, None)
+            turn = self._turn = ModelTurn(flow.ctx, flow.agent.name, flow.agent.model, None)
         try:
             if response.partial:
                 self._out.show(turn.partial(response))

@@ -19,19 +19,19 @@ model call, and both go through the same per-turn rules:
 from __future__ import annotations
 
 from ..events import Event, partial_event
-from ..models.base import LlmRequest, LlmResponse
+from ..models.base import BaseLlm, LlmRequest, LlmResponse
 from ..models.contract import StreamContract
 from ..telemetry import ChatTrace
-from .agent import Agent
 from .invocation import InvocationContext
 
 
 class ModelTurn:
-    """One model call of ``agent`` in the run ``ctx``: its contract and its span.
+    """One model call of an agent in the run ``ctx``: its contract and its span.
 
     Args:
         ctx: the run, on the agent's branch.
-        agent: the agent whose model answers.
+        author: the agent's name (its events' author).
+        model: the agent's model.
         request: what the call was sent (``None`` for a live turn, whose input
             is the connection's).
         stream: whether the call streams (the span records it).
@@ -43,13 +43,13 @@ class ModelTurn:
 
     __slots__ = ("_author", "_branch", "_invocation_id", "chat", "contract")
 
-    def __init__(self, ctx: InvocationContext, agent: Agent, request: LlmRequest | None, *,
-                 stream: bool = True) -> None:
+    def __init__(self, ctx: InvocationContext, author: str, model: BaseLlm,
+                 request: LlmRequest | None, *, stream: bool = True) -> None:
         self._invocation_id = ctx.invocation_id
-        self._author = agent.name
+        self._author = author
         self._branch = ctx.branch
         self.contract = StreamContract(ctx.settings.max_output_chars)
-        self.chat: ChatTrace = ctx.trace.chat(agent.name, agent.model, request, stream=stream)
+        self.chat: ChatTrace = ctx.trace.chat(author, model, request, stream=stream)
 
     def partial(self, response: LlmResponse) -> Event:
         """Check a partial response; the partial event that shows it.
