@@ -428,13 +428,15 @@ async def test_serve_a_list_of_agents_on_loopback(spawn: Spawn) -> None:
 @pytest.mark.parametrize(("target", "says"), [
     ("nomodule:x", "no module named 'nomodule'"),
     ("served_agents:missing", "module 'served_agents' has no attribute 'missing'"),
-    ("served_agents:not_an_app", "expected an ASGI app, an Agent or a list of agents"),
+    ("served_agents:not_an_app", "expected an ASGI app, an agent (an Agent or a workflow "
+                                 "agent) or a list of agents"),
     ("served_agents", "expected module:attr"),
     ("served_agents:needs_a_name",
      "served_agents:needs_a_name is a function that needs arguments (name): a factory is "
      "called with none"),
     ("served_agents:builds_nothing", "served_agents:builds_nothing() is None: expected an "
-                                     "ASGI app, an Agent or a list of agents"),
+                                     "ASGI app, an agent (an Agent or a workflow agent) or a "
+                                     "list of agents"),
     ("served_agents:build_later", "served_agents:build_later is an async function"),
 ])
 def test_serve_a_bad_target_exits_2_with_a_message(server_env: dict[str, str], target: str,

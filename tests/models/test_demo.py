@@ -240,7 +240,7 @@ async def test_a_two_part_request_is_handed_on_in_turn() -> None:
             ("deploy", {"version": "2", "environment": "staging"})]
         second, left = await turn(runner, session.id, approval_response(approvals[0], True))
         assert left == []
-        assert steps(second)[-1] == ("deploy", "Version 2 is live on staging (live).")
+        assert steps(second)[-1] == ("deploy", "Version 2 is live on staging.")
         # The next message goes to deploy, the agent that answered; it hands it on.
         third, _ = await turn(runner, session.id, "Where is order 2001?")
         assert steps(third) == [("deploy", "-> support"), ("support", "call lookup_order"),

@@ -36,6 +36,7 @@ from ..events import (
 )
 from ..live_request_queue import LiveRequestQueue
 from ..sessions.ledger import call_branch
+from ..tasks import TaskSet
 from ..tools.approval import args_sha256
 from ..tools.context import ToolContext
 from ..tools.function_tool import BaseTool
@@ -85,7 +86,8 @@ class Handoff:
         generator cancels ``work`` and waits for it (nothing is yielded from
         inside a task).
         """
-        task = asyncio.ensure_future(work())  # owned here: awaited, or cancelled and awaited
+        tasks = TaskSet("hand-off", logger=logger)  # its failure is raised here, not logged
+        task = tasks.spawn(work(), name="hand-off", expected=BaseException)
         task.add_done_callback(lambda _: self._queue.put_nowait(None))  # the end
         queue = self._queue
         try:
@@ -96,9 +98,7 @@ class Handoff:
                     seen.set()
             task.result()
         finally:
-            if not task.done():
-                task.cancel()
-                await asyncio.wait([task])
+            await tasks.aclose()  # cancels it if it still runs, and waits for it
 
 
 def error_result(code: str, message: str) -> dict[str, Any]:

@@ -55,6 +55,7 @@ from ..errors import SessionError, UserError
 from ..events import Event, EventActions
 from ..live_request_queue import LiveRequestQueue
 from ..sessions.ledger import as_seen_by
+from ..tasks import TaskSet
 from ..types import Content, FunctionCall, Part
 from ._execution import CallOutcome
 from .agent import Agent
@@ -111,12 +112,13 @@ class LiveFlow:
         Raises:
             SessionError: the store failed (the run is over).
         """
-        supervisor = asyncio.create_task(self._supervise())
+        tasks = TaskSet("live run", logger=logger)
+        tasks.spawn(self._supervise(), name="live run")
         try:
             while (event := await self._out.get()) is not None:
                 yield event
         finally:
-            await self._teardown(supervisor)
+            await self._teardown(tasks)
         if self._store_failure is not None:  # the run's end: as a store failure anywhere
             raise self._store_failure
 
@@ -152,12 +154,11 @@ class LiveFlow:
         self._work.add(task)
         task.add_done_callback(self._work.discard)
 
-    async def _teardown(self, supervisor: asyncio.Task[None]) -> None:
+    async def _teardown(self, tasks: TaskSet) -> None:
         self._streams.close_inputs()
-        supervisor.cancel()
         timeout = self.ctx.settings.live_stop_timeout
-        done, _ = await asyncio.wait([supervisor], timeout=timeout)
-        if not done:
+        await tasks.aclose(grace=timeout)  # the supervisor: its group ends every task
+        if len(tasks):
             logger.warning("live run tasks did not end within %g s of the run's end", timeout)
         await self._model.close()
         self._streams.clear()

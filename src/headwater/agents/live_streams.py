@@ -29,6 +29,7 @@ from pydantic_core import to_jsonable_python
 
 from ..errors import QueueFull
 from ..live_request_queue import LiveRequest, LiveRequestQueue
+from ..tasks import TaskSet
 from ..tools.function_tool import BaseTool
 from ..types import FunctionCall, ToolDeclaration
 from ._execution import ToolExecutor, closing_stream
@@ -214,6 +215,9 @@ class _Emitter:
         self.last_sent: float | None = None
         self.held: Any = None
         self.holding = False
+        # The stream's next read and its wake-up timer: each awaited, or cancelled and
+        # awaited, before the stream's task goes on (a read's failure is raised there).
+        self._tasks = TaskSet("live stream", logger=logger)
 
     async def pump(self, source: AsyncIterator[Any]) -> str:
         tool, clock = self.tool, self.clock
@@ -227,7 +231,7 @@ class _Emitter:
                         return (f"Function {tool.name} stopped streaming: it reached its "
                                 f"maximum lifetime of {lifetime:g} s.")
                     if reader is None:
-                        reader = asyncio.ensure_future(anext(values, _END))
+                        reader = self._tasks.spawn(self._next(values), expected=BaseException)
                     await self._wait(reader, deadline)
                     if self._due():  # the held value's turn came first
                         await self.flush()
@@ -248,6 +252,11 @@ class _Emitter:
                     with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
                         await reader
 
+    @staticmethod
+    async def _next(values: AsyncIterator[Any]) -> Any:
+        """The stream's next value, or ``_END``."""
+        return await anext(values, _END)
+
     async def _wait(self, reader: asyncio.Task[Any], deadline: float | None) -> None:
         """Until the next value, the lifetime's end or the held value's turn."""
         wake, interval = deadline, self.tool.options.min_interval
@@ -257,7 +266,7 @@ class _Emitter:
         if wake is None:
             await asyncio.wait([reader])
             return
-        timer = asyncio.ensure_future(self.clock.sleep(max(0.0, wake - self.clock.monotonic())))
+        timer = self._tasks.spawn(self.clock.sleep(max(0.0, wake - self.clock.monotonic())))
         try:
             await asyncio.wait([reader, timer], return_when=asyncio.FIRST_COMPLETED)
         finally:

@@ -22,6 +22,7 @@ import weakref
 from ..errors import LeaseLostError, SessionBusyError, SessionError, SessionNotFoundError
 from ..events import Event
 from ..sessions.base import BaseSessionService, Lease
+from ..tasks import TaskSet
 
 logger = logging.getLogger("headwater.runner")
 
@@ -66,7 +67,7 @@ class _Ticker:
     It refers to its loop weakly: a loop that is gone takes its ticker with it.
     """
 
-    __slots__ = ("_due_after", "_handle", "_holds", "_interval", "loop")
+    __slots__ = ("_due_after", "_handle", "_holds", "_interval", "loop", "renewals")
 
     def __init__(self, loop: asyncio.AbstractEventLoop, ttl: float) -> None:
         self.loop = weakref.ref(loop)
@@ -74,6 +75,8 @@ class _Ticker:
         self._interval = ttl / 6
         self._holds: dict[SessionHold, float] = {}  # hold -> loop time of its last renewal
         self._handle: asyncio.TimerHandle | None = None
+        self.renewals = TaskSet("lease renewals", logger=logger)
+        """The renewals under way (each hold also keeps its own, to stop it on release)."""
 
     def add(self, hold: SessionHold) -> None:
         loop = self.loop()
@@ -208,9 +211,13 @@ class SessionHold:
             "auto_create_session=True")
 
     def renew(self) -> None:
-        """Renew the lease now, in a task this hold owns (unless one is under way)."""
+        """Renew the lease now, in a task of the keeper's (unless one is under way); the hold
+        stops it when it is released."""
+        ticker = self._ticker
+        assert ticker is not None
         if self._renewal is None or self._renewal.done():
-            self._renewal = asyncio.ensure_future(self._renew())
+            self._renewal = ticker.renewals.spawn(self._renew(),
+                                                  name=f"renew the lease of run {self.run_id}")
 
     async def _renew(self) -> None:
         lease, ticker = self.lease, self._ticker
