@@ -179,7 +179,7 @@ class Run:
                 except SessionError as exc:
                     yield self._store_failed(exc)
             except (GeneratorExit, asyncio.CancelledError):
-                self._stopped = self.queue is None or not self.queue.closed
+                self._stopped = self._stop_counts()
                 raise
         finally:
             await self.close()
@@ -199,6 +199,15 @@ class Run:
                 await self._leave()
             finally:
                 self._end_trace()
+
+    def _stop_counts(self) -> bool:
+        """Whether a stop now (a close, a cancel) is a stop, recorded as one.
+
+        A run of one message: always (its normal end is its last event). A live
+        run: while its input is open; its client closing the queue is its normal
+        end, and a close or cancel after that (a client that left) is part of it.
+        """
+        return self.queue is None or not self.queue.closed
 
     # -- start ------------------------------------------------------------------------------
 
@@ -220,7 +229,7 @@ class Run:
                 await self._prepare(tree)
         except BaseException as exc:
             if isinstance(exc, asyncio.CancelledError):  # a stop, as one mid-run is
-                self._stopped = self.queue is None or not self.queue.closed
+                self._stopped = self._stop_counts()
             self._trace.fail(error_type(exc))
             await self.close()
             raise
