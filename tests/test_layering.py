@@ -67,6 +67,7 @@ LAYERS: dict[str, int] = {
     "artifacts": 1,
     "agents": 2,
     "runner": 3,
+    "run": 3,
     "gateway": 4,
     "examples": 4,  # the demo's agents: the cli serves them
     "cli": 4,

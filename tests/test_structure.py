@@ -25,11 +25,7 @@ OUTSIDE = ("testing/", "sessions/migrations/")
 Function = ast.FunctionDef | ast.AsyncFunctionDef
 
 # Module path under src/headwater -> why its size is not checked yet.
-EXEMPT: dict[str, str] = {
-    "runner.py": "i27-run",
-    "agents/flow.py": "i27-run",
-    "agents/live_flow.py": "i27-run",
-}
+EXEMPT: dict[str, str] = {}
 
 
 def modules() -> list[str]:

@@ -32,15 +32,7 @@ HELPER = "tasks.py"
 STARTERS = frozenset({"create_task", "ensure_future"})
 
 # (module path under src/headwater, qualified function) -> why it may start a task itself.
-ALLOWED: dict[tuple[str, str], str] = {
-    ("runner.py", "_Heartbeat._due"): "i27-run converts these",
-    ("runner.py", "_Run._close_later"): "i27-run converts these",
-    ("agents/flow.py", "Flow._with_progress"): "i27-run converts these",
-    ("agents/tree.py", "TreeRun._parallel"): "i27-run converts these",
-    ("agents/live_flow.py", "LiveFlow.events"): "i27-run converts these",
-    ("agents/live_flow.py", "_Emitter.pump"): "i27-run converts these",
-    ("agents/live_flow.py", "_Emitter._wait"): "i27-run converts these",
-}
+ALLOWED: dict[tuple[str, str], str] = {}
 
 
 @dataclass(frozen=True)

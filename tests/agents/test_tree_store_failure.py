@@ -1,8 +1,8 @@
 """A tree's run whose store fails mid-run ends in one ``store_unavailable`` event, as a
-lone agent's does (tests/test_concurrency.py): the runner's generator around the tree's
-events turns the failure into that event; a lone agent's flow does it in its own
-generator (``Flow.top``). Both paths stop the same way: nothing raises, the error is
-the last event, and the next run on a healthy store is valid."""
+lone agent's does (tests/test_concurrency.py, tests/test_run_lifecycle.py): the run's one
+lifecycle (``headwater.run.Run``) turns the failure into that event, whatever made the
+events. Nothing raises, the error is the last event, and the next run on a healthy store
+is valid."""
 
 from __future__ import annotations
 

@@ -394,8 +394,8 @@ async def test_another_users_session_is_closed_exactly_like_a_missing_one(
 
 def _live_tasks() -> list[asyncio.Task[Any]]:
     """The tasks of live runs (flow, tool streams and their reads, model turns, socket)."""
-    names = ("LiveFlow.", "_Emitter.", "RunManager._drive", "LiveSocket.",
-             "EmulatedLlmConnection.", "anext_awaitable")
+    names = ("LiveFlow.", "LiveModel.", "LiveStreams.", "_Emitter.", "RunManager._drive",
+             "LiveSocket.", "EmulatedLlmConnection.")
     return [t for t in asyncio.all_tasks() if not t.done()
             and getattr(t.get_coro(), "__qualname__", type(t.get_coro()).__name__)
             .startswith(names)]

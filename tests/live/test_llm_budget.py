@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 
 from headwater import Agent, Content, Event, LiveRequestQueue, Runner, tool
-from headwater.models import BaseLlm, LlmRequest
+from headwater.context import CallbackContext
+from headwater.models import BaseLlm, LlmRequest, LlmResponse
 from headwater.models.gemini_live import GeminiLiveModel
 from headwater.models.openai_realtime import OpenAIRealtimeModel
 from headwater.run_config import RunConfig, StreamingMode
@@ -176,3 +177,30 @@ async def test_emissions_past_the_budget_are_not_sent() -> None:
     assert events[-1].error_code == "budget_exceeded"
     history = await stored(service)
     assert history[-1].error_code == "budget_exceeded"
+
+
+@pytest.mark.parametrize("mode", [StreamingMode.NONE, StreamingMode.SSE])
+async def test_a_before_model_callback_that_answers_spends_no_model_call(
+        mode: StreamingMode) -> None:
+    """A model call is admitted right before it is made, after the before-model callbacks:
+    one that answers instead of the model (a cache) is not refused for a spent budget, and
+    the run's count is of the model's calls alone."""
+    pings = Pings()
+
+    def cached(*, callback_context: CallbackContext, llm_request: LlmRequest
+               ) -> LlmResponse | None:
+        if llm_request.contents[-1].function_responses:  # after the tool: from the cache
+            return LlmResponse(content=Content.from_text("pong, from the cache", role="model"))
+        return None
+
+    model = ScriptedModel().call("ping", call_id="p1")
+    runner = Runner(agent=Agent(name="pinger", model=model, tools=[pings.tool()],
+                                before_model_callback=cached),
+                    app_name="app", auto_create_session=True)
+    stream = runner.run_async(user_id="u", session_id="s", new_message="ping it",
+                              run_config=RunConfig(streaming_mode=mode, max_llm_calls=1))
+    async with stream:
+        events = [e async for e in stream]
+    assert len(model.requests) == 1 and stream.stats.llm_calls == 1 and pings.ran == 1
+    assert [e.error_code for e in events if e.error_code] == []
+    assert events[-1].text == "pong, from the cache" and events[-1].is_final_response()

@@ -18,7 +18,7 @@ import asyncio
 import inspect
 import json
 import logging
-from collections.abc import AsyncGenerator, Callable, Container, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Container, Coroutine, Mapping, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,6 +36,7 @@ from ..events import (
 )
 from ..live_request_queue import LiveRequestQueue
 from ..sessions.ledger import call_branch
+from ..tasks import TaskSet
 from ..tools.approval import args_sha256
 from ..tools.context import ToolContext
 from ..tools.function_tool import BaseTool
@@ -59,8 +60,7 @@ class Handoff:
     call by ``_Progress``). :meth:`hand` takes an event of an agent used as a
     tool and returns once the caller has it, so an inner run goes at the
     caller's pace (as a parallel agent's branches do) and nothing piles up.
-    The reader takes ``(event, seen)`` pairs from :meth:`get` and sets ``seen``
-    (when not ``None``) once the event is yielded; ``None`` ends the stream.
+    :meth:`relay` runs the work that hands events off and yields them.
     """
 
     __slots__ = ("_queue",)
@@ -77,13 +77,28 @@ class Handoff:
         self._queue.put_nowait((event, seen))
         await seen.wait()
 
-    def close(self) -> None:
-        """No more events (the calls are done)."""
-        self._queue.put_nowait(None)
+    async def relay(self, work: Callable[[], Coroutine[Any, Any, None]]
+                    ) -> AsyncGenerator[Event, None]:
+        """Run ``work()`` in a task and yield what it hands off here, in order, until it ends.
 
-    async def get(self) -> tuple[Event, asyncio.Event | None] | None:
-        """The next event and what to set once it is yielded; ``None`` at the end."""
-        return await self._queue.get()
+        An event handed with :meth:`hand` is released once it is yielded; ``work``
+        ending closes the stream and its failure is raised here. Closing the
+        generator cancels ``work`` and waits for it (nothing is yielded from
+        inside a task).
+        """
+        tasks = TaskSet("hand-off", logger=logger)  # its failure is raised here, not logged
+        task = tasks.spawn(work(), name="hand-off", expected=BaseException)
+        task.add_done_callback(lambda _: self._queue.put_nowait(None))  # the end
+        queue = self._queue
+        try:
+            while (item := await queue.get()) is not None:
+                event, seen = item
+                yield event
+                if seen is not None:
+                    seen.set()
+            task.result()
+        finally:
+            await tasks.aclose()  # cancels it if it still runs, and waits for it
 
 
 def error_result(code: str, message: str) -> dict[str, Any]:
@@ -125,6 +140,8 @@ class CallOutcome:
 
 class ToolExecutor:
     """Runs the calls of one aggregate for one agent."""
+
+    __slots__ = ("after", "agent_name", "before", "middleware", "tools")
 
     def __init__(
         self,

@@ -27,10 +27,9 @@ from contextlib import aclosing
 from typing import Any, Protocol
 
 from ..context import CallbackContext
-from ..errors import ErrorCode, ModelError, SessionError, UserError, public_message
+from ..errors import ErrorCode, ModelError, UserError, public_message
 from ..events import Event, EventActions, partial_event
 from ..models.base import LlmRequest, LlmResponse
-from ..models.contract import StreamContract
 from ..run_config import StreamingMode
 from ..telemetry import error_type
 from ..tools.function_tool import BaseTool
@@ -48,6 +47,7 @@ from .approvals import Resume
 from .instructions import inject_session_state
 from .invocation import InvocationContext
 from .transfer import TRANSFER_TO_AGENT, TransferToAgentTool, transfer_targets
+from .turn import ModelTurn
 
 logger = logging.getLogger("headwater.agents")
 
@@ -72,30 +72,16 @@ class Recorder(Protocol):
         ...
 
 
-class RunTop(Protocol):
-    """The runner's side of a run whose events are one flow's (:meth:`Flow.top`)."""
+def recorded(recorder: Recorder | None) -> Recorder:
+    """``recorder``; a run without one is refused (its record would be silently lost).
 
-    async def begin(self) -> Flow | Event | None:
-        """Start the run (hold the session, store the message): the flow to drive, the
-        one event that is the whole run (its start failed as an event), or ``None``
-        (no events: the run was closed, or its start failed and raised before).
-
-        Raises:
-            what the start raises (a busy or missing session...); nothing is held then.
-        """
-        ...
-
-    def store_failed(self, exc: SessionError) -> Event:
-        """The error event that ends a run whose store failed mid-run."""
-        ...
-
-    def stopped(self) -> None:
-        """The reader closed or cancelled the run before its last event."""
-        ...
-
-    async def end(self) -> None:
-        """End the run: leave its hold on the session (seal, record a stop, release)."""
-        ...
+    Raises:
+        UserError: no recorder.
+    """
+    if recorder is None:
+        raise UserError("a run needs a recorder (the runner's session store) to persist "
+                        "its events; run agents through headwater.Runner")
+    return recorder
 
 
 class Flow:
@@ -117,16 +103,13 @@ class Flow:
             and agents to transfer to.
     """
 
-    __slots__ = ("agent", "commit", "ctx", "executor", "tools")
+    __slots__ = ("agent", "calls_back", "commit", "ctx", "executor", "tools")
 
     def __init__(self, agent: Agent, ctx: InvocationContext, recorder: Recorder | None,
                  *, transfer: bool = True, live: bool = False) -> None:
-        if recorder is None:
-            raise UserError("a run needs a recorder (the runner's session store) to persist "
-                            "its events; run agents through headwater.Runner")
         self.agent = agent
         self.ctx = ctx
-        self.commit = recorder.commit
+        self.commit = recorded(recorder).commit
         tools, by_name = agent.tools, agent.tools_by_name
         targets = transfer_targets(agent) if transfer else []
         if targets:
@@ -141,6 +124,10 @@ class Flow:
             agent_name=agent.name, tools=by_name,
             before=agent.before_tool_callbacks, after=agent.after_tool_callbacks,
             middleware=agent.tool_middleware)
+        self.calls_back = bool(callable(agent.instruction) or agent.before_model_callbacks
+                               or agent.after_model_callbacks)
+        """Whether a model call needs a callback context (an instruction provider or model
+        callbacks); without one, :meth:`run` makes none."""
 
     # -- run_async --------------------------------------------------------------------------
 
@@ -151,18 +138,23 @@ class Flow:
         non-partial event before resuming this generator. Closing it closes the
         model stream and cancels running tools.
         """
-        return _steps(self, None)
+        return _steps(self) if not self.ctx.resume else _resumed(self)
 
-    @staticmethod
-    def top(top: RunTop) -> AsyncGenerator[Event, None]:
-        """A run whose events are one flow's: ``top``'s start, the flow's steps, ``top``'s end.
+    def streams(self, calls: Sequence[FunctionCall]) -> bool:
+        """Whether running ``calls`` shows events as they run (tool progress, agents used
+        as tools; SSE only): :meth:`execute` then; :meth:`call` otherwise."""
+        return (self.ctx.run_config.streaming_mode is not StreamingMode.NONE
+                and self.executor.streams_progress(calls))
 
-        The runner's side of a run (holding the session, turning a store
-        failure into one error event, noting a stop, leaving the hold) runs in
-        the flow's own generator, so the reader steps the flow with no layer in
-        between (docs/architecture.md, "One flow, one persistence point").
-        """
-        return _steps(None, top)
+    async def call(self, calls: Sequence[FunctionCall]) -> Event:
+        """Run calls that show nothing as they run; the one committed event with every result."""
+        return await self._results(await self.executor.run(self.ctx, calls))
+
+    async def _results(self, outcomes: list[CallOutcome]) -> Event:
+        results = self.results_event(outcomes)
+        await self.commit(results, last=results.actions.end_invocation
+                          or results.is_final_response())
+        return results
 
     async def execute(self, calls: Sequence[FunctionCall], approved: Container[str] = (),
                       decided: Sequence[CallOutcome] = ()) -> AsyncGenerator[Event, None]:
@@ -172,36 +164,24 @@ class Flow:
         """
         outcomes: list[CallOutcome] = list(decided)
         if calls:
-            streaming = self.ctx.run_config.streaming_mode is not StreamingMode.NONE
-            if streaming and self.executor.streams_progress(calls):
+            if self.streams(calls):
                 async with aclosing(self._with_progress(calls, approved, outcomes)) as events:
                     async for event in events:
                         yield event
             else:
                 outcomes += await self.executor.run(self.ctx, calls, approved)
-        results = self.results_event(outcomes)
-        await self.commit(results, last=results.actions.end_invocation
-                          or results.is_final_response())
-        yield results
+        yield await self._results(outcomes)
 
-    async def _with_progress(self, calls: Sequence[FunctionCall], approved: Container[str],
-                             outcomes: list[CallOutcome]) -> AsyncGenerator[Event, None]:
+    def _with_progress(self, calls: Sequence[FunctionCall], approved: Container[str],
+                       outcomes: list[CallOutcome]) -> AsyncGenerator[Event, None]:
         """Run calls in a task while their progress events (and the events of agents
-        used as tools) are yielded here."""
+        used as tools) are yielded."""
         handoff = Handoff()
-        task = asyncio.create_task(self.executor.run(self.ctx, calls, approved, handoff))
-        task.add_done_callback(lambda _: handoff.close())
-        try:
-            while (item := await handoff.get()) is not None:
-                event, seen = item
-                yield event
-                if seen is not None:
-                    seen.set()
-            outcomes += task.result()
-        finally:
-            if not task.done():
-                task.cancel()
-                await asyncio.wait([task])
+
+        async def run() -> None:
+            outcomes.extend(await self.executor.run(self.ctx, calls, approved, handoff))
+
+        return handoff.relay(run)
 
     async def resume(self, resume: Resume) -> AsyncGenerator[Event, None]:
         """Run the calls a human approved and deny the others, before the next model call."""
@@ -212,11 +192,12 @@ class Flow:
 
     # -- the pieces both modes use -----------------------------------------------------------
 
-    async def request(self, callback_context: CallbackContext) -> LlmRequest:
+    async def request(self, callback_context: CallbackContext | None) -> LlmRequest:
         """The next model request: instruction, the ledger's conversation, tools, config."""
         agent, ctx = self.agent, self.ctx
         instruction = agent.instruction
         if callable(instruction):
+            assert callback_context is not None  # made whenever the flow calls back
             instruction = await maybe_await(instruction(callback_context))
         elif "{" in instruction:
             instruction = inject_session_state(instruction, ctx.session.state,
@@ -248,6 +229,50 @@ class Flow:
             if replaced is not None:
                 return replaced
         return response
+
+    def admit(self) -> Event | None:
+        """Admit a model call about to start: counted in the run's ``llm_calls``, or the
+        ``budget_exceeded`` error event when the run's model-call budget is spent.
+
+        Asked right before a request leaves, in every mode: before each model
+        call of :meth:`run` (after the before-model callbacks, which may answer
+        instead of the model) and before each turn of a live connection.
+        """
+        spent = self.llm_budget_spent()
+        if spent is None:
+            self.ctx.stats.llm_calls += 1
+        return spent
+
+    def model_failed(self, turn: ModelTurn, exc: ModelError) -> Event:
+        """The error event that ends the run after a model call failed (its span failed
+        too); nothing of the call is kept."""
+        turn.fail(exc.code)
+        logger.info("agent %s: model call failed: %s", self.agent.name, exc)
+        return self.error_event(exc.code, public_message(exc))
+
+    async def ended(self, error: Event) -> Event:
+        """``error``, committed as the run's last event."""
+        await self.commit(error, last=True)
+        return error
+
+    async def answered(self, callback_context: CallbackContext | None, aggregate: LlmResponse
+                       ) -> Event:
+        """The record of a model call's aggregate, after the after-model callbacks (none
+        without a callback context)."""
+        if callback_context is None:
+            return self.model_event(aggregate)
+        return self.model_event(await self.after_model(callback_context, aggregate),
+                                callback_context.actions)
+
+    async def model_stopped(self, turn: ModelTurn, exc: BaseException | None = None) -> None:
+        """A model call ended before its aggregate, by ``exc``: its span fails. A stop (a
+        close, a cancel; ``None``: the run ended around it) keeps the answer text it had
+        shown, stored ``interrupted``; a failure keeps nothing of the call."""
+        if exc is None or isinstance(exc, (GeneratorExit, asyncio.CancelledError)):
+            turn.fail("cancelled")
+            await self.keep_shown(turn.shown_text())
+        else:
+            turn.fail(error_type(exc))
 
     def llm_budget_spent(self) -> Event | None:
         """The ``budget_exceeded`` error event once ``max_llm_calls`` or
@@ -379,106 +404,79 @@ class Flow:
         return results
 
 
-async def _steps(flow: Flow | None, top: RunTop | None) -> AsyncGenerator[Event, None]:
-    """:meth:`Flow.run`'s steps; with ``top`` (:meth:`Flow.top`), its start and end around them."""
-    begun: Flow | Event | None = flow
-    if top is not None:
-        begun = await top.begin()  # raises as the start does
-        if begun is None:
-            return
-    try:
-        try:
-            if isinstance(begun, Event):  # the start failed as an event: the run's only one
-                yield begun
+async def _resumed(flow: Flow) -> AsyncGenerator[Event, None]:
+    """:meth:`Flow.run` of a run whose message answered calls: those first, then the steps
+    (unless the results ended the agent's turn)."""
+    last = None
+    async with aclosing(flow.resume(flow.ctx.resume)) as events:
+        async for last in events:
+            yield last
+    if last is not None and ends_turn(last):
+        return
+    async with aclosing(_steps(flow)) as events:
+        async for last in events:
+            yield last
+
+
+async def _steps(flow: Flow) -> AsyncGenerator[Event, None]:
+    """:meth:`Flow.run`'s steps, one model call each (the per-chunk path is here, inline)."""
+    ctx, commit, agent, calls_back = flow.ctx, flow.commit, flow.agent, flow.calls_back
+    invocation_id, author, branch, model = ctx.invocation_id, agent.name, ctx.branch, agent.model
+    stream = ctx.run_config.streaming_mode is StreamingMode.SSE
+    while True:
+        callback_context = ctx.callback_context(author) if calls_back else None
+        request = await flow.request(callback_context)
+        aggregate = None
+        if callback_context is not None:
+            aggregate = await flow.before_model(callback_context, request)
+        if aggregate is None:
+            if (spent := flow.admit()) is not None:
+                yield await flow.ended(spent)
                 return
-            assert begun is not None
-            flow = begun
-            ctx, commit = flow.ctx, flow.commit
-            if ctx.resume:
-                last: Event | None = None
-                async with aclosing(flow.resume(ctx.resume)) as events:
-                    async for event in events:
-                        yield event
-                        last = event
-                if last is not None and (last.is_final_response()
-                                         or last.actions.transfer_to_agent):
-                    return
-            agent, model = flow.agent, flow.agent.model
-            invocation_id, author, branch = ctx.invocation_id, agent.name, ctx.branch
-            stream = ctx.run_config.streaming_mode is StreamingMode.SSE
-            while True:
-                spent = flow.llm_budget_spent()
-                if spent is not None:
-                    await commit(spent, last=True)
-                    yield spent
-                    return
-                callback_context = ctx.callback_context(author)
-                request = await flow.request(callback_context)
-                aggregate = await flow.before_model(callback_context, request)
-                if aggregate is None:
-                    ctx.stats.llm_calls += 1
-                    contract = StreamContract(ctx.settings.max_output_chars)
-                    check_partial, done = contract.partial, False
-                    chat = ctx.trace.chat(author, model, request, stream=stream)
-                    waiting = chat.recording  # the time to the first chunk is still to record
-                    try:
-                        chunks = model.generate_content(request, stream=stream)
-                        async with aclosing(chunks):
-                            async for response in chunks:  # the per-chunk path: keep it lean
-                                if waiting:
-                                    waiting = chat.first_chunk()
-                                if response.partial and not done:
-                                    check_partial(response)
-                                    yield partial_event(invocation_id, author, response.content,
-                                                        branch)
-                                else:
-                                    done = True
-                                    contract.check(response)
-                        aggregate = contract.finish()
-                        chat.end(aggregate)
-                    except ModelError as exc:
-                        chat.fail(exc.code)
-                        logger.info("agent %s: model call failed: %s", author, exc)
-                        failed = flow.error_event(exc.code, public_message(exc))
-                        await commit(failed, last=True)
-                        yield failed
-                        return
-                    except (GeneratorExit, asyncio.CancelledError):
-                        chat.fail("cancelled")
-                        # An explicit stop keeps what was shown, marked interrupted (a transport
-                        # failure, above, keeps nothing of the call).
-                        await flow.keep_shown(contract.shown_text())
-                        raise
-                    except BaseException as exc:
-                        chat.fail(error_type(exc))
-                        raise
-                aggregate = await flow.after_model(callback_context, aggregate)
-                event = flow.model_event(aggregate, callback_context.actions)
-                calls = event.function_calls
-                ends = event.error_code is not None or not calls
-                await commit(event, last=ends)
-                yield event
-                if ends:
-                    return
-                last = None
-                async with aclosing(flow.execute(calls)) as events:
-                    async for item in events:
-                        yield item
-                        last = item
-                if (last is None or last.actions.end_invocation or last.actions.transfer_to_agent
-                        or last.is_final_response()):
-                    return
-        except SessionError as exc:
-            if top is None:
+            turn = ModelTurn(ctx, author, model, request, stream=stream)
+            contract, chat, done = turn.contract, turn.chat, False
+            check_partial, waiting = contract.partial, chat.recording
+            try:
+                async with aclosing(model.generate_content(request, stream=stream)) as chunks:
+                    async for response in chunks:  # the per-chunk path: keep it lean
+                        if waiting:  # the time to the first chunk is still to record
+                            waiting = chat.first_chunk()
+                        if response.partial and not done:  # ModelTurn.partial, inline
+                            check_partial(response)
+                            yield partial_event(invocation_id, author, response.content,
+                                                branch)
+                        else:
+                            done = True
+                            contract.check(response)
+                aggregate = turn.finish()
+            except ModelError as exc:
+                yield await flow.ended(flow.model_failed(turn, exc))
+                return
+            except BaseException as exc:
+                await flow.model_stopped(turn, exc)
                 raise
-            yield top.store_failed(exc)  # the store failed mid-run: one error event
-    except (GeneratorExit, asyncio.CancelledError):
-        if top is not None:
-            top.stopped()
-        raise
-    finally:
-        if top is not None:
-            await top.end()
+        event = await flow.answered(callback_context, aggregate)
+        calls = event.function_calls
+        ends = event.error_code is not None or not calls
+        await commit(event, last=ends)
+        yield event
+        if ends:
+            return
+        if flow.streams(calls):  # tool progress, agents used as tools: shown as they run
+            last = None
+            async with aclosing(flow.execute(calls)) as events:
+                async for last in events:
+                    yield last
+        else:
+            yield (last := await flow.call(calls))
+        if last is None or ends_turn(last) or last.actions.end_invocation:
+            return
+
+
+def ends_turn(event: Event) -> bool:
+    """Whether the agent's turn is over after ``event``, a results event: a final
+    response, or a transfer to another agent."""
+    return event.is_final_response() or bool(event.actions.transfer_to_agent)
 
 
 def seal_event(ctx: InvocationContext, author: str, reason: str,

@@ -1,10 +1,11 @@
 """``TreeRun``: one run of an agent tree — which agent takes the turn, then each kind driven.
 
-The runner hands the root agent to a ``TreeRun`` and iterates :meth:`TreeRun.run`;
-that yields the events of whichever agents run, in the order they are
-committed. Every agent writes through the run's one recorder (persist, then
-yield) and spends the run's one :class:`~headwater.agents.invocation.RunStats`
-(``max_llm_calls`` counts every agent's model calls).
+A run (``headwater.run``) hands the root agent to a ``TreeRun`` and reads
+:meth:`TreeRun.run` (or :meth:`TreeRun.live`); that yields the events of whichever
+agents run, in the order they are committed. Every agent writes through the run's
+one recorder (persist, then yield) and spends the run's one
+:class:`~headwater.agents.invocation.RunStats` (``max_llm_calls`` counts every
+agent's model calls).
 
 - **Who takes the turn** (ADK's rule, :meth:`TreeRun.agent_to_run`): a message
   answering calls (approvals, long-running results) goes to the agent that made
@@ -19,15 +20,15 @@ yield) and spends the run's one :class:`~headwater.agents.invocation.RunStats`
   ``max_iterations`` or an ``escalate``; both stop at a sub-agent that ends in
   an error or with ``end_invocation``. **ParallelAgent** runs each sub-agent on its own branch
   (``"<parallel>.<sub>"``) in one task group; their events reach the stream
-  through a queue (nothing is yielded from inside the group), and each branch
-  goes on only once its event has been yielded. A branch that fails ends with
-  its own error event; the others go on.
+  through a :class:`~headwater.agents._execution.Handoff` (nothing is yielded
+  from inside the group; the one hand-off agents used as tools and tool
+  progress use too), and each branch goes on only once its event has been
+  yielded. A branch that fails ends with its own error event; the others go on.
 
-A lone LLM agent (no sub-agents, no parent) runs its ``Flow`` directly: the
-single-agent path has no layer added (the runner drives it with ``Flow.top``,
-its start and end in the flow's own generator). The run's last event releases the
-session's lease in its own write only where the tree says it is last (the
-tail of the run); elsewhere the hold releases it when the run ends.
+A lone LLM agent (no sub-agents, no parent) is its ``Flow``'s run, with no
+generator of the tree's around it. The run's last event releases the session's
+lease in its own write only where the tree says it is last (the tail of the
+run); elsewhere the run releases it when it ends.
 """
 
 from __future__ import annotations
@@ -42,24 +43,17 @@ from ..errors import ERROR_MESSAGES, ErrorCode, SessionError, UserError
 from ..events import Event
 from ..live_request_queue import LiveRequestQueue
 from ..types import Content, FunctionCall
+from ._execution import Handoff
 from .agent import Agent
 from .approvals import Resume
 from .base import BaseAgent
-from .flow import Flow, Recorder, seal_event
+from .flow import Flow, Recorder, recorded, seal_event
 from .invocation import InvocationContext
 from .live_flow import LiveFlow
 from .transfer import returns_to
 from .workflow import LoopAgent, ParallelAgent, SequentialAgent
 
 logger = logging.getLogger("headwater.agents")
-
-
-def lone_agent(root: BaseAgent) -> Agent | None:
-    """``root`` when it is a lone LLM agent (no sub-agents, no parent): its run is its
-    ``Flow``'s, with no layer added. ``None`` for any other root."""
-    if isinstance(root, Agent) and not root.sub_agents and root.parent_agent is None:
-        return root
-    return None
 
 
 @dataclass(slots=True)
@@ -99,12 +93,9 @@ class TreeRun:
 
     def __init__(self, root: BaseAgent, ctx: InvocationContext, recorder: Recorder | None
                  ) -> None:
-        if recorder is None:
-            raise UserError("a run needs a recorder (the runner's session store) to persist "
-                            "its events; run agents through headwater.Runner")
         self.root = root
         self.ctx = ctx
-        self.recorder = recorder
+        self.recorder = recorded(recorder)
         self._not_last: _NotLast | None = None  # made when a nested agent first needs it
         ctx.driver = self.drive  # agents used as tools run through this run
 
@@ -128,7 +119,7 @@ class TreeRun:
         if self.ctx.driver == self.drive:
             self.ctx.driver = None
 
-    # -- the runner's seams -----------------------------------------------------------------
+    # -- the run's sources of events ------------------------------------------------------------
 
     def run(self) -> AsyncGenerator[Event, None]:
         """The run's events: the agent that takes the turn, and whatever runs after it.
@@ -140,20 +131,11 @@ class TreeRun:
             UserError: an agent kind the orchestrator cannot run, or an
                 instruction naming a state key the session does not hold.
         """
-        flow = self.lone_flow()
-        if flow is not None:
-            return flow.run()  # the single-agent path, as it was
+        root = self.root
+        if isinstance(root, Agent) and not root.sub_agents and root.parent_agent is None:
+            return Flow(root, self.ctx, self.recorder).run()  # a lone agent: its flow's run
         agent, branch = self.agent_to_run()
         return self._run(agent, branch, True, _Outcome(), self.ctx.resume)
-
-    def lone_flow(self) -> Flow | None:
-        """The flow of a lone LLM agent's run (:func:`lone_agent`), ``None`` for a tree.
-
-        The runner drives it with :meth:`Flow.top`, its own start and end in
-        the flow's generator.
-        """
-        agent = lone_agent(self.root)
-        return None if agent is None else Flow(agent, self.ctx, self.recorder)
 
     def drive(self, agent: BaseAgent, branch: str | None = None,
               message: Content | None = None) -> AsyncGenerator[Event, None]:
@@ -333,20 +315,18 @@ class TreeRun:
                     outcome.escalated = True  # as in ADK: an enclosing loop stops too
                     return
 
-    async def _parallel(self, agent: ParallelAgent, branch: str | None, outcome: _Outcome
-                        ) -> AsyncGenerator[Event, None]:
-        queue: asyncio.Queue[tuple[Event, asyncio.Event] | None] = asyncio.Queue()
+    def _parallel(self, agent: ParallelAgent, branch: str | None, outcome: _Outcome
+                  ) -> AsyncGenerator[Event, None]:
+        handoff = Handoff()
 
         async def one(sub: BaseAgent) -> None:
             sub_branch = f"{branch}.{agent.name}.{sub.name}" if branch else \
                 f"{agent.name}.{sub.name}"
-            done, seen = _Outcome(), asyncio.Event()
+            done = _Outcome()
             try:
                 async with aclosing(self._run(sub, sub_branch, False, done)) as events:
                     async for event in events:
-                        seen.clear()
-                        queue.put_nowait((event, seen))
-                        await seen.wait()  # go on once the caller has the event
+                        await handoff.hand(event)  # go on once the caller has the event
             except SessionError:
                 raise
             except Exception as exc:  # this branch fails alone; the others go on
@@ -357,29 +337,16 @@ class TreeRun:
                                error_message=ERROR_MESSAGES["internal"])
                 await self.recorder.commit(failed)
                 done.stopped = True
-                queue.put_nowait((failed, seen))
+                await handoff.hand(failed)
             outcome.stopped = outcome.stopped or done.stopped
             outcome.escalated = outcome.escalated or done.escalated
 
-        async def supervise() -> None:
+        async def branches() -> None:
             try:
                 async with asyncio.TaskGroup() as group:
                     for sub in agent.sub_agents:
                         group.create_task(one(sub))
-            finally:
-                queue.put_nowait(None)
-
-        task = asyncio.create_task(supervise())
-        try:
-            while (item := await queue.get()) is not None:
-                event, seen = item
-                yield event
-                seen.set()
-            try:
-                await task
             except BaseExceptionGroup as group:  # one branch's store failure: as itself
                 raise group.exceptions[0] from None
-        finally:
-            if not task.done():
-                task.cancel()
-                await asyncio.wait([task])
+
+        return handoff.relay(branches)
