@@ -9,7 +9,8 @@
 A module may import its own layer or lower ones. `headwater.testing` may import
 anything; nothing else imports it. The package root re-exports the public surface,
 so it is exempt as an importer and off limits as an import. Only the gateway
-imports web frameworks.
+imports web frameworks, and only the MCP modules (``MCP_MODULES``) the official
+MCP SDK.
 
 Two more rules keep the machinery private and the graph a tree of layers:
 
@@ -74,6 +75,9 @@ LAYERS: dict[str, int] = {
 TESTING = "testing"
 WEB_FRAMEWORKS = frozenset({"starlette", "fastapi", "uvicorn"})
 WEB_ALLOWED = frozenset({"gateway"})
+MCP_SDK = frozenset({"mcp", "mcp_types", "httpx2"})
+"""The official MCP SDK (and the HTTP client it brings): imported only by the MCP modules."""
+MCP_MODULES = frozenset({"headwater.tools.mcp", "headwater.tools._mcp_connection"})
 
 
 def _top(module: str) -> str | None:
@@ -93,6 +97,8 @@ def check_import(importer: str, imported: str) -> str | None:
     if top not in LAYERS:
         return f"{importer} is not placed in a layer: add {top!r} to LAYERS"
     root = imported.split(".")[0]
+    if root in MCP_SDK and importer not in MCP_MODULES:
+        return f"only the MCP modules ({', '.join(sorted(MCP_MODULES))}) may import {root}"
     if root in WEB_FRAMEWORKS:
         return None if top in WEB_ALLOWED else f"only headwater.gateway may import {root}"
     if root != PACKAGE:
@@ -336,6 +342,9 @@ def test_no_import_cycles() -> None:
         ("headwater.sessions.sql", "headwater"),
         ("headwater.runner", "starlette.responses"),
         ("headwater.newthing", "headwater.types"),
+        ("headwater.tools.function_tool", "mcp"),
+        ("headwater.gateway.app", "mcp.server.lowlevel"),
+        ("headwater.runner", "mcp_types"),
     ],
 )
 def test_check_import_reports(importer: str, imported: str) -> None:
@@ -353,6 +362,8 @@ def test_check_import_reports(importer: str, imported: str) -> None:
         ("headwater.testing.fake_provider", "headwater.gateway"),
         ("headwater", "headwater.testing"),
         ("headwater.runner", "asyncio"),
+        ("headwater.tools.mcp", "mcp.client.session"),
+        ("headwater.tools._mcp_connection", "mcp_types"),
     ],
 )
 def test_check_import_allows(importer: str, imported: str) -> None:

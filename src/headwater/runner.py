@@ -31,6 +31,7 @@ from .agents.base import BaseAgent
 from .agents.expiry import expired_event
 from .agents.flow import Flow
 from .agents.invocation import InvocationContext, RunStats
+from .agents.toolsets import close_toolsets
 from .agents.tree import TreeRun, lone_agent
 from .artifacts import BaseArtifactService
 from .clock import SYSTEM_CLOCK, Clock
@@ -894,8 +895,10 @@ class Runner:
         return ledger
 
     async def aclose(self) -> None:
-        """Release the session store's connections (the runner may not be used afterwards)."""
+        """Release the session store's connections and close the agents' toolsets (their
+        MCP servers stop; the runner may not be used afterwards)."""
         self._ledgers.clear()
+        await close_toolsets(self.agent)
         await self.session_service.close()
 
     async def __aenter__(self) -> Runner:
