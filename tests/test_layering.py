@@ -77,7 +77,9 @@ WEB_FRAMEWORKS = frozenset({"starlette", "fastapi", "uvicorn"})
 WEB_ALLOWED = frozenset({"gateway"})
 MCP_SDK = frozenset({"mcp", "mcp_types", "httpx2"})
 """The official MCP SDK (and the HTTP client it brings): imported only by the MCP modules."""
-MCP_MODULES = frozenset({"headwater.tools.mcp", "headwater.tools._mcp_connection"})
+MCP_MODULES = frozenset({"headwater.tools.mcp", "headwater.tools._mcp_connection",
+                         "headwater.gateway.mcp", "headwater.gateway.mcp_server",
+                         "headwater.cli._mcp"})
 
 
 def _top(module: str) -> str | None:

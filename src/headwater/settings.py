@@ -77,6 +77,9 @@ class Settings(BaseSettings):
             ``/mcp``): the least seconds between two progress notifications
             carrying the answer so far (the latest wins; one always goes before
             the result).
+        mcp_session_idle_timeout, mcp_max_sessions: the gateway's ``/mcp``: seconds
+            an MCP session (2025 revisions) lives with no request in flight, and
+            how many may be open at once (past it, 503 for a new one).
         session_lock_timeout: seconds a run waits for another run (of any runner
             or process) holding the same session before ``SessionBusyError``
             (default 1 s: time for a run that is closing to finish its cleanup;
@@ -270,6 +273,8 @@ class Settings(BaseSettings):
     mcp_call_timeout: float = Field(default=300.0, gt=0)
     mcp_connect_timeout: float = Field(default=30.0, gt=0)
     mcp_progress_interval: float = Field(default=0.1, ge=0)
+    mcp_session_idle_timeout: float = Field(default=1800.0, gt=0)
+    mcp_max_sessions: int = Field(default=1000, ge=1)
     session_lock_timeout: float = Field(default=1.0, ge=0)
     max_result_bytes: int = Field(default=100_000, ge=256)
     model_max_attempts: int = Field(default=3, ge=1)

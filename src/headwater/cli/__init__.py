@@ -143,6 +143,7 @@ def _parser() -> argparse.ArgumentParser:
     _sessions_command(commands)
     _db_command(commands)
     _serve_command(commands)
+    _mcp_command(commands)
     return parser
 
 
@@ -303,6 +304,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         from ._sessions import sessions_command as command
     elif args.command == "db":
         from ._db import db_command as command
+    elif args.command == "mcp":
+        from ._mcp import mcp_command as command
     else:
         from ._serve import serve_command as command
     return _guarded(command, args)
@@ -337,3 +340,40 @@ def _stdout_gone() -> None:
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, sys.stdout.fileno())
     os.close(devnull)
+
+
+MCP_EPILOG = """\
+what a client sees:
+  one tool, named after the agent, with input {"message": string, "session_id"?: string}.
+  While it runs, what the agent streams comes as progress notifications (each message
+  the answer so far, or a tool's progress line); the result is its final text, and its
+  _meta (and structuredContent) carry the session id to go on with. A cancel from the
+  client stops the run, recorded cancelled. Sessions are the local user's
+  (headwater sessions --app NAME lists them). Nothing but MCP goes to stdout.
+
+a client's configuration (Claude Desktop, an IDE):
+  {"mcpServers": {"shop": {"command": "headwater", "args": ["mcp", "/path/to/agent.py"]}}}
+
+the MCP Inspector:
+  npx @modelcontextprotocol/inspector headwater mcp agent.py
+
+over HTTP: headwater serve serves the same at /mcp, under the gateway's auth
+(docs/mcp.md). Needs the MCP SDK: pip install "headwater[mcp]".
+"""
+
+
+def _mcp_command(commands: _Commands) -> None:
+    """``headwater mcp``: an agent file as an MCP server over stdio."""
+    formatter = argparse.RawDescriptionHelpFormatter
+    mcp = commands.add_parser(
+        "mcp", formatter_class=formatter, epilog=MCP_EPILOG,
+        help="serve an agent file as an MCP tool over stdio (for MCP clients)",
+        description="Load path/to/agent.py (its `agent`, else `root_agent`: any agent) and "
+                    "serve it over stdin/stdout as an MCP server whose one tool is the agent. "
+                    "An MCP client starts this command; it runs until the client closes "
+                    "stdin.")
+    mcp.add_argument("path", help="a Python file defining `agent` or `root_agent`")
+    mcp.add_argument("--model", default=None, metavar="M",
+                     help="run the root agent on this model string, e.g. openai:gpt-4o-mini "
+                          "(default: the model the agent file gives it)")
+    _add_db(mcp)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from typing import TextIO
 
+from ..events import ToolStreamEvent
 from ..examples import support
 from ..run_config import RunConfig, StreamingMode
 from ..runner import Runner, RunStream
@@ -89,7 +90,7 @@ async def narrate(stream: RunStream, out: TextIO) -> bool:
         if event.tool_progress is not None:
             progress = event.tool_progress
             out.write(f"{new_line(indent)}[progress] {progress.tool_name}: "
-                      f"{progress.event.delta or ''}\n")
+                      f"{progress_line(progress.event)}\n")
             continue
         if event.partial:
             if event.text:
@@ -125,3 +126,13 @@ async def narrate(stream: RunStream, out: TextIO) -> bool:
                       f"{json.dumps(response.response)}\n")
     new_line("")
     return failed
+
+
+def progress_line(item: ToolStreamEvent) -> str:
+    """A progress event as a line: its text, or its measure (``2/5``, or ``2`` without a
+    total) and its message."""
+    if item.type != "progress":
+        return item.delta or ""
+    measure = "" if item.progress is None else (
+        f"{item.progress:g}/{item.total:g}" if item.total else f"{item.progress:g}")
+    return " ".join(part for part in (measure, item.message or "") if part)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import importlib.util
 import logging
 import signal
 import threading
@@ -204,6 +205,12 @@ def create_app(
     for router in (meta, sessions, runs, agui.router, page.router, vercel.router,
                    websocket.router):
         app.include_router(router)
+    app.state.mcp = None
+    if importlib.util.find_spec("mcp") is not None:  # headwater[mcp]: the agents as MCP tools
+        from .mcp import route
+
+        mcp_route, app.state.mcp = route(gateway)
+        app.router.routes.append(mcp_route)
     return app
 
 
@@ -232,12 +239,33 @@ def _gateway(agents: Sequence[BaseAgent], session_service: BaseSessionService | 
 
 @contextlib.asynccontextmanager
 async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
-    """The app's lifespan: a stop signal stops the runs and drains the live sockets before
-    the server stops (:class:`_StopSignals`); the collector tuned as the settings say while
-    the app serves; at the end every run stopped, the stores closed."""
+    """The app's lifespan: the store opened and the toolsets listed before the server is up;
+    ``/mcp``'s session manager running (with ``headwater[mcp]``); a stop signal stops the
+    runs and drains the live sockets before the server stops (:class:`_StopSignals`); the
+    collector tuned as the settings say while the app serves; at the end every run
+    stopped, the toolsets (their MCP servers) and the stores closed."""
     gateway: Gateway = app.state.gateway
-    settings = gateway.settings
     await _open_store(gateway)
+    try:
+        await _open_tools(gateway)
+    except BaseException:
+        await gateway.close_tools()
+        if gateway.owns_service:
+            await gateway.service.close()
+        raise
+    mcp = app.state.mcp
+    async with contextlib.AsyncExitStack() as stack:
+        if mcp is not None:
+            await stack.enter_async_context(mcp.running())
+        async with _serving(gateway):
+            yield
+
+
+@contextlib.asynccontextmanager
+async def _serving(gateway: Gateway) -> AsyncIterator[None]:
+    """While the app serves: stop signals handled, the collector tuned; at the end every run
+    stopped, the toolsets and the stores closed."""
+    settings = gateway.settings
     stop = _StopSignals(gateway)
     stop.install()
     if settings.gc_freeze:
@@ -257,8 +285,18 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
             gc.unfreeze()
         stop.restore()
         await gateway.runs.aclose()
+        await gateway.close_tools()
         if gateway.owns_service:
             await gateway.service.close()
+
+
+async def _open_tools(gateway: Gateway) -> None:
+    """List every agent's toolsets before the server says it is up. An MCP server that cannot
+    be started or reached is logged (once) and tried again before each run of its agent; a
+    tool that clashes with another ends the start."""
+    for agent in gateway.runners:
+        with contextlib.suppress(GatewayHTTPError):  # mcp_unavailable: logged, runs get 503
+            await gateway.open_tools(agent)
 
 
 async def _open_store(gateway: Gateway) -> None:

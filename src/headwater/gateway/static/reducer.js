@@ -2,7 +2,7 @@
 //
 //   state = { items, drafts, status, error }
 //   items:  the record, in order: {kind: "message", author, branch?, id, text, final}
-//           | {kind: "tool", call_id, name, author?, branch?, status, progress, approval,
+//           | {kind: "tool", call_id, name, author?, branch?, status, progress, message, approval,
 //              lines, emissions?}: approval {args_sha256, display, decided} once asked
 //           | {kind: "transfer", author, to, call_id, branch?}: the conversation went to `to`
 //           | {kind: "usage", usage} | {kind: "error", code, retryable}
@@ -98,7 +98,7 @@ function upsert(items, match, make, change) {
 
 function toolCard(callId, name, who) {
   const card = { kind: "tool", call_id: callId, name, status: "running", progress: null,
-                 approval: null, lines: [] };
+                 message: null, approval: null, lines: [] };
   if (who?.author) card.author = who.author;
   if (who?.branch) card.branch = who.branch;
   return card;
@@ -186,13 +186,23 @@ function onToolCall(state, d) {
 }
 
 function onToolProgress(state, d) {
+  const measured = typeof d.progress === "number";
   const items = updateTool(state.items, d.call_id, d.name, (card) => ({
     ...card,
     status: card.status === "ok" || card.status === "error" ? card.status : "running",
-    progress: d.type === "part_delta" || d.delta ? progressOf(card.progress, d.delta) : card.progress,
+    progress: measured ? measureOf(d)
+      : d.type === "part_delta" || d.delta ? progressOf(card.progress, d.delta) : card.progress,
     lines: d.delta ? [...card.lines, d.delta] : card.lines,
+    message: d.message ?? card.message ?? null,
   }), d);
   return { ...state, items };
+}
+
+/** Progress a tool measures itself (an MCP server's `notifications/progress`): `progress` of
+ * `total`, determinate when the total is known; else indeterminate. */
+export function measureOf(d) {
+  const total = typeof d.total === "number" && d.total > 0 ? d.total : null;
+  return { value: total === null ? d.progress : Math.min(d.progress, total), max: total };
 }
 
 // A denied call's result is the denial (status "error"): the card keeps saying "denied".
