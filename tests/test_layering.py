@@ -79,7 +79,7 @@ MCP_SDK = frozenset({"mcp", "mcp_types", "httpx2"})
 """The official MCP SDK (and the HTTP client it brings): imported only by the MCP modules."""
 MCP_MODULES = frozenset({"headwater.tools.mcp", "headwater.tools._mcp_connection",
                          "headwater.gateway.mcp", "headwater.gateway.mcp_server",
-                         "headwater.cli._mcp"})
+                         "headwater.cli._mcp", "headwater.examples.index_server"})
 
 
 def _top(module: str) -> str | None:
@@ -446,7 +446,7 @@ def test_check_private_import_allows(importer: str, imported: str, name: str | N
 # -- settings are passed in --------------------------------------------------------------------
 
 SETTINGS_ENTRY_POINTS = ("headwater.settings", "headwater.cli", "headwater.gateway.serve",
-                         "headwater.examples._console")
+                         "headwater.examples._console", "headwater.examples.index_server")
 """Where the process-wide settings may be read (a module, or a package and its modules)."""
 FETCHERS = frozenset({"get_settings", "reload_settings"})
 DEFAULT_PATH = "settings_or_default"

@@ -62,6 +62,21 @@ class ToolStreamEvent:
     total: float | None = None
     message: str | None = None
 
+    @property
+    def line(self) -> str:
+        """What a terminal shows of it: :func:`progress_line` of its fields."""
+        return progress_line(self.delta, self.progress, self.total, self.message)
+
+
+def progress_line(delta: str | None, progress: float | None = None, total: float | None = None,
+                  message: str | None = None) -> str:
+    """One line for a piece of tool progress: its text, or its measure (``2/5``; ``2``
+    without a total) then its message: ``2/5 indexing docs/tools.md``."""
+    if progress is None:
+        return message or delta or ""
+    measure = f"{progress:g}/{total:g}" if total else f"{progress:g}"
+    return f"{measure} {message}" if message else measure
+
 
 @dataclass(slots=True)
 class ToolProgress:

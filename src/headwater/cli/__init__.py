@@ -154,7 +154,8 @@ def _demo_command(commands: _Commands) -> None:
         "demo", formatter_class=formatter, epilog=MODELS_EPILOG,
         help="serve the example agents and their web page on 127.0.0.1",
         description="Start the gateway on 127.0.0.1 with the example agents (a coordinator "
-                    "that hands each request to support, docs, deploy, market or people) on "
+                    "that hands each request to support, docs, deploy, market, people or "
+                    "indexer, whose tools come from an MCP server) on "
                     "the offline demo model and SQLite under .headwater/, print the URL and "
                     "open a browser. Ctrl-C stops it.")
     demo.add_argument("--port", type=_port, default=8000, help="port to listen on (default 8000)")
@@ -177,8 +178,9 @@ def _chat_command(commands: _Commands) -> None:
         "chat", formatter_class=formatter, epilog=CHAT_EPILOG + "\n" + MODELS_EPILOG,
         help="chat with the agents in the terminal (the demo's, or a gateway's at --url)",
         description="An interactive chat in the terminal. Without --url it serves the demo's\n"
-                    "agents (a coordinator over support, docs, deploy, market and people;\n"
-                    "SQLite under .headwater/; the offline demo model or --model) on a\n"
+                    "agents (a coordinator over support, docs, deploy, market, people and\n"
+                    "indexer; SQLite under .headwater/; the offline demo model or --model)\n"
+                    "on a "
                     "free 127.0.0.1 port and talks to them over HTTP; with --url it talks\n"
                     "to a running gateway. Answers stream as they come, tools show their\n"
                     "progress, approvals are asked inline.")

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 from typing import TextIO
 
-from ..events import ToolStreamEvent
 from ..examples import support
 from ..run_config import RunConfig, StreamingMode
 from ..runner import Runner, RunStream
@@ -90,7 +89,7 @@ async def narrate(stream: RunStream, out: TextIO) -> bool:
         if event.tool_progress is not None:
             progress = event.tool_progress
             out.write(f"{new_line(indent)}[progress] {progress.tool_name}: "
-                      f"{progress_line(progress.event)}\n")
+                      f"{progress.event.line}\n")
             continue
         if event.partial:
             if event.text:
@@ -127,12 +126,3 @@ async def narrate(stream: RunStream, out: TextIO) -> bool:
     new_line("")
     return failed
 
-
-def progress_line(item: ToolStreamEvent) -> str:
-    """A progress event as a line: its text, or its measure (``2/5``, or ``2`` without a
-    total) and its message."""
-    if item.type != "progress":
-        return item.delta or ""
-    measure = "" if item.progress is None else (
-        f"{item.progress:g}/{item.total:g}" if item.total else f"{item.progress:g}")
-    return " ".join(part for part in (measure, item.message or "") if part)

@@ -26,6 +26,7 @@ from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.shared.exceptions import MCPError
 
+from .. import events
 from ..errors import ERROR_MESSAGES, SessionError
 from ..sessions.base import Session
 from ..types import Content, Part
@@ -209,13 +210,12 @@ class Answer:
 
 
 def progress_line(data: Mapping[str, Any]) -> str:  # data: frame JSON
-    """A ``tool_progress`` frame as one line: ``<tool>: <measure> <message or text>``."""
+    """A ``tool_progress`` frame as one line: ``<tool>: <measure> <message>`` or its text."""
     progress, total = data.get("progress"), data.get("total")
-    measure = "" if not isinstance(progress, (int, float)) else (
-        f"{progress:g}/{total:g}" if isinstance(total, (int, float)) and total else
-        f"{progress:g}")
-    said = str(data.get("message") or data.get("delta") or "")
-    return f"{data.get('name', 'tool')}: " + " ".join(p for p in (measure, said) if p)
+    line = events.progress_line(
+        data.get("delta"), progress if isinstance(progress, (int, float)) else None,
+        total if isinstance(total, (int, float)) else None, data.get("message"))
+    return f"{data.get('name', 'tool')}: {line}"
 
 
 def refused(why: str, code: str = "invalid_request") -> types.CallToolResult:
