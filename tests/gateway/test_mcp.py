@@ -5,6 +5,7 @@ answer so far, the final text and its session, a cancel recorded as Stop records
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import subprocess
 import sys
@@ -32,12 +33,13 @@ from headwater.settings import Settings
 from headwater.testing import ScriptedModel, wait_until
 from headwater.tools.mcp import McpToolset
 
-from .conftest import Serve
+from .conftest import MCP_TEST_SERVER, Serve
 
 pytestmark = pytest.mark.slow  # MCP servers and clients in processes of their own
 
 SRC = str(Path(headwater.__file__).resolve().parents[1])
-TEST_SERVER = str(Path(__file__).resolve().parents[1] / "tools" / "mcp_server.py")
+TEST_SERVER = MCP_TEST_SERVER
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 SHOP = """\
 from headwater import Agent
@@ -356,6 +358,45 @@ async def test_stop_on_another_surface_ends_the_mcp_call_with_an_error(serve: Se
         assert stopped.json()["status"] == "cancelled"
         await wait_until(lambda: seen[-1][0] == -1, timeout=30)
     assert seen[-1][2] == "The run ended with an error (cancelled): The run was cancelled."
+
+
+# -- an MCP tool's progress on the other surfaces (AG-UI, Vercel: their tests) ------------------
+
+
+async def test_an_mcp_tools_progress_is_a_tool_progress_frame(serve: Serve) -> None:
+    toolset = McpToolset(command=[sys.executable, TEST_SERVER])
+    model = (ScriptedModel().call("slow", {"steps": 2, "pause": 0.01}, call_id="m1")
+             .reply("Counted."))
+    app = create_app(Agent(name="ops", model=model, tools=[toolset]),
+                     session_service=InMemorySessionService())
+    try:
+        async with httpx.AsyncClient(base_url=await serve(app), timeout=30) as client:
+            sid = (await client.post("/sessions", json={})).json()["id"]
+            body = (await client.post(f"/sessions/{sid}/runs", json={"message": "go"})).text
+    finally:
+        await toolset.aclose()
+    frames = [json.loads(block.split("data: ", 1)[1]) for block in body.split("\n\n")
+              if "event: tool_progress" in block]
+    assert [(f["call_id"], f["name"], f["type"], f["progress"], f["total"], f["message"])
+            for f in frames] == [("m1", "slow", "progress", 1, 2, "step 1 of 2"),
+                                 ("m1", "slow", "progress", 2, 2, "step 2 of 2")]
+
+
+def test_headwater_run_shows_an_mcp_servers_progress(tmp_path: Path) -> None:
+    env = {"PYTHONPATH": SRC, "PATH": "/usr/bin:/bin", "HEADWATER_DEMO_WORD_DELAY": "0.001"}
+    args = [sys.executable, "-m", "headwater", "run", str(EXAMPLES / "indexer.py"),
+            "Index the docs", "--db", f"sqlite:///{tmp_path / 's.db'}"]
+    done = subprocess.run([*args, "--json"], capture_output=True, text=True, timeout=120,
+                          env=env, check=True)
+    lines = [json.loads(line) for line in done.stdout.splitlines()]
+    measured = [line["tool_progress"] for line in lines if line["type"] == "tool_progress"]
+    assert measured[2] == {"call_id": measured[2]["call_id"], "name": "index_docs",
+                           "type": "progress", "delta": None, "progress": 2, "total": 8,
+                           "message": "indexing docs/event-contract.md"}
+    shown = subprocess.run(args, capture_output=True, text=True, timeout=120, env=env,
+                           check=True).stdout
+    assert "[progress] index_docs: 2/8 indexing docs/event-contract.md" in shown
+    assert shown.rstrip().endswith("I indexed 8 pages of the docs (25,300 words).")
 
 
 # -- MCP toolsets of served agents: listed at the start, closed at the end ---------------------

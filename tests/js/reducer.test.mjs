@@ -255,6 +255,9 @@ test("a measured progress (an MCP server's) sets the bar and the message beside 
   const ended = play([frame("tool_result", { count: 1, results: [
     { id: "i1", name: "index_docs", status: "ok", size: 2 }] })], two);
   assert.deepEqual(ended.items[0].progress, { value: 4, max: 4 });
+  const stopped = play([frame("tool_result", { count: 1, results: [
+    { id: "i1", name: "index_docs", status: "error", size: 60, code: "cancelled" }] })], two);
+  assert.equal(stopped.items[0].status, "cancelled");  // stopped with the run, not failed
 });
 
 test("progress is read from percentages and ratios, else counted", () => {

@@ -29,6 +29,7 @@ import json
 import logging
 import mimetypes
 import shlex
+import sys
 import threading
 from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
 from pathlib import Path
@@ -39,7 +40,7 @@ from pydantic import ValidationError
 try:
     import httpx2
     import mcp_types as types
-    from mcp import Client, StdioServerParameters
+    from mcp import Client, StdioServerParameters, stdio_client
     from mcp.client.session import ClientRequestContext, ElicitationFnT
     from mcp.client.streamable_http import streamable_http_client
     from mcp.shared.exceptions import MCPError
@@ -269,7 +270,8 @@ class McpToolset(BaseToolset):
         if self._command:
             server = StdioServerParameters(command=self._command[0], args=self._command[1:],
                                            env=self._env, cwd=self._cwd)
-            return Client(server, **options)
+            # Its stderr is this process's as it is now (not as it was at import).
+            return Client(stdio_client(server, errlog=sys.stderr), **options)
         return _http_client(self._url, self._headers, self.settings.mcp_connect_timeout, options)
 
     async def _connected(self) -> Connection:

@@ -155,6 +155,7 @@ const TOOL_WORDS = { running: "running", ok: "answered", error: "failed", denied
                      awaiting_approval: "waiting for approval",
                      started: "started: waiting for its first value",
                      superseded: "not run: superseded by a later message", streaming: "streaming…",
+                     cancelled: "stopped with the run",
                      finished: "finished streaming", stopped: "stopped streaming",
                      failed: "stream failed" };
 

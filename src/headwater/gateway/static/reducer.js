@@ -208,9 +208,11 @@ export function measureOf(d) {
 // A denied call's result is the denial (status "error"): the card keeps saying "denied".
 // A live stream's result, "pending", comes at once: its card says "started" until a value
 // comes, and then keeps saying what its stream does.
-// A call whose approval a later message left unanswered says "superseded" (code superseded).
+// A call whose approval a later message left unanswered says "superseded" (code superseded);
+// one the run's stop cut short (code cancelled) says so, not that it failed.
 function resultStatus(card, result) {
   if (result.code === "superseded") return "superseded";
+  if (result.code === "cancelled") return "cancelled";
   if (card.status === "denied" || isStream(card)) return card.status;
   if (result.status === "pending") return "started";
   return result.status === "error" ? "error" : "ok";
