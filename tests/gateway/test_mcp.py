@@ -241,6 +241,46 @@ def test_an_mcp_server_that_cannot_start_is_one_line(tmp_path: Path) -> None:
 # -- /mcp on the gateway: Streamable HTTP ------------------------------------------------------
 
 
+PID_TELLER = """\
+import json
+import sys
+
+from headwater import Agent
+from headwater.testing import ScriptedCall, ScriptedModel, ScriptedTurn
+from headwater.tools.mcp import McpToolset
+
+
+def respond(request):
+    last = request.contents[-1]
+    if last.function_responses:  # the server's pid, said as the answer
+        return ScriptedTurn(text=[json.dumps(last.function_responses[0].response)])
+    return ScriptedTurn(calls=[ScriptedCall("pid")])
+
+
+agent = Agent(name="teller", model=ScriptedModel(responder=respond), description="Pids.",
+              tools=[McpToolset(command=[sys.executable, SERVER])])
+""".replace("SERVER", repr(MCP_TEST_SERVER))
+
+
+def test_headwater_run_stops_the_agents_mcp_server_when_it_exits(tmp_path: Path) -> None:
+    (tmp_path / "agent.py").write_text(PID_TELLER)
+    done = subprocess.run(
+        [sys.executable, "-m", "headwater", "run", "agent.py", "pid?", "--db",
+         f"sqlite:///{tmp_path / 's.db'}"], cwd=tmp_path, capture_output=True, text=True,
+        timeout=120, env={"PYTHONPATH": SRC, "PATH": "/usr/bin:/bin"}, check=True)
+    pid = json.loads(done.stdout.rstrip().splitlines()[-1].split("> ", 1)[1])["result"]
+    assert isinstance(pid, int) and not pid_alive(pid)
+
+
+async def test_headwater_mcp_stops_its_agents_mcp_server_when_the_client_leaves(
+        tmp_path: Path) -> None:
+    async with stdio_client(tmp_path, PID_TELLER) as (client, _):
+        result = await client.call_tool("teller", {"message": "pid?"})
+        pid = json.loads(result.content[0].text)["result"]  # type: ignore[union-attr]
+        assert pid_alive(pid)
+    await wait_until(lambda: not pid_alive(pid), timeout=30)
+
+
 def shop_app(auth: Any = None) -> Any:
     return create_app(support.build_agent(DemoModel(word_delay=0.005)), auth=auth,
                       session_service=InMemorySessionService(),
