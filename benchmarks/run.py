@@ -529,10 +529,10 @@ class TransactionTimer:
     """
 
     def __init__(self) -> None:
-        from headwater.sessions import sqlite as sqlite_store
+        from headwater.sessions import _sqlite_writer as sqlite_writer
 
-        self.module = sqlite_store
-        self.original = sqlite_store._Writer._commit
+        self.module = sqlite_writer
+        self.original = sqlite_writer.Writer._commit
         self.holds_ns: list[int] = []
         self.batch_sizes: list[int] = []
 
@@ -547,11 +547,11 @@ class TransactionTimer:
                 holds.append(time.perf_counter_ns() - start)
                 sizes.append(len(batch))
 
-        self.module._Writer._commit = timed  # type: ignore[method-assign]
+        self.module.Writer._commit = timed  # type: ignore[method-assign]
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.module._Writer._commit = self.original  # type: ignore[method-assign]
+        self.module.Writer._commit = self.original  # type: ignore[method-assign]
 
 
 def p(samples: Sequence[int], q: float) -> float:

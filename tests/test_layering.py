@@ -61,6 +61,7 @@ LAYERS: dict[str, int] = {
     "clock": 0,
     "sse": 0,
     "telemetry": 0,
+    "tasks": 0,
     "models": 1,
     "tools": 1,
     "sessions": 1,

@@ -3,19 +3,21 @@ completions, error frames, several agents, pages, the OpenAPI schema and run log
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from headwater import Agent, tool
-from headwater.errors import ModelHTTPError
+from headwater.errors import ModelHTTPError, RunNotFound
 from headwater.gateway import StaticTokenAuth, create_app
 from headwater.models.scripted import ScriptedTurn
 from headwater.settings import Settings
-from headwater.testing import ScriptedModel
+from headwater.testing import ScriptedModel, wait_until
 from headwater.tools import args_sha256
 
 from .stores import new_service
@@ -353,3 +355,26 @@ async def test_runs_past_max_runs_per_user_are_rate_limited(client_for: Any) -> 
     bob = await new_session(client, {"Authorization": "Bearer token-b"})  # his own count
     got = await post_run(client, bob, {"message": "hi"}, {"Authorization": "Bearer token-b"})
     assert got.frames[-1][1] == "done"
+
+
+async def test_a_forgotten_run_leaves_the_log_and_the_apps_end_leaves_no_task_behind() -> None:
+    model = ScriptedModel()
+    model.reply("hi")
+    app = create_app(Agent(name="bot", model=model), auth=AUTH, session_service=new_service(),
+                     settings=quick(run_retention=0))
+    gateway = app.state.gateway
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://gateway") as client:
+            sid = await new_session(client)
+            ran = await post_run(client, sid, {"message": "hello"})
+            assert [kind for _, kind, _ in ran.frames][-1] == "done"
+            run_id = ran.headers["x-run-id"]
+            # run_retention 0: the run is forgotten at its end, by a step of the run manager
+            await wait_until(lambda: run_id not in gateway.runs.runs, timeout=10)
+            await wait_until(lambda: len(gateway.runs.tasks) == 0, timeout=10)
+            with pytest.raises(RunNotFound):
+                await gateway.runs.log.last_id(run_id)
+    assert gateway.runs.tasks.closed and len(gateway.runs.tasks) == 0
+    ours = ("run ", "forget run ", "sse stall watch", "read frames", "watch for a disconnect")
+    assert [t for t in asyncio.all_tasks() if t.get_name().startswith(ours)] == []

@@ -1,7 +1,8 @@
-"""The gateway's code stays readable and keeps each rule in one home, checked with `ast`.
+"""The gateway keeps each rule in one home, checked with `ast`.
 
-- No function or method in ``src/headwater/gateway/`` is longer than
-  ``MAX_LINES`` lines (``end_lineno - lineno + 1``, its docstring not counted).
+(The bounds on the length of functions and modules, for the whole package, are
+in ``tests/test_structure.py``.)
+
 - Runs start in one place: only ``Gateway.start_run`` hands a stream to
   ``RunManager.start``, and only the run manager writes ``closing``.
 - No route reads its caller by hand: the user (and the request rate) comes from
@@ -16,10 +17,7 @@ import ast
 from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-
 GATEWAY = Path(__file__).resolve().parents[2] / "src" / "headwater" / "gateway"
-MAX_LINES = 60
 Function = ast.FunctionDef | ast.AsyncFunctionDef
 
 
@@ -44,18 +42,6 @@ def functions(tree: ast.AST) -> Iterator[tuple[str, Function]]:
     yield from walk(tree, "")
 
 
-def length(function: Function) -> int:
-    """Its lines, ``end_lineno - lineno + 1``, less those of its docstring."""
-    assert function.end_lineno is not None
-    lines = function.end_lineno - function.lineno + 1
-    first = function.body[0]
-    if (isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant)
-            and isinstance(first.value.value, str)):
-        assert first.end_lineno is not None
-        lines -= first.end_lineno - first.lineno + 1
-    return lines
-
-
 def calls(tree: ast.AST, attribute: str) -> Iterator[tuple[str, ast.Call]]:
     """The calls ``<anything>.<attribute>(…)`` in ``tree``, with the function they are in."""
     for name, function in functions(tree):
@@ -74,20 +60,6 @@ def test_the_checks_see_the_gateway() -> None:
     assert {"app.py", "core.py", "websocket.py", "agui.py", "vercel.py", "page.py"} <= set(found)
     names = {name for name, _ in functions(found["core.py"])}
     assert {"Gateway.start_run", "Gateway.user", "current_user"} <= names
-
-
-@pytest.mark.parametrize("path", modules(), ids=lambda p: p.name)
-def test_no_function_is_longer_than_the_bound(path: Path) -> None:
-    long = [f"{path.name}:{f.lineno} {name}: {length(f)} lines"
-            for name, f in functions(ast.parse(path.read_text("utf-8")))
-            if length(f) > MAX_LINES]
-    assert not long, f"longer than {MAX_LINES} lines (docstring not counted): {long}"
-
-
-def test_the_length_counts_lines_less_the_docstring() -> None:
-    source = 'def f():\n    """Two\n    lines."""\n    a = 1\n    return a\n'
-    [(_, function)] = list(functions(ast.parse(source)))
-    assert length(function) == 3
 
 
 def test_only_start_run_hands_a_stream_to_the_run_manager() -> None:

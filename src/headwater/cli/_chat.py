@@ -33,6 +33,7 @@ from urllib.parse import urlsplit
 from rich.console import Console
 from rich.markup import escape
 
+from ..tasks import TaskSet
 from ._chat_view import Approval, RunView, error_words
 from ._common import CommandError
 from ._drafts import nesting
@@ -345,22 +346,9 @@ class Chat:
 
     def _interruptible(self, run: Coroutine[Any, Any, None], view: RunView) -> bool:
         """Run ``run`` with Ctrl-C as Stop; ``False`` when it broke off or failed."""
-        task = self.loop.create_task(run)
-        presses = 0
-
-        def interrupted() -> None:
-            nonlocal presses
-            presses += 1
-            if presses == 1 and self._run_id:
-                self.loop.create_task(self._stop(self._run_id, task, view))
-            else:
-                task.cancel()
-
         self._run_id = None
-        with contextlib.suppress(NotImplementedError):  # no signal handlers on Windows loops
-            self.loop.add_signal_handler(signal.SIGINT, interrupted)
         try:
-            self.loop.run_until_complete(task)
+            self.loop.run_until_complete(self._stoppable(run, view))
         except asyncio.CancelledError:
             view.close()
             self.console.print("[yellow]stopped[/] [dim](the stream was closed)[/]")
@@ -370,14 +358,37 @@ class Chat:
             self.console.print(f"[bold red]error:[/] {escape(_gateway_line(exc))}")
             return False
         finally:
-            with contextlib.suppress(NotImplementedError):
-                self.loop.remove_signal_handler(signal.SIGINT)
             self._run_id = None
         view.close()
         if not view.ended:
             self.console.print(f"[bold red]error:[/] {escape(error_words('network'))} (network)")
             return False
         return True
+
+    async def _stoppable(self, run: Coroutine[Any, Any, None], view: RunView) -> None:
+        """``run`` in a task; the first Ctrl-C asks the gateway to stop the run (:meth:`_stop`),
+        the next closes the stream. Raises what ``run`` raises (``CancelledError`` once closed).
+        """
+        async with TaskSet("chat") as tasks:
+            # Awaited below: its failure is this call's.
+            task = tasks.spawn(run, name="chat run", expected=Exception)
+            presses = 0
+
+            def interrupted() -> None:
+                nonlocal presses
+                presses += 1
+                if presses == 1 and self._run_id:
+                    tasks.spawn(self._stop(self._run_id, task, view), name="chat stop")
+                else:
+                    task.cancel()
+
+            with contextlib.suppress(NotImplementedError):  # no signal handlers on Windows loops
+                self.loop.add_signal_handler(signal.SIGINT, interrupted)
+            try:
+                await task
+            finally:
+                with contextlib.suppress(NotImplementedError):
+                    self.loop.remove_signal_handler(signal.SIGINT)
 
     async def _stop(self, run_id: str, task: asyncio.Task[None], view: RunView) -> None:
         """The page's Stop: cancel the run and let its stream end with ``cancelled``."""

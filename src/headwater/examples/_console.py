@@ -24,6 +24,7 @@ from ..models.registry import get_model
 from ..run_config import RunConfig, StreamingMode
 from ..runner import Runner, RunStream
 from ..settings import get_settings
+from ..tasks import TaskSet
 from ..tools.approval import approval_response
 from ..types import Content
 from .transcript import live_lines
@@ -156,10 +157,12 @@ class LiveSession:
         self.errors = 0
         self._changed = asyncio.Event()
         self._start = time.monotonic()
+        self._tasks = TaskSet("live session")
         self._task: asyncio.Task[None] | None = None
 
     async def __aenter__(self) -> LiveSession:
-        self._task = asyncio.create_task(self._consume())
+        # Awaited by __aexit__, which raises its failure.
+        self._task = self._tasks.spawn(self._consume(), name="live session", expected=Exception)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -167,8 +170,11 @@ class LiveSession:
         assert self._task is not None
         if exc[0] is not None:
             self._task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._task
+        try:
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        finally:
+            await self._tasks.aclose()
 
     async def _consume(self) -> None:
         async with self.runner.run_live(user_id=USER, session_id="live",

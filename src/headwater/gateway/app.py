@@ -28,6 +28,7 @@ from ..events import Event
 from ..sessions.base import BaseSessionService, Session
 from ..sessions.sql import SqlSessionService
 from ..settings import Settings, settings_or_default
+from ..tasks import TaskSet
 from ..tools.approval import approval_response
 from ..types import Content, FunctionResponse, Part
 from . import agui, page, vercel, websocket
@@ -283,8 +284,9 @@ async def _serving(gateway: Gateway) -> AsyncIterator[None]:
         gc.set_threshold(*thresholds)  # the process may outlive the app (tests, embedding)
         if settings.gc_freeze:
             gc.unfreeze()
-        stop.restore()
+        await stop.restore()
         await gateway.runs.aclose()
+        await gateway.stall_watch.aclose()
         await gateway.close_tools()
         if gateway.owns_service:
             await gateway.service.close()
@@ -574,7 +576,7 @@ class _StopSignals:
         self.previous: dict[int, Callable[[int, FrameType | None], Any]] = {}
         self.first: tuple[int, FrameType | None] | None = None
         self.forwarded = False
-        self.drain: asyncio.Task[None] | None = None
+        self.tasks = TaskSet("stop signals", logger=logger)  # the drain; closed in restore()
 
     def install(self) -> None:
         if threading.current_thread() is not threading.main_thread():
@@ -586,12 +588,11 @@ class _StopSignals:
             self.previous[signum] = previous
             signal.signal(signum, self.handle)
 
-    def restore(self) -> None:
+    async def restore(self) -> None:
         for signum, previous in self.previous.items():
             if signal.getsignal(signum) == self.handle:
                 signal.signal(signum, previous)
-        if self.drain is not None:
-            self.drain.cancel()
+        await self.tasks.aclose()  # a drain under way
 
     def handle(self, signum: int, frame: FrameType | None) -> None:
         """The signal handler (between two bytecodes of the main thread, which runs the loop)."""
@@ -606,8 +607,8 @@ class _StopSignals:
 
     def _stop(self) -> None:
         self.gateway.begin_shutdown()
-        if not self.forwarded:
-            self.drain = self.loop.create_task(self._drain())
+        if not self.forwarded and not self.tasks.closed:
+            self.tasks.spawn(self._drain(), name="drain live sockets")
 
     async def _drain(self) -> None:
         await self.gateway.drain_sockets(self.gateway.settings.shutdown_grace)

@@ -6,7 +6,7 @@ on which session, whether it is still going, how many streams a user has open
 across replicas, and how to ask the owning replica to cancel it.
 
 :class:`LocalRunRegistry` (the default) is one process: every run is local, so
-it only counts streams. ``RedisRunRegistry`` (:mod:`.redis_backend`) shares
+it only counts streams. ``RedisRunRegistry`` (:mod:`.redis_registry`) shares
 all of it through Redis.
 """
 

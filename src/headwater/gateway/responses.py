@@ -21,6 +21,7 @@ from typing import Any
 from starlette.responses import Response
 from starlette.types import Message, Receive, Scope, Send
 
+from ..tasks import TaskSet
 from .sse import Frame, heartbeat, retry_hint
 
 logger = logging.getLogger("headwater.gateway")
@@ -60,13 +61,20 @@ class StallWatch:
     def __init__(self, send_timeout: float) -> None:
         self.send_timeout = send_timeout
         self._open: set[SSEResponse] = set()
-        self._task: asyncio.Task[None] | None = None
+        self._tasks = TaskSet("stall watch", logger=logger)
+        self._task: asyncio.Task[None] | None = None  # runs while a response is open
 
     def add(self, response: SSEResponse) -> None:
         """Watch ``response`` (until :meth:`discard`)."""
         self._open.add(response)
         if self._task is None or self._task.done():
-            self._task = asyncio.ensure_future(self._run())
+            self._task = self._tasks.spawn(self._run(), name="sse stall watch")
+
+    async def aclose(self) -> None:
+        """End the check and wait for it (the app's end); a response added later starts it
+        again."""
+        self._tasks.cancel_all()
+        await self._tasks.wait()
 
     def discard(self, response: SSEResponse) -> None:
         """Stop watching ``response``."""
@@ -132,8 +140,9 @@ class SSEResponse(Response):
         self._last_sent = asyncio.get_running_loop().time()
         if self.watch is not None:
             self.watch.add(self)
-        reader = asyncio.ensure_future(self._read(queue))
-        watcher = asyncio.ensure_future(self._watch(receive, writer))
+        tasks = TaskSet("sse response", logger=logger)  # closed before on_end
+        tasks.spawn(self._read(queue), name="read frames")
+        tasks.spawn(self._watch(receive, writer), name="watch for a disconnect")
         try:
             await self._send(send, {"type": "http.response.start", "status": 200,
                                     "headers": [(k.encode("latin-1"), v.encode("latin-1"))
@@ -154,9 +163,7 @@ class SSEResponse(Response):
         finally:
             if self.watch is not None:
                 self.watch.discard(self)
-            watcher.cancel()
-            reader.cancel()
-            await asyncio.gather(reader, watcher, return_exceptions=True)
+            await tasks.aclose()
             self.on_end(gone)
 
     async def _pump(self, queue: asyncio.Queue[Any], send: Send) -> bool:

@@ -29,6 +29,7 @@ from ..errors import ErrorCode, RunLogClosed, RunNotFound, RunStoreUnavailable, 
 from ..events import Event
 from ..runner import RunStream
 from ..settings import Settings
+from ..tasks import TaskSet
 from .frames import FrameMapper, FramePayload, above, done_frame, error_frame
 from .registry import LocalRunRegistry, RunInfo, RunRegistry, RunStatus
 from .runlog import RunLog
@@ -92,6 +93,9 @@ class RunManager:
         self.registry.on_cancel(self._cancel_requested)
         self.runs: dict[str, Run] = {}
         self.closing = False
+        # Each run's task, and the steps a run starts in the background (forgetting it,
+        # watching another replica's run, checking a detached one): closed in aclose().
+        self.tasks = TaskSet("run manager", logger=logger)
 
     # -- starting ------------------------------------------------------------------------------
 
@@ -121,6 +125,7 @@ class RunManager:
             await self.registry.register(RunInfo(
                 id=run.id, user_id=user_id, session_id=session_id, agent=agent,
                 replica=self.registry.replica))
+            run.task = self.tasks.spawn(self._drive(run, mapper), name=f"run {run.id}")
         except BaseException:
             with contextlib.suppress(Exception):
                 await stream.aclose()  # gives the session back
@@ -129,7 +134,6 @@ class RunManager:
                     await self.log.forget(run.id)
             raise
         self.runs[run.id] = run
-        run.task = asyncio.ensure_future(self._drive(run, mapper))
         return run
 
     async def get(self, run_id: str, user_id: str) -> Run | RunInfo | None:
@@ -204,7 +208,7 @@ class RunManager:
         follower and every other (the next run on the session repairs what the dead
         run left, as after any crash).
         """
-        watch = asyncio.ensure_future(self._watch(info))
+        watch = self.tasks.spawn(self._watch(info), name=f"watch run {info.id}")
         try:
             async with contextlib.aclosing(frames):
                 async for frame in frames:
@@ -262,7 +266,8 @@ class RunManager:
             else:
                 self.stop(run, "detached_ttl")
 
-        asyncio.ensure_future(check()).add_done_callback(_quiet)
+        self.tasks.spawn(check(), name=f"check detached run {run.id}",
+                         expected=RunStoreUnavailable)  # logged once per outage
 
     # -- stopping ------------------------------------------------------------------------------
 
@@ -334,6 +339,8 @@ class RunManager:
             if run.forget is not None:
                 run.forget.cancel()
         self.runs.clear()
+        # What is left: runs past the grace, forgets, watches; then the stores they use go.
+        await self.tasks.aclose(grace=max(self.settings.shutdown_grace, 0.1))
         try:
             await self.registry.close()
         finally:
@@ -431,8 +438,16 @@ class RunManager:
     def _forget(self, run: Run) -> None:
         if self.runs.get(run.id) is run:
             del self.runs[run.id]
-        asyncio.ensure_future(self.log.forget(run.id)).add_done_callback(_quiet)
-        asyncio.ensure_future(self.registry.forget(run.id)).add_done_callback(_quiet)
+        if not self.tasks.closed:  # else closing the log and the registry drops it
+            self.tasks.spawn(self._forget_stored(run.id), name=f"forget run {run.id}",
+                             expected=RunStoreUnavailable)  # logged once per outage
+
+    async def _forget_stored(self, run_id: str) -> None:
+        """Drop the run from the log and the registry, both tried whatever the other does."""
+        try:
+            await self.log.forget(run_id)
+        finally:
+            await self.registry.forget(run_id)
 
 
 async def _until_unreachable(frames: AsyncGenerator[Frame, None], after: int,
@@ -453,10 +468,3 @@ async def _until_unreachable(frames: AsyncGenerator[Frame, None], after: int,
             unreachable()
         yield encode_frame(last + 1, *error_frame(exc.code, request_id))
 
-
-def _quiet(task: asyncio.Future[None]) -> None:
-    if task.cancelled():
-        return
-    error = task.exception()
-    if error is not None and not isinstance(error, RunStoreUnavailable):  # logged per outage
-        logger.warning("a run's background step failed: %s", type(error).__name__)

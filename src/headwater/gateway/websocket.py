@@ -61,6 +61,7 @@ from ..live_request_queue import LiveRequestQueue
 from ..runner import Runner, RunStream
 from ..settings import Settings
 from ..sse import encode_json
+from ..tasks import TaskSet
 from ..types import Blob, Content
 from .auth import DEV_USER, bearer_token
 from .core import Gateway, GatewayDep
@@ -153,6 +154,10 @@ class _Closed(Exception):
         super().__init__(reason)
         self.code = code
         self.reason = reason
+
+
+_GONE: Final = (WebSocketDisconnect, OSError, RuntimeError, TimeoutError)
+"""What a send or receive raises once the client went away."""
 
 
 def parse_message(text: str) -> LiveMessage:
@@ -373,8 +378,9 @@ class LiveSocket:
     async def _follow_run(self, run: Run) -> None:
         frames, on_end = self.gw.runs.follow(run, 0)
         gone = True
-        sender = asyncio.ensure_future(self._send_frames(frames))
-        receiver = asyncio.ensure_future(self._receive())
+        tasks = TaskSet("live socket", logger=logger)  # closed before on_end
+        sender = tasks.spawn(self._send_frames(frames), name="send frames", expected=_GONE)
+        receiver = tasks.spawn(self._receive(), name="receive", expected=(_Closed, *_GONE))
         try:
             await self._send(notice_text("ready", {"run_id": run.id, "session_id": run.session_id,
                                                    "agent": run.agent}))
@@ -384,13 +390,11 @@ class LiveSocket:
                 if terminal is not None:
                     gone = False
                     await self._close(_close_code(terminal), "run ended")
-        except (WebSocketDisconnect, OSError, RuntimeError, TimeoutError):
+        except _GONE:
             pass  # the client went away while we spoke: gone
         finally:
             self.queue.close()
-            for task in (sender, receiver):
-                task.cancel()
-            await asyncio.gather(sender, receiver, return_exceptions=True)
+            await tasks.aclose()
             on_end(gone)  # a client that left stops the run (it is never resumable)
             await self._closed_run(run, receiver)
 

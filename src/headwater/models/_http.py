@@ -440,31 +440,41 @@ class HttpStreamingModel(BaseLlm):
                     yield partial
                 if reads is not None and parser.complete:
                     await self._read_to_end(reads)
-            except TimeoutError:
-                raise ProviderTimeout(
-                    f"{self.provider}: the call passed its total deadline") from None
-            except httpx.ReadTimeout:
-                raise ProviderTimeout(
-                    f"{self.provider}: no data for {idle:g} s (idle timeout)") from None
-            except InBandError as exc:
-                if exc.retryable:
-                    raise _Retry(exc) from None
-                raise
-            except httpx.TransportError as exc:
-                if agg.has_content:
-                    raise ProviderTruncated(
-                        f"{self.provider}: {type(exc).__name__} after the first chunk") from None
-                raise _Retry(ProviderUnavailable(
-                    f"{self.provider}: {type(exc).__name__} before any content"),
-                    cause=exc) from None
+            except (TimeoutError, httpx.TransportError, InBandError) as exc:
+                failure = self._read_failure(exc, agg.has_content)
+                if failure is exc:
+                    raise
+                raise failure from None
             if not parser.complete:
-                if agg.has_content:
-                    raise ProviderTruncated(
-                        f"{self.provider}: the stream ended without its terminal marker")
-                raise _Retry(ProviderUnavailable(
-                    f"{self.provider}: the stream ended before any content"))
+                raise self._incomplete(agg.has_content)
         finally:
             await response.aclose()
+
+    def _read_failure(self, exc: BaseException, has_content: bool) -> BaseException:
+        """What a failed read of the stream raises: a timeout, a truncated answer, a retry
+        (nothing of the answer arrived yet, or the provider said so in-band), or ``exc``."""
+        if isinstance(exc, TimeoutError):
+            return ProviderTimeout(f"{self.provider}: the call passed its total deadline")
+        if isinstance(exc, httpx.ReadTimeout):
+            idle = self.settings.model_idle_timeout
+            return ProviderTimeout(f"{self.provider}: no data for {idle:g} s (idle timeout)")
+        if isinstance(exc, InBandError):
+            return _Retry(exc) if exc.retryable else exc
+        if isinstance(exc, httpx.TransportError) and has_content:
+            return ProviderTruncated(
+                f"{self.provider}: {type(exc).__name__} after the first chunk")
+        if isinstance(exc, httpx.TransportError):
+            return _Retry(ProviderUnavailable(
+                f"{self.provider}: {type(exc).__name__} before any content"), cause=exc)
+        return exc
+
+    def _incomplete(self, has_content: bool) -> Exception:
+        """What a stream that ended without its terminal marker raises."""
+        if has_content:
+            return ProviderTruncated(
+                f"{self.provider}: the stream ended without its terminal marker")
+        return _Retry(ProviderUnavailable(
+            f"{self.provider}: the stream ended before any content"))
 
     async def _read_to_end(self, reads: AsyncIterator[bytes]) -> None:
         """After the terminal marker, read the rest of the body (the chunked terminator).

@@ -50,6 +50,7 @@ from ..errors import (
     UserError,
 )
 from ..settings import Settings
+from ..tasks import TaskSet
 from ..types import Blob, Content, FunctionCall, Part, Usage
 from .base import BaseLlm
 from .connection import BaseLlmConnection, QueuedConnection
@@ -88,7 +89,8 @@ class SocketConnection(QueuedConnection):
         self.settings = settings
         self.history: list[Content] = list(request.contents)
         self._ws: ClientConnection | None = None
-        self._task: asyncio.Task[None] | None = None
+        self._task: asyncio.Task[None] | None = None  # the reader, once started
+        self._tasks = TaskSet("live socket", logger=logger)  # the reader; closed in close()
         self._ready = asyncio.Event()
         self.lock = asyncio.Lock()
         self._held: list[Content] = []
@@ -201,12 +203,10 @@ class SocketConnection(QueuedConnection):
             self.interrupted()
         ws, self._ws = self._ws, None
         await self._close_socket(ws)  # the reader sees the close and ends (it checks _closed)
-        task, self._task = self._task, None
-        if task is not None and not task.done():
-            task.cancel()
-            done, _ = await asyncio.wait([task], timeout=self.settings.live_close_timeout)
-            if not done:
-                logger.warning("the reader of a live connection of %s did not end", self.model)
+        self._task = None
+        await self._tasks.aclose(grace=self.settings.live_close_timeout)
+        if self._tasks:
+            logger.warning("the reader of a live connection of %s did not end", self.model)
         self.end_stream()
 
     # -- what a protocol calls ------------------------------------------------------------------
@@ -349,7 +349,7 @@ class SocketConnection(QueuedConnection):
 
     def _start(self) -> None:
         if self._task is None and not self._closed:
-            self._task = asyncio.create_task(self._read())
+            self._task = self._tasks.spawn(self._read(), name="live socket reader")
 
     def _check_open(self) -> None:
         if self._closed:

@@ -15,7 +15,6 @@ error final and nothing of it joins the conversation.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from abc import ABC, abstractmethod
 from collections.abc import AsyncGenerator, Callable
@@ -23,6 +22,7 @@ from contextlib import aclosing
 from typing import Protocol
 
 from ..errors import ModelError, public_message
+from ..tasks import TaskSet
 from ..types import Blob, Content, Part
 from .contract import StreamContract
 from .llm_request import LlmRequest
@@ -156,6 +156,7 @@ class EmulatedLlmConnection(QueuedConnection):
         self._wake = asyncio.Event()
         self._turn: asyncio.Task[None] | None = None
         self._driver: asyncio.Task[None] | None = None
+        self._tasks = TaskSet("emulated live connection", logger=logger)  # closed in close()
         self._closed = False
 
     @property
@@ -180,7 +181,7 @@ class EmulatedLlmConnection(QueuedConnection):
             await asyncio.wait([turn])
         self._pending.append(content)
         if self._driver is None:
-            self._driver = asyncio.create_task(self._drive())
+            self._driver = self._tasks.spawn(self._drive(), name="live driver")
         self._wake.set()
 
     async def send_realtime(self, blob: Blob) -> None:
@@ -191,13 +192,7 @@ class EmulatedLlmConnection(QueuedConnection):
         if self._closed:
             return
         self._closed = True
-        for task in (self._turn, self._driver):
-            if task is not None and not task.done():
-                task.cancel()
-        for task in (self._turn, self._driver):
-            if task is not None:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+        await self._tasks.aclose()
         self.end_stream()
 
     async def _drive(self) -> None:
@@ -212,7 +207,7 @@ class EmulatedLlmConnection(QueuedConnection):
                     break
                 self._contents.extend(self._pending)
                 self._pending.clear()
-                self._turn = asyncio.create_task(self._run_turn())
+                self._turn = self._tasks.spawn(self._run_turn(), name="live turn")
                 await asyncio.wait([self._turn])
 
     async def _run_turn(self) -> None:

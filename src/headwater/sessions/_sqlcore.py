@@ -17,9 +17,10 @@ grows in commit order within a session (what the incremental read relies on).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
-from collections.abc import Awaitable, Callable, Generator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
 
@@ -308,11 +309,11 @@ class Store(Protocol):
         ...
 
     def start_write(self, steps: Steps[T], order: Key | None = None,
-                    on_commit: Callable[[T], None] | None = None) -> Awaitable[T]:
+                    on_commit: Callable[[T], None] | None = None) -> asyncio.Future[T]:
         """Start a write that finishes (commits or rolls back) whatever its caller does.
 
-        Cancelling the awaitable stops only the waiting. ``on_commit(result)`` is
-        called on the loop once the write committed, before the awaitable
+        Cancelling the future stops only the waiting. ``on_commit(result)`` is
+        called on the loop once the write committed, before the future
         completes; writes with the same ``order`` key commit (and call it) in
         the order they started.
         """

@@ -24,12 +24,14 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from ..errors import PartialEventError, SessionBusyError
 from ..events import Event
 from ..settings import Settings
 from ..state import TEMP_PREFIX
+from ..tasks import TaskSet
 
 
 @dataclass(slots=True)
@@ -217,21 +219,28 @@ class BaseSessionService(ABC):
         is called on the event loop as soon as the write has committed, before
         the awaitable completes, whether or not anyone still waits.
 
-        The default runs :meth:`_append` as a task of its own.
+        The default runs :meth:`_append` as a task of the store's own (which
+        :meth:`close` waits for), and releases ``release`` once it committed.
         """
-        task = asyncio.ensure_future(self._append(session, event, delta, lease))
-        if release is not None:
-            task.add_done_callback(lambda done: None if done.cancelled() or done.exception()
-                                   else asyncio.ensure_future(self.release_lease(release)))
-        _pending_writes.add(task)
+        writes = self._writes
+        # The caller awaits it through a shield and gets its failure.
+        task = writes.spawn(self._append(session, event, delta, lease), name="append an event",
+                            expected=Exception)
 
         def done(finished: asyncio.Future[None]) -> None:
-            _pending_writes.discard(finished)
-            if not finished.cancelled() and finished.exception() is None:
-                on_commit()
+            if finished.cancelled() or finished.exception() is not None:
+                return
+            on_commit()
+            if release is not None and not writes.closed:
+                writes.spawn(self.release_lease(release), name="release a lease")
 
         task.add_done_callback(done)  # registered before the shield's, so it runs first
         return asyncio.shield(task)
+
+    @cached_property
+    def _writes(self) -> TaskSet:
+        """The writes of the default :meth:`_start_append` that are under way."""
+        return TaskSet(f"{type(self).__name__} writes")
 
     @abstractmethod
     async def _append(
@@ -406,11 +415,16 @@ class BaseSessionService(ABC):
             SessionError: the store does not answer (or its schema is not at head).
         """
 
-    async def close(self) -> None:  # noqa: B027 - optional hook, nothing to release by default
-        """Release connections; the service may not be used afterwards."""
+    async def close(self) -> None:
+        """Release connections; the service may not be used afterwards.
+
+        The default waits for the writes of the default :meth:`_start_append`
+        under way (a store that overrides it releases its own).
+        """
+        if "_writes" in self.__dict__:
+            await self._writes.wait()
 
 
-_pending_writes: set[asyncio.Future[None]] = set()  # writes no caller may await any more
 # Writes under way, by (service, session object): what wait_for_writes waits for.
 _in_flight: dict[tuple[int, int], set[asyncio.Future[Any]]] = {}
 

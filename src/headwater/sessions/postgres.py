@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Final, TypeVar
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Final, TypeVar
 
 from sqlalchemy import Connection, TextClause, text
 from sqlalchemy import event as sa_event
@@ -22,6 +22,7 @@ from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from ..errors import SessionError
+from ..tasks import TaskSet
 from . import _sqlcore as core
 
 if TYPE_CHECKING:
@@ -60,20 +61,20 @@ class PostgresStore:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._schema_lock = asyncio.Lock()
         self._schema_ready = False
-        self._writes: set[asyncio.Future[Any]] = set()
+        self._writes = TaskSet("PostgreSQL writes")  # close() waits for them
         self._order: dict[core.Key, tuple[asyncio.Lock, list[int]]] = {}
 
     def start_write(self, steps: core.Steps[T], order: core.Key | None = None,
-                    on_commit: Callable[[T], None] | None = None) -> Awaitable[T]:
+                    on_commit: Callable[[T], None] | None = None) -> asyncio.Future[T]:
         """Start a write as a task of its own; see :class:`~._sqlcore.Store`.
 
         Writes with the same ``order`` key run one after another, in the order
         they started (they would wait for the session's row lock anyway), so
         ``on_commit`` calls follow the commit order.
         """
-        task = asyncio.ensure_future(self._write_in_order(steps, order, on_commit))
-        self._writes.add(task)
-        task.add_done_callback(self._writes.discard)
+        # The caller awaits it through the shield and gets its failure.
+        task = self._writes.spawn(self._write_in_order(steps, order, on_commit),
+                                  name="write", expected=Exception)
         return asyncio.shield(task)
 
     async def _write_in_order(self, steps: core.Steps[T], order: core.Key | None,
@@ -121,8 +122,7 @@ class PostgresStore:
 
     async def close(self) -> None:
         """Wait for writes under way, then dispose the engine; a later call opens a new one."""
-        if self._writes:
-            await asyncio.gather(*self._writes, return_exceptions=True)
+        await self._writes.wait()
         engine, loop = self._engine, self._loop
         self._engine, self._loop, self._schema_ready = None, None, False
         if engine is not None:

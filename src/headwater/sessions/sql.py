@@ -341,8 +341,7 @@ class SqlSessionService(BaseSessionService):
 
         steps = core.acquire_lease_with_snapshot(key, owner, run_id, ttl, self._store.lock,
                                                  this_process(), first, after)
-        pending = asyncio.ensure_future(
-            self._store.start_write(steps, order=key, on_commit=committed))
+        pending = self._store.start_write(steps, order=key, on_commit=committed)
         try:
             done = await asyncio.shield(pending)
         except asyncio.CancelledError:

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Literal, TypeAlias, assert_never
 
+from ..tasks import TaskSet
 from ._render import ErrorFormat, default_message, error_body, format_of, history_problem
 from ._render_gemini import gemini_error_body, gemini_history_problem, is_gemini_path
 from ._render_responses import is_responses_path, responses_problem
@@ -254,7 +255,8 @@ class FakeProvider:
         self._queue: deque[Scenario] = deque()
         self._server: asyncio.Server | None = None
         self._open: list[_Connection] = []
-        self._tasks: list[asyncio.Task[None]] = []
+        self._tasks = TaskSet("FakeProvider")  # a connection's handler and its reader
+        self._failures: list[Exception] = []  # what a handler raised: aclose() raises it
         self._changed = asyncio.Event()
         self._closing = False
 
@@ -306,6 +308,8 @@ class FakeProvider:
     async def start(self) -> None:
         """Starts listening; ``__aenter__`` calls it."""
         self._closing = False
+        self._tasks = TaskSet("FakeProvider")
+        self._failures = []
         self._server = await asyncio.start_server(self._accept, self._host, 0)
 
     async def aclose(self) -> None:
@@ -319,18 +323,15 @@ class FakeProvider:
             return
         self._closing = True
         self._server.close()
-        for task in self._tasks:
-            task.cancel()
-        results = await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._tasks.aclose()
         for connection in list(self._open):  # a handler cancelled before it ever ran
             self._mark_closed(connection, "server_fin")
             connection.writer.transport.abort()
         await asyncio.sleep(0)  # let the transports' connection_lost callbacks run
         await self._server.wait_closed()
         self._server = None
-        for result in results:
-            if isinstance(result, Exception):
-                raise result
+        if self._failures:
+            raise self._failures[0]
 
     async def __aenter__(self) -> FakeProvider:
         await self.start()
@@ -356,7 +357,7 @@ class FakeProvider:
         self._open.append(connection)
         self.max_concurrent = max(self.max_concurrent, len(self._open))
         self._notify()
-        self._tasks.append(asyncio.get_running_loop().create_task(self._serve(connection, reader)))
+        self._tasks.spawn(self._serve(connection, reader), name=f"serve #{connection.index}")
 
     def _notify(self) -> None:
         self._changed.set()
@@ -384,7 +385,7 @@ class FakeProvider:
             connection.gone.set()
 
     async def _serve(self, connection: _Connection, reader: asyncio.StreamReader) -> None:
-        pump = asyncio.create_task(self._pump(reader, connection))
+        pump = self._tasks.spawn(self._pump(reader, connection), name="read the socket")
         try:
             while await self._serve_one(connection):
                 pass
@@ -394,11 +395,13 @@ class FakeProvider:
                                         b"connection: close\r\n\r\n")
         except (OSError, asyncio.IncompleteReadError):
             pass  # the client went away mid-request or mid-response: already recorded
+        except Exception as exc:  # a bug in the fake: aclose() raises it, so the test fails
+            self._failures.append(exc)
         finally:
             self._mark_closed(connection, "server_fin")
             pump.cancel()
             await self._close_writer(connection.writer)
-            await asyncio.gather(pump, return_exceptions=True)
+            await asyncio.wait([pump])
 
     @staticmethod
     async def _close_writer(writer: asyncio.StreamWriter) -> None:

@@ -9,6 +9,7 @@ from typing import Any
 from ..events import Event
 from ..live_request_queue import LiveRequestQueue
 from ..runner import Runner
+from ..tasks import TaskSet
 from ..types import Blob, Content
 from .clock import VirtualClock
 
@@ -38,6 +39,7 @@ class LiveHarness:
         self.close_timeout = close_timeout
         self.queue = LiveRequestQueue()
         self.events: list[Event] = []
+        self._tasks = TaskSet("live harness")
         self.task: asyncio.Task[None] | None = None
 
     async def __aenter__(self) -> LiveHarness:
@@ -47,7 +49,8 @@ class LiveHarness:
                                                     live_request_queue=self.queue):
                 self.events.append(event)
 
-        self.task = asyncio.create_task(consume())
+        # Awaited by __aexit__, which raises its failure.
+        self.task = self._tasks.spawn(consume(), name="live harness", expected=Exception)
         await self.settle()
         return self
 
@@ -55,7 +58,10 @@ class LiveHarness:
                         tb: TracebackType | None) -> None:
         self.queue.close()
         assert self.task is not None
-        await asyncio.wait_for(self.task, self.close_timeout)
+        try:
+            await asyncio.wait_for(self.task, self.close_timeout)
+        finally:
+            await self._tasks.aclose()
 
     async def settle(self) -> None:
         """Let the run process what it was sent (no time passes on a virtual clock)."""

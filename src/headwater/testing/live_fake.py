@@ -46,6 +46,7 @@ from websockets.exceptions import ConnectionClosed
 
 from ..models.llm_request import LlmRequest
 from ..models.scripted import ScriptedCall, ScriptedTurn
+from ..tasks import TaskSet
 from ..types import Blob, Content, FunctionCall, FunctionResponse, Part, ToolDeclaration, Usage
 from .clock import VirtualClock
 
@@ -258,8 +259,8 @@ class FakeLiveProvider:
         except ConnectionClosed:
             pass
         finally:
+            self._live.remove(session)  # nothing new starts on it while it stops
             await session.stop()
-            self._live.remove(session)
             record.close_code = ws.close_code if ws.close_code is not None else 1006
             record.closed.set()
 
@@ -280,7 +281,8 @@ class _Session(ABC):
         self.said: list[str] = []
         self.answering = False  # between a turn's start and its end marker
         self.release = asyncio.Event()
-        self.tasks: set[asyncio.Task[None]] = set()
+        # The turns playing, sends under way, a close to come: closed by stop().
+        self.tasks = TaskSet("fake live session")
 
     async def run(self) -> None:
         async for raw in self.ws:
@@ -296,8 +298,9 @@ class _Session(ABC):
     async def send(self, payload: dict[str, Json]) -> None:
         """Send one message; an answer interrupted meanwhile never leaves half a send."""
         self.fake.activity += 1
-        sending = asyncio.ensure_future(self.ws.send(json.dumps(payload)))
-        sending.add_done_callback(_retrieve)
+        # A send to a socket that closed meanwhile is nothing to report; the sender sees it.
+        sending = self.tasks.spawn(self.ws.send(json.dumps(payload)), name="send",
+                                   expected=Exception)
         await asyncio.shield(sending)
 
     async def send_raw(self, frames: Sequence[str]) -> None:
@@ -306,11 +309,7 @@ class _Session(ABC):
             await self.ws.send(frame)
 
     async def stop(self) -> None:
-        for task in [self.playing, *self.tasks]:
-            if task is not None and not task.done():
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError, ConnectionClosed):
-                    await task
+        await self.tasks.aclose()
 
     def request(self) -> LlmRequest:
         return LlmRequest(model=self.model, system_instruction=self.system,
@@ -319,7 +318,8 @@ class _Session(ABC):
     def start(self) -> None:
         """Play the next turn (after the one playing, if any)."""
         previous = self.playing
-        self.playing = asyncio.create_task(self._after(previous))
+        self.playing = self.tasks.spawn(self._after(previous), name="play a turn",
+                                        expected=ConnectionClosed)
 
     async def _after(self, previous: asyncio.Task[None] | None) -> None:
         if previous is not None and not previous.done():
@@ -451,8 +451,7 @@ class _Gemini(_Session):
             await asyncio.sleep(time_left)
             await self.ws.close(1001, "session time is up")
 
-        task = asyncio.create_task(close_later())
-        self.tasks.add(task)
+        self.tasks.spawn(close_later(), name="close later", expected=ConnectionClosed)
 
     async def play(self, turn: LiveTurn) -> None:
         await self.send_raw(turn.raw)
@@ -487,8 +486,8 @@ class _Realtime(_Session):
         self.audio = bytearray()
         self.call_names: dict[str, str] = {}
         self.model = record.query.partition("model=")[2]
-        task = asyncio.create_task(self.send({"type": "session.created", "session": {}}))
-        self.tasks.add(task)
+        self.tasks.spawn(self.send({"type": "session.created", "session": {}}),
+                         name="session.created", expected=ConnectionClosed)
 
     async def on_message(self, message: dict[str, Json]) -> None:
         kind = message.get("type")
@@ -625,11 +624,6 @@ def _from_gemini(turn: dict[str, Json]) -> Content:
             parts.append(Part(function_response=FunctionResponse(
                 res.get("id", ""), res["name"], res.get("response", {}))))
     return Content("model" if turn.get("role") == "model" else "user", parts)
-
-
-def _retrieve(future: asyncio.Future[None]) -> None:
-    if not future.cancelled():
-        future.exception()  # a send to a socket that closed meanwhile: nothing to report
 
 
 def _speech(data: str) -> bool:
