@@ -3,8 +3,9 @@
 Each agent has one home in :mod:`headwater.examples` (support, docs search,
 deploy, price watcher, people counter, and the indexer, whose tools come from an
 MCP server). The demo's default agent is a coordinator with all of them as
-sub-agents: it transfers each request to the one that can answer it. The live agents (price watcher, people counter) are also
-served as entries of their own: their tools are live streams, so the page opens
+sub-agents: it transfers each request to the one that can answer it. The live
+agents (price watcher, people counter) are also served as entries of their own:
+their tools are live streams, so the page opens
 a live session with such an agent when the coordinator transfers to it (docs/
 frame-protocol.md, the page). This module lists them, pairs the demo model's
 prompts with the agent that answers each, and hands the page the people

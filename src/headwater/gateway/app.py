@@ -206,12 +206,10 @@ def create_app(
     for router in (meta, sessions, runs, agui.router, page.router, vercel.router,
                    websocket.router):
         app.include_router(router)
-    app.state.mcp = None
     if importlib.util.find_spec("mcp") is not None:  # headwater[mcp]: the agents as MCP tools
-        from .mcp import route
+        from .mcp import mount
 
-        mcp_route, app.state.mcp = route(gateway)
-        app.router.routes.append(mcp_route)
+        mount(app, gateway)
     return app
 
 
@@ -240,32 +238,20 @@ def _gateway(agents: Sequence[BaseAgent], session_service: BaseSessionService | 
 
 @contextlib.asynccontextmanager
 async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
-    """The app's lifespan: the store opened and the toolsets listed before the server is up;
-    ``/mcp``'s session manager running (with ``headwater[mcp]``); a stop signal stops the
-    runs and drains the live sockets before the server stops (:class:`_StopSignals`); the
-    collector tuned as the settings say while the app serves; at the end every run
-    stopped, the toolsets (their MCP servers) and the stores closed."""
+    """Store opened, toolsets listed, ``/mcp`` running (headwater[mcp]); then :func:`_serving`."""
     gateway: Gateway = app.state.gateway
     await _open_store(gateway)
-    try:
-        await _open_tools(gateway)
-    except BaseException:
-        await gateway.close_tools()
-        if gateway.owns_service:
-            await gateway.service.close()
-        raise
-    mcp = app.state.mcp
-    async with contextlib.AsyncExitStack() as stack:
-        if mcp is not None:
-            await stack.enter_async_context(mcp.running())
-        async with _serving(gateway):
-            yield
+    await gateway.open_all_tools()
+    mcp = getattr(app.state, "mcp", None)
+    async with mcp.running() if mcp is not None else contextlib.nullcontext(), _serving(gateway):
+        yield
 
 
 @contextlib.asynccontextmanager
 async def _serving(gateway: Gateway) -> AsyncIterator[None]:
-    """While the app serves: stop signals handled, the collector tuned; at the end every run
-    stopped, the toolsets and the stores closed."""
+    """A stop signal stops the runs and drains the live sockets before the server stops
+    (:class:`_StopSignals`); the collector tuned as the settings say while the app serves;
+    at the end every run stopped, the toolsets and the stores closed."""
     settings = gateway.settings
     stop = _StopSignals(gateway)
     stop.install()
@@ -290,15 +276,6 @@ async def _serving(gateway: Gateway) -> AsyncIterator[None]:
         await gateway.close_tools()
         if gateway.owns_service:
             await gateway.service.close()
-
-
-async def _open_tools(gateway: Gateway) -> None:
-    """List every agent's toolsets before the server says it is up. An MCP server that cannot
-    be started or reached is logged (once) and tried again before each run of its agent; a
-    tool that clashes with another ends the start."""
-    for agent in gateway.runners:
-        with contextlib.suppress(GatewayHTTPError):  # mcp_unavailable: logged, runs get 503
-            await gateway.open_tools(agent)
 
 
 async def _open_store(gateway: Gateway) -> None:

@@ -262,6 +262,24 @@ class Gateway:
             self.tools_down.discard(agent)
             logger.info("agent %s: its MCP servers answer again", agent)
 
+    async def open_all_tools(self) -> None:
+        """List every agent's toolsets (the app's start): an MCP server that cannot be started
+        or reached is logged once and tried again before each run of its agent.
+
+        Raises:
+            UserError: a toolset's tool clashes with another (the start ends; what was
+                opened is closed, and the store when the gateway owns it).
+        """
+        try:
+            for agent in self.runners:
+                with contextlib.suppress(GatewayHTTPError):  # mcp_unavailable: logged
+                    await self.open_tools(agent)
+        except BaseException:
+            await self.close_tools()
+            if self.owns_service:
+                await self.service.close()
+            raise
+
     async def close_tools(self) -> None:
         """Close every agent's toolsets (their MCP servers stop): the app's shutdown."""
         for runner in self.runners.values():

@@ -22,6 +22,7 @@ import mcp_types as types
 from mcp.server.context import ServerRequestContext
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.shared.exceptions import MCPError
+from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
@@ -65,11 +66,12 @@ class McpEndpoint:
         await self.manager.handle_request(scope, receive, send)
 
 
-def route(gateway: Gateway) -> tuple[Route, McpEndpoint]:
-    """The ``/mcp`` route of ``gateway``'s app, and its endpoint (whose :meth:`running` the
-    lifespan enters)."""
-    endpoint = McpEndpoint(gateway)
-    return Route(PATH, endpoint=endpoint, methods=METHODS), endpoint
+def mount(app: Starlette, gateway: Gateway) -> McpEndpoint:
+    """Add ``/mcp`` to ``gateway``'s app; its endpoint is ``app.state.mcp`` (whose
+    :meth:`~McpEndpoint.running` the app's lifespan enters)."""
+    endpoint = app.state.mcp = McpEndpoint(gateway)
+    app.router.routes.append(Route(PATH, endpoint=endpoint, methods=METHODS))
+    return endpoint
 
 
 async def user_of_request(ctx: ServerRequestContext[Any, Any]) -> str:

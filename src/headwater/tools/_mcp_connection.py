@@ -21,6 +21,7 @@ import mcp_types as types
 from mcp import Client
 
 from ..errors import McpUnavailableError
+from ..tasks import TaskSet
 
 logger = logging.getLogger("headwater.tools.mcp")
 
@@ -49,6 +50,7 @@ class Connection:
         self._target = target
         self._connect_timeout = connect_timeout
         self._stop = asyncio.Event()
+        self._tasks = TaskSet(f"the MCP connection to {target}", logger=logger)
         self._task: asyncio.Task[None] | None = None
         self.client: Client | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -71,7 +73,9 @@ class Connection:
         """
         self.loop = loop = asyncio.get_running_loop()
         ready: asyncio.Future[list[types.Tool]] = loop.create_future()
-        self._task = loop.create_task(self._hold(ready), name=f"MCP connection to {self._target}")
+        # Its failures are handed to ``ready`` or logged by _hold itself.
+        self._task = self._tasks.spawn(self._hold(ready), name=f"MCP connection to {self._target}",
+                                       expected=(Exception,))
         try:
             async with asyncio.timeout(self._connect_timeout):
                 return await asyncio.shield(ready)

@@ -51,6 +51,7 @@ except ImportError as exc:  # the extra is not installed
 from ..errors import McpUnavailableError, UserError
 from ..events import ToolStreamEvent
 from ..settings import Settings, settings_or_default
+from ..tasks import TaskSet
 from ..types import Blob, Part, ToolDeclaration
 from ._mcp_connection import Connection
 from .context import ToolContext
@@ -176,6 +177,8 @@ class McpToolset(BaseToolset):
         self._connection: Connection | None = None
         self._opening: asyncio.Task[Connection] | None = None
         self._in_flight: collections.Counter[str] = collections.Counter()
+        # The opening and the calls in flight; each is awaited by whoever started it.
+        self._tasks = TaskSet(f"McpToolset {self.target}", logger=logger)
 
     def __repr__(self) -> str:
         return (f"McpToolset(command={shlex.join(self._command)!r})" if self._command
@@ -288,8 +291,9 @@ class McpToolset(BaseToolset):
         loop = asyncio.get_running_loop()
         opening = self._opening
         if opening is None or opening.get_loop() is not loop or opening.done():
-            opening = self._opening = loop.create_task(self._reopen(connection),
-                                                        name=f"opening {self.target}")
+            opening = self._opening = self._tasks.spawn(
+                self._reopen(connection), name=f"opening {self.target}",
+                expected=(McpUnavailableError, UserError))
         return await asyncio.shield(opening)
 
     async def _reopen(self, old: Connection | None) -> Connection:
@@ -332,8 +336,8 @@ class McpToolset(BaseToolset):
                 "progress", progress=progress, total=total,
                 message=message[:limit] if message else message))
 
-        call = asyncio.get_running_loop().create_task(self._call(tool.name, args, on_progress),
-                                                      name=f"MCP call {tool.name}")
+        call = self._tasks.spawn(self._call(tool.name, args, on_progress),
+                                 name=f"MCP call {tool.name}", expected=(Exception,))
         call.add_done_callback(lambda _: items.put_nowait(None))
         try:
             while (item := await items.get()) is not None:
