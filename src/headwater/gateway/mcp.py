@@ -27,7 +27,7 @@ from starlette.requests import Request
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from .core import Gateway
+from .core import Gateway, current_user
 from .mcp_server import agent_server
 from .problems import GatewayHTTPError, error_response, request_id_of
 
@@ -57,7 +57,7 @@ class McpEndpoint:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
-            await self.gateway.user(Request(scope, receive))  # keeps the user in scope.state
+            await current_user(Request(scope, receive))  # the user stays in scope["state"]
         except GatewayHTTPError as exc:
             response = error_response(exc.code, exc.message, request_id_of(scope),
                                       status=exc.status, headers=exc.headers)
