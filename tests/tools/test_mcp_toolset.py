@@ -208,6 +208,24 @@ async def test_a_call_past_mcp_call_timeout_times_out_and_is_cancelled_on_the_se
     await mcp_server.wait_mark("cancelled hang")
 
 
+def test_what_a_toolset_refuses_when_it_is_made() -> None:
+    with pytest.raises(UserError, match="one server"):
+        McpToolset()
+    with pytest.raises(UserError, match="one server"):
+        McpToolset(["srv"], url="http://127.0.0.1/mcp")
+    with pytest.raises(UserError, match="is a list"):
+        McpToolset("npx server")  # type: ignore[arg-type]
+    with pytest.raises(UserError, match="http:// or https://"):
+        McpToolset(url="ftp://example/mcp")
+    with pytest.raises(UserError, match="for a server started with command"):
+        McpToolset(url="http://127.0.0.1/mcp", env={"A": "1"})
+    with pytest.raises(UserError, match="for a server at a url"):
+        McpToolset(["srv"], headers={"Authorization": "x"})
+    with pytest.raises(UserError, match=r"write \['echo'\]"):
+        McpToolset(["srv"], tool_filter="echo")
+    assert repr(McpToolset(["python", "-m", "srv"])) == "McpToolset(command='python -m srv')"
+
+
 async def test_a_server_that_cannot_start_is_one_clear_error() -> None:
     toolset = McpToolset(command=["/nonexistent/mcp-server", "--stdio"])
     with pytest.raises(McpUnavailableError, match="/nonexistent/mcp-server --stdio") as caught:

@@ -42,7 +42,7 @@ def build_coordinator(model: str | BaseLlm) -> Agent:
     subs = [support.build_agent(model), docs_search.build_agent(model),
             deploy.build_agent(model), price_watcher.build_agent(model),
             people_counter.build_agent(model)]
-    if importlib.util.find_spec("mcp") is not None:
+    if has_mcp():
         from ..examples import indexer
 
         subs.append(indexer.build_agent(model))
@@ -62,7 +62,13 @@ def page_suggestions() -> list[dict[str, Any]]:  # the page's suggestion JSON
     others to the coordinator, which transfers them."""
     return [{"text": prompt,
              "agent": PROMPT_AGENTS[prompt] if prompt in LIVE_PROMPTS else COORDINATOR,
-             "live": prompt in LIVE_PROMPTS} for prompt in PROMPTS]
+             "live": prompt in LIVE_PROMPTS} for prompt in PROMPTS
+            if PROMPT_AGENTS[prompt] != "indexer" or has_mcp()]
+
+
+def has_mcp() -> bool:
+    """Whether the MCP SDK is installed (``headwater[mcp]``): the indexer needs it."""
+    return importlib.util.find_spec("mcp") is not None
 
 
 def page_frames() -> dict[str, Any]:  # the page's sample-frames hook

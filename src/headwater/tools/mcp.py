@@ -144,8 +144,8 @@ class McpToolset(BaseToolset):
 
     Raises:
         UserError: neither or both of ``command`` and ``url``, an empty command,
-            a URL that is not ``http(s)://``, or ``env``/``cwd`` with a URL or
-            ``headers`` with a command.
+            a URL that is not ``http(s)://``, ``env``/``cwd`` with a URL or
+            ``headers`` with a command, or a string where a list of names goes.
     """
 
     def __init__(
@@ -162,6 +162,10 @@ class McpToolset(BaseToolset):
         settings: Settings | None = None,
     ) -> None:
         self._command, self._url = _checked_target(command, url, env, cwd, headers)
+        for name, given in (("tool_filter", tool_filter), ("requires_approval", requires_approval)):
+            if isinstance(given, str):
+                raise UserError(f"McpToolset({name}=…) takes a list of tool names, not the "
+                                f"string {given!r}: write [{given!r}]")
         self.target = (f"command {shlex.join(self._command)!r}" if self._command
                        else f"URL {self._url}")
         """The command or URL, as messages name the server (never its headers)."""
