@@ -1,5 +1,5 @@
 """headwater benchmarks: runner overhead, tool turns, concurrency, first-event latency, adapters,
-a multi-agent transfer turn.
+a multi-agent transfer turn, a tool turn through an MCP server.
 
     python benchmarks/run.py [--only S1,S2] [--repeat 3] [--small] [--profile S1]
 
@@ -35,6 +35,7 @@ from typing import Any
 
 import adapters  # benchmarks/adapters.py, beside this file
 import hardening  # benchmarks/hardening.py, beside this file
+import mcp_turns  # benchmarks/mcp_turns.py, beside this file
 from common import commit, quantile  # benchmarks/common.py, beside this file
 from headwater import Agent, Content, Event, Part, RunConfig, Runner, StreamingMode
 from headwater.models.base import BaseLlm, LlmRequest, LlmResponse
@@ -80,6 +81,10 @@ class Sizes:
     m1_turns_memory: int = 200
     m1_turns_sqlite: int = 50
     m1_warmup: int = 20
+    p1_rounds: int = 20
+    p1_block: int = 50
+    p1_warmup: int = 20
+    p1_samples: int = 10
 
 
 FULL = Sizes()
@@ -87,7 +92,8 @@ SMALL = Sizes(s1_chunks=50, s1_samples=1, s2_chunks=5, s2_turns_memory=5, s2_tur
               s2_warmup=1, s3_sessions=5, s3_chunks=10, s4_chunks=3, s4_turns=5, s4_warmup=1,
               a1_chunks=50, a1_samples=1, a2_bytes=1 << 12, a2_samples=1, a3_samples=1,
               w1_sessions=3, w1_turns=2, w1_long_events=8, s5_turns=4, s5_window=1,
-              h1_result_mib=1, m1_chunks=5, m1_turns_memory=5, m1_turns_sqlite=3, m1_warmup=1)
+              h1_result_mib=1, m1_chunks=5, m1_turns_memory=5, m1_turns_sqlite=3, m1_warmup=1,
+              p1_rounds=1, p1_block=2, p1_warmup=1, p1_samples=1)
 
 TARGETS: dict[str, dict[str, str]] = {
     "S1": {"overhead_us_per_chunk": "< 2"},
@@ -106,9 +112,18 @@ TARGETS: dict[str, dict[str, str]] = {
     "M1": {"memory_ms_per_turn": "< 1", "sqlite_ms_per_turn": "< 3"},
     "H1": {"loop_stall_ms": "< 50", "getaddrinfo_ms": "< 100",
            "connections_per_20_calls": "1"},
+    "P1": {"overhead_ms_per_call": "<= 2", "cancel_seen_ms": "< 1000",
+           "crash_error_ms": "< 2000"},
 }
 
 METHODS: dict[str, str] = {
+    "P1": ("benchmarks/mcp_turns.py: a tool turn (the model calls echo, then answers) in "
+           "memory, the tool in process or served over stdio through McpToolset by "
+           "benchmarks/mcp_echo_server.py (the SDK's low-level Server; --bare: no SDK in the "
+           "server); rounds alternate a block of each, overheads are paired medians; CPU = "
+           "this process's + the server's; cancel_seen_ms = a run's task cancelled -> the "
+           "server's handler cancelled; crash_error_ms = the server's exit -> the call's "
+           "error result"),
     "H1": ("benchmarks/hardening.py: loop_stall_ms = the longest gap of a 1 ms ticker while a "
            "tool returns an h1_result_mib MiB result (run_once, in memory); getaddrinfo_ms = "
            "loop.getaddrinfo('localhost') after a turn whose six sync tools hung past a 50 ms "
@@ -705,6 +720,8 @@ SCENARIOS: dict[str, Callable[[Sizes], Figures]] = {
     "S5": lambda sizes: asyncio.run(_s5(sizes)),
     "H1": lambda sizes: hardening.h1(sizes.h1_result_mib),
     "M1": lambda sizes: asyncio.run(_m1(sizes)),
+    "P1": lambda sizes: mcp_turns.p1(sizes.p1_rounds, sizes.p1_block, sizes.p1_warmup,
+                                     sizes.p1_samples),
 }
 
 

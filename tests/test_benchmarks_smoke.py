@@ -40,6 +40,9 @@ FIGURES = {
            for key in ("turn1_ms", "turn200_ms", "ratio")},
     "H1": {"loop_stall_ms", "getaddrinfo_ms", "connections_per_20_calls"},
     "M1": {"memory_ms_per_turn", "sqlite_ms_per_turn"},
+    "P1": {"in_process_ms_per_turn", "mcp_ms_per_turn", "overhead_ms_per_call",
+           "overhead_cpu_ms_per_call", "sdk_call_ms", "headwater_ms_per_call",
+           "bare_overhead_ms_per_call", "cancel_seen_ms", "crash_error_ms"},
 }
 
 

@@ -105,3 +105,16 @@ def test_a_hand_off_is_one_line_and_a_live_streams_pending_answer_says_it_starte
         "→ calls transfer_to_agent · coordinator",
         "⇢ coordinator handed the conversation to billing",
         "✓ watch_price started (its values follow)"]
+
+
+def test_a_measured_progress_fills_the_bar_with_the_message_beside_it() -> None:
+    def step(n: int) -> tuple[str, dict[str, Any]]:
+        return ("tool_progress", {"author": "indexer", "call_id": "i1", "name": "index_docs",
+                                  "type": "progress", "index": None, "delta": None,
+                                  "progress": n, "total": 8, "message": f"indexing page {n}"})
+
+    text = shown(("tool_call", {"author": "indexer", "names": ["index_docs"],
+                                "calls": [{"id": "i1", "name": "index_docs"}]}),
+                 step(2), step(4))
+    [bar] = [line for line in text.splitlines() if "index_docs" in line and "%" in line]
+    assert "50%" in bar and bar.rstrip().endswith("indexing page 4")

@@ -69,7 +69,7 @@ def test_demo_terminal_runs_the_demo_model_or_the_model_given(tmp_path: Path,
 # -- help -----------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("command", [[], ["demo"], ["chat"], ["run"], ["sessions"], ["db"],
-                                     ["serve"]])
+                                     ["serve"], ["mcp"]])
 def test_help_is_quick_and_documents_every_option(command: list[str], tmp_path: Path,
                                                   env: dict[str, str]) -> None:
     hw(*command, "--help", cwd=tmp_path, env=env)  # warm the file cache
@@ -89,7 +89,7 @@ def test_every_command_and_option_has_help() -> None:
     commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     documented = {c.dest: c.help for c in commands._choices_actions}
     assert set(documented) == set(commands.choices) == {"demo", "chat", "run", "sessions",
-                                                        "db", "serve"}
+                                                        "db", "serve", "mcp"}
     assert all(documented.values())
     for name, sub in [("headwater", parser), *commands.choices.items()]:
         missing = [a.dest for a in sub._actions if not a.help and a.dest != "command"]
@@ -275,7 +275,7 @@ def test_sessions_lists_every_demo_agent_and_any_app_named(tmp_path: Path,
 
     served = tuple(agent.name for agent in demo_agents(DemoModel()))
     assert DEMO_APPS[:len(served)] == served  # the served agents, then the examples run alone
-    assert set(DEMO_APPS) == {*served, "support", "docs", "deploy"}
+    assert set(DEMO_APPS) == {*served, "support", "docs", "deploy", "indexer"}
     examples = Path(__file__).resolve().parents[1] / "examples"
     for example, message in [("docs_search", "Search the docs for streaming"),
                              ("deploy", "Deploy version 2 to staging")]:

@@ -9,7 +9,8 @@
 A module may import its own layer or lower ones. `headwater.testing` may import
 anything; nothing else imports it. The package root re-exports the public surface,
 so it is exempt as an importer and off limits as an import. Only the gateway
-imports web frameworks.
+imports web frameworks, and only the MCP modules (``MCP_MODULES``) the official
+MCP SDK.
 
 Two more rules keep the machinery private and the graph a tree of layers:
 
@@ -76,6 +77,11 @@ LAYERS: dict[str, int] = {
 TESTING = "testing"
 WEB_FRAMEWORKS = frozenset({"starlette", "fastapi", "uvicorn"})
 WEB_ALLOWED = frozenset({"gateway"})
+MCP_SDK = frozenset({"mcp", "mcp_types", "httpx2"})
+"""The official MCP SDK (and the HTTP client it brings): imported only by the MCP modules."""
+MCP_MODULES = frozenset({"headwater.tools.mcp", "headwater.tools._mcp_connection",
+                         "headwater.gateway.mcp", "headwater.gateway.mcp_server",
+                         "headwater.cli._mcp", "headwater.examples.index_server"})
 
 
 def _top(module: str) -> str | None:
@@ -95,6 +101,8 @@ def check_import(importer: str, imported: str) -> str | None:
     if top not in LAYERS:
         return f"{importer} is not placed in a layer: add {top!r} to LAYERS"
     root = imported.split(".")[0]
+    if root in MCP_SDK and importer not in MCP_MODULES:
+        return f"only the MCP modules ({', '.join(sorted(MCP_MODULES))}) may import {root}"
     if root in WEB_FRAMEWORKS:
         return None if top in WEB_ALLOWED else f"only headwater.gateway may import {root}"
     if root != PACKAGE:
@@ -338,6 +346,9 @@ def test_no_import_cycles() -> None:
         ("headwater.sessions.sql", "headwater"),
         ("headwater.runner", "starlette.responses"),
         ("headwater.newthing", "headwater.types"),
+        ("headwater.tools.function_tool", "mcp"),
+        ("headwater.gateway.app", "mcp.server.lowlevel"),
+        ("headwater.runner", "mcp_types"),
     ],
 )
 def test_check_import_reports(importer: str, imported: str) -> None:
@@ -355,6 +366,8 @@ def test_check_import_reports(importer: str, imported: str) -> None:
         ("headwater.testing.fake_provider", "headwater.gateway"),
         ("headwater", "headwater.testing"),
         ("headwater.runner", "asyncio"),
+        ("headwater.tools.mcp", "mcp.client.session"),
+        ("headwater.tools._mcp_connection", "mcp_types"),
     ],
 )
 def test_check_import_allows(importer: str, imported: str) -> None:
@@ -435,7 +448,7 @@ def test_check_private_import_allows(importer: str, imported: str, name: str | N
 # -- settings are passed in --------------------------------------------------------------------
 
 SETTINGS_ENTRY_POINTS = ("headwater.settings", "headwater.cli", "headwater.gateway.serve",
-                         "headwater.examples._console")
+                         "headwater.examples._console", "headwater.examples.index_server")
 """Where the process-wide settings may be read (a module, or a package and its modules)."""
 FETCHERS = frozenset({"get_settings", "reload_settings"})
 DEFAULT_PATH = "settings_or_default"

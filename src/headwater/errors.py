@@ -21,7 +21,8 @@
     │   ├── OutputTooLong          one model call streamed past Settings.max_output_chars
     │   └── SSEDecodeError         an event stream broke a bound (line or event too long)
     ├── ToolError                  a tool failed (becomes an error result, never a crash)
-    │   └── ToolArgumentsError     the model's arguments do not match the tool's schema
+    │   ├── ToolArgumentsError     the model's arguments do not match the tool's schema
+    │   └── McpUnavailableError    an MCP server cannot be started or reached
     ├── SessionError               the session store refused or failed
     │   ├── SessionNotFoundError
     │   ├── SessionBusyError       another run holds the session
@@ -63,6 +64,7 @@ ErrorCode = Literal[
     "server_shutdown",
     "store_unavailable",
     "run_store_unavailable",
+    "mcp_unavailable",
     "internal",
 ]
 
@@ -126,6 +128,8 @@ ERRORS: Final[Mapping[str, ErrorInfo]] = MappingProxyType({
     "store_unavailable": ErrorInfo("The session store failed.", 503, 1011, True),
     "run_store_unavailable": ErrorInfo(
         "The store of live runs could not be reached.", 503, 1013, True),
+    "mcp_unavailable": ErrorInfo(
+        "An MCP server the agent uses could not be started or reached.", 503, 1011, True),
     "internal": ErrorInfo("An internal error occurred.", 500, 1011, False),
     # the gateway's own
     "unauthorized": ErrorInfo("Missing or refused credentials.", 401, 1008, False),
@@ -159,6 +163,8 @@ ToolErrorCode = Literal[
     "unknown_agent",
     "transfer_not_allowed",
     "live_unsupported",
+    "mcp_unavailable",
+    "mcp_disconnected",
 ]
 """The codes of the error results a model sees for a call (``{"error", "code"}``; the
 table of docs/event-contract.md, "Tool error results"). A call's result is not the
@@ -364,6 +370,17 @@ class ToolError(HeadwaterError):
 
 class ToolArgumentsError(ToolError):
     """The model's arguments do not match the tool's schema (nothing ran)."""
+
+
+class McpUnavailableError(ToolError):
+    """An MCP server (``headwater.tools.mcp.McpToolset``) could not be started or reached.
+
+    The message names the command or the URL (never its headers). A run whose
+    agent needs the server's tools ends with this code; a call to one of them
+    gets an error result with it (docs/mcp.md).
+    """
+
+    code: ErrorCode = "mcp_unavailable"
 
 
 class SessionError(HeadwaterError):

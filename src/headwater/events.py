@@ -46,12 +46,36 @@ class ToolStreamEvent:
 
     Everything before ``done`` is progress for the caller only; the ``done``
     event's ``response`` is the one result the model sees.
+
+    A ``part_*`` event carries text (``delta``); a ``progress`` event says how
+    far the call is: ``progress`` (a number that grows), ``total`` (when known)
+    and ``message`` (a line to show beside it). An MCP server's
+    ``notifications/progress`` for a call is such an event
+    (``headwater.tools.mcp``); a tool of your own may yield them too.
     """
 
-    type: Literal["part_start", "part_delta", "part_end", "done"]
+    type: Literal["part_start", "part_delta", "part_end", "progress", "done"]
     index: int | None = None
     delta: str | None = None
     response: Any = None  # raw tool value; only the ``done`` event's reaches the model
+    progress: float | None = None
+    total: float | None = None
+    message: str | None = None
+
+    @property
+    def line(self) -> str:
+        """What a terminal shows of it: :func:`progress_line` of its fields."""
+        return progress_line(self.delta, self.progress, self.total, self.message)
+
+
+def progress_line(delta: str | None, progress: float | None = None, total: float | None = None,
+                  message: str | None = None) -> str:
+    """One line for a piece of tool progress: its text, or its measure (``2/5``; ``2``
+    without a total) then its message: ``2/5 indexing docs/tools.md``."""
+    if progress is None:
+        return message or delta or ""
+    measure = f"{progress:g}/{total:g}" if total else f"{progress:g}"
+    return f"{measure} {message}" if message else measure
 
 
 @dataclass(slots=True)

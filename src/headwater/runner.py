@@ -24,6 +24,7 @@ from types import TracebackType
 from typing import Any
 
 from .agents.base import BaseAgent
+from .agents.toolsets import close_toolsets, open_toolsets, toolsets_of
 from .artifacts import BaseArtifactService
 from .clock import SYSTEM_CLOCK, Clock
 from .errors import UserError
@@ -86,6 +87,19 @@ class Runner:
         self._ledgers: collections.OrderedDict[tuple[str, str], CallLedger] = (
             collections.OrderedDict())
         self._sync_loop: asyncio.AbstractEventLoop | None = None
+        self.tools_open = not toolsets_of(agent)
+        """Whether the tree's toolsets are open (listed); a run opens them first otherwise."""
+
+    async def open_tools(self) -> None:
+        """Open (list) every toolset the tree's runs may use, before a run needs one
+        (``headwater.agents.toolsets.open_toolsets``); a run calls it until it succeeds.
+
+        Raises:
+            McpUnavailableError: a toolset's server could not be started or reached.
+            UserError: a toolset's tool has the name of another tool of its agent.
+        """
+        await open_toolsets(self.agent)
+        self.tools_open = True
 
     async def create_session(self, *, user_id: str, state: dict[str, Any] | None = None,
                              session_id: str | None = None) -> Session:
@@ -200,8 +214,11 @@ class Runner:
         return ledger
 
     async def aclose(self) -> None:
-        """Release the session store's connections (the runner may not be used afterwards)."""
+        """Release the session store's connections and close the agents' toolsets (their
+        MCP servers stop; the runner may not be used afterwards)."""
         self._ledgers.clear()
+        self.tools_open = not toolsets_of(self.agent)
+        await close_toolsets(self.agent)
         await self.session_service.close()
 
     async def __aenter__(self) -> Runner:

@@ -67,6 +67,19 @@ class Settings(BaseSettings):
             result; after that the next run gives it an ``expired`` result.
         tool_timeout: seconds a tool call may run before it gets a ``timeout``
             result (a tool's own ``timeout`` wins).
+        mcp_call_timeout: seconds an MCP server may take to answer one tool call
+            (``McpToolset``); past it the call ends with a ``timeout`` result and
+            the server is sent ``notifications/cancelled``.
+        mcp_connect_timeout: seconds to start (stdio) or reach (HTTP) an MCP
+            server, its handshake and the listing of its tools included; past it,
+            ``mcp_unavailable``.
+        mcp_progress_interval: served agents (``headwater mcp``, the gateway's
+            ``/mcp``): the least seconds between two progress notifications
+            carrying the answer so far (the latest wins; one always goes before
+            the result).
+        mcp_session_idle_timeout, mcp_max_sessions: the gateway's ``/mcp``: seconds
+            an MCP session (2025 revisions) lives with no request in flight, and
+            how many may be open at once (past it, 503 for a new one).
         session_lock_timeout: seconds a run waits for another run (of any runner
             or process) holding the same session before ``SessionBusyError``
             (default 1 s: time for a run that is closing to finish its cleanup;
@@ -261,6 +274,11 @@ class Settings(BaseSettings):
     max_tool_args_bytes: int = Field(default=256 * 1024, ge=2)
     long_running_ttl: float = Field(default=7 * 24 * 3600.0, gt=0)
     tool_timeout: float = Field(default=300.0, gt=0)
+    mcp_call_timeout: float = Field(default=300.0, gt=0)
+    mcp_connect_timeout: float = Field(default=30.0, gt=0)
+    mcp_progress_interval: float = Field(default=0.1, ge=0)
+    mcp_session_idle_timeout: float = Field(default=1800.0, gt=0)
+    mcp_max_sessions: int = Field(default=1000, ge=1)
     session_lock_timeout: float = Field(default=1.0, ge=0)
     max_result_bytes: int = Field(default=100_000, ge=256)
     model_max_attempts: int = Field(default=3, ge=1)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from headwater.examples import docs_search, support
+from headwater.examples import docs_search, index_server, support
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -61,6 +61,15 @@ def test_the_docs_search_reports_progress_then_answers(env: dict[str, str]) -> N
                          "over HTTP: the frame protocol, Live streaming tools.")
     assert run(env, "docs_search", "Search the docs for approval")[-1] == (
         "docs> I found 1 pages about approval: Approval gates.")
+
+
+def test_the_indexer_shows_its_mcp_servers_progress_then_answers(env: dict[str, str]) -> None:
+    lines = run(env, "indexer")
+    progress = [line for line in lines if line.startswith("[index_docs]")]
+    assert progress == [f"[index_docs] {n}/8 indexing {page}"
+                        for n, (page, _) in enumerate(index_server.PAGES)] + [
+        "[index_docs] 8/8 index written"]
+    assert lines[-1] == "indexer> I indexed 8 pages of the docs (25,300 words)."
 
 
 def test_a_deploy_waits_for_approval_then_shows_its_progress(env: dict[str, str]) -> None:

@@ -70,6 +70,9 @@ async def serve() -> AsyncIterator[Serve]:
                 await task
 
 
+MCP_TEST_SERVER = str(Path(__file__).resolve().parents[1] / "tools" / "mcp_server.py")
+"""The SDK-built MCP server the MCP tests talk to (``python <it> stdio``)."""
+
 JS = Path(__file__).resolve().parents[1] / "js"
 """The pinned npm clients (tests/js/package-lock.json), installed by the test command."""
 

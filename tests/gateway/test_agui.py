@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -29,8 +30,9 @@ from headwater.sessions import BaseSessionService
 from headwater.settings import Settings
 from headwater.testing import ScriptedModel, ScriptedTurn, aiter_sse, wait_until
 from headwater.tools import args_sha256
+from headwater.tools.mcp import McpToolset
 
-from .conftest import JS, require_node
+from .conftest import JS, MCP_TEST_SERVER, require_node
 from .stores import new_service
 
 Serve = Callable[[Any], Awaitable[str]]
@@ -194,6 +196,22 @@ async def test_a_tool_call_with_progress_and_its_result(node: str, server: Any) 
         "deploying to prod…", "health checks green"]
     assert answer["content"] == "Deployed to prod."
     assert ran == ["prod"]
+
+
+@pytest.mark.slow
+async def test_an_mcp_servers_progress_is_the_calls_activity(node: str, server: Any) -> None:
+    toolset = McpToolset(command=[sys.executable, MCP_TEST_SERVER])
+    model = (ScriptedModel().call("slow", {"steps": 2, "pause": 0.01}, call_id="m1")
+             .reply("Counted."))
+    base = await server(Agent(name="ops", model=model, tools=[toolset]))
+    try:
+        report = await agui(node, f"{base}/ag-ui/ops", [{"message": "count"}])
+    finally:
+        await toolset.aclose()
+    [activity] = of_role(report, "activity")
+    assert [(e["type"], e["progress"], e["total"], e["message"])
+            for e in activity["content"]["events"]] == [
+        ("progress", 1, 2, "step 1 of 2"), ("progress", 2, 2, "step 2 of 2")]
 
 
 async def test_expose_result_sends_the_arguments_and_the_response(

@@ -51,11 +51,11 @@ async def ask(client: httpx.AsyncClient, agent: str, message: str) -> tuple[str,
     return finals[-1]["author"], finals[-1]["text"]
 
 
-async def test_the_demo_serves_the_five_examples_and_offers_their_prompts(
+async def test_the_demo_serves_the_examples_and_offers_their_prompts(
         serve: Serve, demo: Any) -> None:
     async with httpx.AsyncClient(base_url=await serve(demo, lifespan="on"), timeout=10) as client:
         config = config_of((await client.get("/")).text)
-        # The coordinator (the default) over all five; the live ones are entries of their own.
+        # The coordinator (the default) over all six; the live ones are entries of their own.
         assert [(a["name"], a["live"]) for a in config["agents"]] == [
             ("coordinator", False), ("market", True), ("people", True)]
         assert {s["text"]: (s["agent"], s["live"]) for s in config["suggestions"]} == {
@@ -63,6 +63,7 @@ async def test_the_demo_serves_the_five_examples_and_offers_their_prompts(
             "Search the docs for streaming": ("coordinator", False),
             "Deploy version 2 to staging": ("coordinator", False),
             "Watch GOOG": ("market", True), "Count the people": ("people", True),
+            "Index the docs": ("coordinator", False),
             "Tell me a long story": ("coordinator", False)}
         assert config["sample_frames"] == len(scene_frames()) == 40
         frames = (await client.get("/page/frames")).json()
@@ -73,6 +74,9 @@ async def test_the_demo_serves_the_five_examples_and_offers_their_prompts(
             "support", "Order 1042 shipped on 30 September and is due Monday.")
         author, text = await ask(client, "coordinator", "Search the docs for streaming")
         assert author == "docs" and text.startswith("I found 3 pages about streaming")
+        # The indexer's tool is an MCP server's (a process of the demo's own).
+        assert await ask(client, "coordinator", "Index the docs") == (
+            "indexer", "I indexed 8 pages of the docs (25,300 words).")
         # A live agent's tool is not started outside a live run: it says where it runs.
         assert await ask(client, "coordinator", "Watch GOOG") == (
             "market", "Watching a price is a live stream: it runs in a live session.")

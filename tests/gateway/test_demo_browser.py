@@ -8,6 +8,7 @@ The same chromium and fixtures as ``test_page_browser.py``; the screenshot is le
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,8 +19,9 @@ from headwater.gateway import create_app
 from headwater.models.demo import PROMPTS, DemoModel
 from headwater.sessions import InMemorySessionService
 from headwater.settings import reload_settings
+from headwater.testing import wait_until
 
-from .test_page_browser import Serve, browser, demo_app, open_page, run_ended
+from .test_page_browser import ARTIFACTS, Serve, browser, demo_app, open_page, run_ended
 
 __all__ = ["browser", "demo_app", "open_page"]  # fixtures, used by name
 
@@ -68,6 +70,14 @@ async def test_each_prompt_typed_into_a_fresh_session_reaches_its_agent(
             await transferred(page, "docs")
             assert await page.get_by_role("progressbar", name="search_docs progress").evaluate(
                 "bar => [bar.value, bar.max]") == [5, 5]
+        elif agent == "indexer":  # its tool is an MCP server's: the bar fills from its progress
+            assert await answered_by(page, "indexer") == (
+                "I indexed 8 pages of the docs (25,300 words).")
+            await transferred(page, "indexer")
+            assert await page.get_by_role("progressbar", name="index_docs progress").evaluate(
+                "bar => [bar.value, bar.max]") == [8, 8]
+            assert await page.get_by_label("index_docs progress message").inner_text() == (
+                "index written")
         elif agent == "deploy":
             card = page.get_by_role("region", name="Tool deploy")
             await card.get_by_role("button", name="Approve", exact=True).click()
@@ -101,6 +111,47 @@ async def test_each_prompt_typed_into_a_fresh_session_reaches_its_agent(
         assert "Ask the agent that has it" not in await page.locator("#log").inner_text()
     # Each prompt has its session; a live prompt has the coordinator's and the live one.
     assert await page.locator("#sessions li").count() == len(PROMPTS) + 2
+
+
+@pytest.fixture
+def slow_index(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """The demo's app with the index server at a pace a person sees (0.5 s a page)."""
+    from headwater.cli import demo_app
+
+    monkeypatch.setenv("HEADWATER_DEMO_WORD_DELAY", "0.05")
+    monkeypatch.setenv("HEADWATER_SESSION_LOCK_TIMEOUT", "0")
+    reload_settings()
+    yield demo_app(f"sqlite+aiosqlite:///{tmp_path / 'demo.db'}", DemoModel(word_delay=0.003))
+    monkeypatch.undo()
+    reload_settings()
+
+
+async def test_the_indexers_mcp_progress_fills_its_bar_and_stop_cancels_it_on_the_server(
+        serve: Serve, open_page: Any, slow_index: Any, capfd: pytest.CaptureFixture[str]
+        ) -> None:
+    page = await open_page(await serve(slow_index, lifespan="on"))
+    await type_in_a_fresh_session(page, "Index the docs")
+    bar = page.get_by_role("progressbar", name="index_docs progress")
+    await page.wait_for_function(
+        "() => document.querySelector('[aria-label=\"index_docs progress\"]')?.value >= 2")
+    assert await bar.evaluate("bar => bar.max") == 8
+    message = page.get_by_label("index_docs progress message")
+    assert (await message.inner_text()).startswith("indexing docs/")
+    ARTIFACTS.mkdir(exist_ok=True)  # the bar and its message, as a person sees them
+    await page.screenshot(path=str(ARTIFACTS / "indexer-progress-running.png"))
+    await page.get_by_role("button", name="Stop", exact=True).click()
+    await run_ended(page)
+    await page.get_by_text("The run was stopped.").wait_for()
+    card = page.get_by_role("region", name="Tool index_docs")
+    assert await card.locator(".state").inner_text() == "stopped with the run"
+    said: list[str] = []
+
+    def cancelled() -> bool:
+        said.append(capfd.readouterr().err)
+        return "index_docs cancelled after" in "".join(said)
+
+    await wait_until(cancelled, timeout=30)  # the server stopped indexing: it says so
+    assert await page.get_by_role("alert").count() == 0
 
 
 @pytest.fixture

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -24,8 +25,9 @@ from headwater.gateway.vercel import UIMessageEncoder
 from headwater.settings import Settings
 from headwater.testing import ScriptedModel, ScriptedTurn, wait_until
 from headwater.tools import args_sha256
+from headwater.tools.mcp import McpToolset
 
-from .conftest import JS, require_node
+from .conftest import JS, MCP_TEST_SERVER, require_node
 from .stores import new_service
 
 Serve = Callable[[Any], Awaitable[str]]
@@ -135,6 +137,24 @@ async def test_tool_progress_then_the_result(node: None, serve: Serve) -> None:
         assert [t["preliminary"] for t in seen] == [True, True, True, False]
         assert seen[-2]["output"]["text"] == "building prod; pushing prod; switching prod; "
         assert [p["type"] for p in message["parts"]].count("step-start") == 2
+
+
+@pytest.mark.slow
+async def test_an_mcp_servers_progress_is_the_preliminary_output(node: None, serve: Serve
+                                                                 ) -> None:
+    toolset = McpToolset(command=[sys.executable, MCP_TEST_SERVER])
+    model = (ScriptedModel().call("slow", {"steps": 2, "pause": 0.01}, call_id="m1")
+             .reply("Counted."))
+    agent = Agent(name="ops", model=model, tools=[toolset])
+    base = await serve(create_app(agent, session_service=new_service(), auth=AUTH))
+    try:
+        result = await run_client(base, "stream", "chat-m", "count")
+    finally:
+        await toolset.aclose()
+    early = [t["output"] for t in result["tools"] if t["state"] == "output-available"
+             and t["preliminary"]]
+    assert [(o["type"], o["progress"], o["total"], o["message"]) for o in early] == [
+        ("progress", 1, 2, "step 1 of 2"), ("progress", 2, 2, "step 2 of 2")]
 
 
 @pytest.mark.slow

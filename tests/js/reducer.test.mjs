@@ -5,7 +5,7 @@ import { test } from "node:test";
 
 import {
   draftKey, draftOf, dropDrafts, emissionText, emittedValues, errorWords, fromHistory,
-  initialState, outerCallId, progressOf, readEmission, reduce,
+  initialState, measureOf, outerCallId, progressOf, readEmission, reduce,
 } from "../../src/headwater/gateway/static/reducer.js";
 import { SSEDecoder } from "../../src/headwater/gateway/static/sse.js";
 
@@ -236,6 +236,28 @@ test("tool progress fills the card's bar; the result completes it", () => {
     { id: "d1", name: "deploy", status: "ok", size: 2 }] })], half);
   assert.equal(ended.items[0].status, "ok");
   assert.deepEqual(ended.items[0].progress, { value: 100, max: 100 });
+});
+
+test("a measured progress (an MCP server's) sets the bar and the message beside it", () => {
+  const call = frame("tool_call", { names: ["index_docs"], calls: [{ id: "i1", name: "index_docs" }] });
+  const progress = (value, total, message) => frame("tool_progress", {
+    call_id: "i1", name: "index_docs", type: "progress", index: null, delta: null,
+    progress: value, total, message });
+  const two = play([call, progress(1, 4, "indexed README.md"), progress(2, 4, "indexed tools.md")]);
+  const [card] = two.items;
+  assert.deepEqual(card.progress, { value: 2, max: 4 });
+  assert.equal(card.message, "indexed tools.md");
+  assert.deepEqual(card.lines, []);
+  const open = play([progress(7, null, null)], two);
+  assert.deepEqual(open.items[0].progress, { value: 7, max: null });  // no total: indeterminate
+  assert.equal(open.items[0].message, "indexed tools.md");
+  assert.deepEqual(measureOf({ progress: 9, total: 4 }), { value: 4, max: 4 });
+  const ended = play([frame("tool_result", { count: 1, results: [
+    { id: "i1", name: "index_docs", status: "ok", size: 2 }] })], two);
+  assert.deepEqual(ended.items[0].progress, { value: 4, max: 4 });
+  const stopped = play([frame("tool_result", { count: 1, results: [
+    { id: "i1", name: "index_docs", status: "error", size: 60, code: "cancelled" }] })], two);
+  assert.equal(stopped.items[0].status, "cancelled");  // stopped with the run, not failed
 });
 
 test("progress is read from percentages and ratios, else counted", () => {

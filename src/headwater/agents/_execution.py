@@ -245,7 +245,7 @@ class ToolExecutor:
             function_call_id=call.id, tool_name=call.name, invocation_id=ctx.invocation_id,
             agent_name=self.agent_name, app_name=ctx.app_name, user_id=ctx.session.user_id,
             session_id=ctx.session.id, session_state=ctx.session.state, clock=ctx.clock,
-            input_stream=input_stream,
+            input_stream=input_stream, artifact_service=ctx.artifact_service,
         )
 
     async def _result(

@@ -17,6 +17,7 @@ from ..models.base import BaseLlm
 from ..models.registry import check_model, get_model
 from ..tools.function_tool import BaseTool, ToolLike, as_tool
 from ..tools.middleware import ToolMiddleware
+from ..tools.toolset import BaseToolset
 from .base import BaseAgent, check_name
 from .callbacks import (
     AfterModelCallback,
@@ -37,6 +38,11 @@ def _as_tuple(callbacks: _C | Sequence[_C] | None) -> tuple[_C, ...]:
     return (callbacks,)
 
 
+def _whose(owner: BaseTool | BaseToolset) -> str:
+    """A tool as a clash names it: itself, or the toolset that brings it."""
+    return repr(owner) if isinstance(owner, BaseTool) else f"the one {owner!r} brings"
+
+
 class Agent(BaseAgent):
     """An LLM agent's configuration.
 
@@ -51,7 +57,8 @@ class Agent(BaseAgent):
             string, ``{key}`` is filled from session state (``{key?}``: empty
             when the state has no such key); a callable's text is left as is.
         description: what the agent does (for other agents and UIs).
-        tools: tools or plain functions.
+        tools: tools, plain functions, and toolsets (``McpToolset``: an MCP
+            server's tools, listed when the agent first needs them; docs/mcp.md).
         before_model_callback: ``(callback_context=, llm_request=)``; a
             returned ``LlmResponse`` replaces the model call.
         after_model_callback: ``(callback_context=, llm_response=)``; a
@@ -76,8 +83,10 @@ class Agent(BaseAgent):
 
     Raises:
         UserError: a bad name, a ``model`` that is not a model (the message names
-            the agent and what a model may be), two tools with one name, a tool whose
-            signature cannot be described, or a tree that breaks a rule of
+            the agent and what a model may be), two tools with one name (a toolset's
+            tool clashing with another is refused when the toolset is listed, or here
+            when its filter names it), a tool whose signature cannot be described, or
+            a tree that breaks a rule of
             :class:`~headwater.agents.base.BaseAgent` (one parent, unique names).
     """
 
@@ -88,7 +97,7 @@ class Agent(BaseAgent):
         model: str | BaseLlm | None = None,
         instruction: str | InstructionProvider = "",
         description: str = "",
-        tools: Sequence[ToolLike] = (),
+        tools: Sequence[ToolLike | BaseToolset] = (),
         before_model_callback: BeforeModelCallback | Sequence[BeforeModelCallback] | None = None,
         after_model_callback: AfterModelCallback | Sequence[AfterModelCallback] | None = None,
         before_tool_callback: BeforeToolCallback | Sequence[BeforeToolCallback] | None = None,
@@ -105,13 +114,19 @@ class Agent(BaseAgent):
         self.output_key = output_key
         self.disallow_transfer_to_parent = disallow_transfer_to_parent
         self.disallow_transfer_to_peers = disallow_transfer_to_peers
-        self.tools: tuple[BaseTool, ...] = tuple(as_tool(t) for t in tools)
-        by_name: dict[str, BaseTool] = {}
-        for t in self.tools:
-            if t.name in by_name:
-                raise UserError(f"agent {name!r} has two tools named {t.name!r}")
-            by_name[t.name] = t
-        self.tools_by_name: Mapping[str, BaseTool] = MappingProxyType(by_name)
+        self._entries: tuple[BaseTool | BaseToolset, ...] = tuple(
+            t if isinstance(t, BaseToolset) else as_tool(t) for t in tools)
+        self.toolsets: tuple[BaseToolset, ...] = tuple(
+            t for t in self._entries if isinstance(t, BaseToolset))
+        """The agent's toolsets (their tools are in :attr:`tools` once listed)."""
+        self._versions: tuple[int, ...] | None = None
+        self._tools, self._by_name = self._merged(name)
+        for toolset in self.toolsets:
+            for declared in toolset.declared_names() or ():
+                if declared in self._by_name:
+                    raise UserError(f"agent {name!r} has two tools named {declared!r}: "
+                                    f"{self._by_name[declared]!r} and "
+                                    f"{_whose(toolset)}")
         self.before_model_callbacks = _as_tuple(before_model_callback)
         self.after_model_callbacks = _as_tuple(after_model_callback)
         self.before_tool_callbacks = _as_tuple(before_tool_callback)
@@ -120,6 +135,67 @@ class Agent(BaseAgent):
         self.tool_middleware: tuple[ToolMiddleware, ...] = tuple(tool_middleware)
         # Last: the sub-agents become this agent's only once everything else is valid.
         super().__init__(name=name, description=description, sub_agents=sub_agents)
+
+    @property
+    def tools(self) -> tuple[BaseTool, ...]:
+        """Every tool of the agent, its toolsets' included; a toolset never listed is listed
+        now (blocking; the entry points open toolsets beforehand, docs/mcp.md).
+
+        Raises:
+            UserError: a toolset's tool has the name of another tool of the agent (both
+                are named).
+            McpUnavailableError: a toolset's server could not be started or reached.
+        """
+        if self.toolsets:
+            for toolset in self.toolsets:
+                if toolset.listed() is None:
+                    toolset.list_now()
+            self._refresh()
+        return self._tools
+
+    @property
+    def tools_by_name(self) -> Mapping[str, BaseTool]:
+        """:attr:`tools` by name."""
+        if self.toolsets:
+            self.tools  # noqa: B018 - lists and merges the toolsets' tools
+        return self._by_name
+
+    @property
+    def known_tools(self) -> tuple[BaseTool, ...]:
+        """The tools known without listing anything: the agent's own and those of its
+        toolsets already listed (no I/O)."""
+        self._refresh()
+        return self._tools
+
+    def _refresh(self) -> None:
+        versions = tuple(toolset.version for toolset in self.toolsets)
+        if versions != self._versions:
+            self._tools, self._by_name = self._merged(self.name)
+            self._versions = versions
+
+    def _merged(self, name: str) -> tuple[tuple[BaseTool, ...], Mapping[str, BaseTool]]:
+        """The tools in the order given (a toolset's where it stands), by name.
+
+        Raises:
+            UserError: two tools with one name (a toolset's own: both named).
+        """
+        merged: list[BaseTool] = []
+        by_name: dict[str, BaseTool] = {}
+        owners: dict[str, BaseTool | BaseToolset] = {}
+        for entry in self._entries:
+            found = (entry.listed() or ()) if isinstance(entry, BaseToolset) else (entry,)
+            for t in found:
+                other = owners.get(t.name)
+                if other is None:
+                    owners[t.name] = entry
+                    by_name[t.name] = t
+                    merged.append(t)
+                elif isinstance(entry, BaseTool) and isinstance(other, BaseTool):
+                    raise UserError(f"agent {name!r} has two tools named {t.name!r}")
+                else:
+                    raise UserError(f"agent {name!r} has two tools named {t.name!r}: "
+                                    f"{_whose(other)} and {_whose(entry)}")
+        return tuple(merged), MappingProxyType(by_name)
 
     @property
     def model(self) -> BaseLlm:

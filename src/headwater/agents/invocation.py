@@ -54,7 +54,8 @@ class InvocationContext:
     settings: Settings
     stats: RunStats = field(default_factory=RunStats)
     artifact_service: BaseArtifactService | None = None
-    """Where ``content_and_artifact`` tools store their artifacts."""
+    """Where ``content_and_artifact`` tools, and tools calling ``ToolContext.save_artifact``
+    (an MCP server's blobs), store their artifacts."""
     resume: list[tuple[FunctionCall, ApprovalDecision]] = field(default_factory=list)
     """Calls answered by this run's message: run (approved) or deny before the model."""
     clock: Clock = SYSTEM_CLOCK

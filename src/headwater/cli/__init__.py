@@ -143,6 +143,7 @@ def _parser() -> argparse.ArgumentParser:
     _sessions_command(commands)
     _db_command(commands)
     _serve_command(commands)
+    _mcp_command(commands)
     return parser
 
 
@@ -153,7 +154,8 @@ def _demo_command(commands: _Commands) -> None:
         "demo", formatter_class=formatter, epilog=MODELS_EPILOG,
         help="serve the example agents and their web page on 127.0.0.1",
         description="Start the gateway on 127.0.0.1 with the example agents (a coordinator "
-                    "that hands each request to support, docs, deploy, market or people) on "
+                    "that hands each request to support, docs, deploy, market, people or "
+                    "indexer, whose tools come from an MCP server) on "
                     "the offline demo model and SQLite under .headwater/, print the URL and "
                     "open a browser. Ctrl-C stops it.")
     demo.add_argument("--port", type=_port, default=8000, help="port to listen on (default 8000)")
@@ -176,8 +178,9 @@ def _chat_command(commands: _Commands) -> None:
         "chat", formatter_class=formatter, epilog=CHAT_EPILOG + "\n" + MODELS_EPILOG,
         help="chat with the agents in the terminal (the demo's, or a gateway's at --url)",
         description="An interactive chat in the terminal. Without --url it serves the demo's\n"
-                    "agents (a coordinator over support, docs, deploy, market and people;\n"
-                    "SQLite under .headwater/; the offline demo model or --model) on a\n"
+                    "agents (a coordinator over support, docs, deploy, market, people and\n"
+                    "indexer; SQLite under .headwater/; the offline demo model or --model)\n"
+                    "on a "
                     "free 127.0.0.1 port and talks to them over HTTP; with --url it talks\n"
                     "to a running gateway. Answers stream as they come, tools show their\n"
                     "progress, approvals are asked inline.")
@@ -303,6 +306,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         from ._sessions import sessions_command as command
     elif args.command == "db":
         from ._db import db_command as command
+    elif args.command == "mcp":
+        from ._mcp import mcp_command as command
     else:
         from ._serve import serve_command as command
     return _guarded(command, args)
@@ -337,3 +342,40 @@ def _stdout_gone() -> None:
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, sys.stdout.fileno())
     os.close(devnull)
+
+
+MCP_EPILOG = """\
+what a client sees:
+  one tool, named after the agent, with input {"message": string, "session_id"?: string}.
+  While it runs, what the agent streams comes as progress notifications (each message
+  the answer so far, or a tool's progress line); the result is its final text, and its
+  _meta (and structuredContent) carry the session id to go on with. A cancel from the
+  client stops the run, recorded cancelled. Sessions are the local user's
+  (headwater sessions --app NAME lists them). Nothing but MCP goes to stdout.
+
+a client's configuration (Claude Desktop, an IDE):
+  {"mcpServers": {"shop": {"command": "headwater", "args": ["mcp", "/path/to/agent.py"]}}}
+
+the MCP Inspector:
+  npx @modelcontextprotocol/inspector headwater mcp agent.py
+
+over HTTP: headwater serve serves the same at /mcp, under the gateway's auth
+(docs/mcp.md). Needs the MCP SDK: pip install "headwater[mcp]".
+"""
+
+
+def _mcp_command(commands: _Commands) -> None:
+    """``headwater mcp``: an agent file as an MCP server over stdio."""
+    formatter = argparse.RawDescriptionHelpFormatter
+    mcp = commands.add_parser(
+        "mcp", formatter_class=formatter, epilog=MCP_EPILOG,
+        help="serve an agent file as an MCP tool over stdio (for MCP clients)",
+        description="Load path/to/agent.py (its `agent`, else `root_agent`: any agent) and "
+                    "serve it over stdin/stdout as an MCP server whose one tool is the agent. "
+                    "An MCP client starts this command; it runs until the client closes "
+                    "stdin.")
+    mcp.add_argument("path", help="a Python file defining `agent` or `root_agent`")
+    mcp.add_argument("--model", default=None, metavar="M",
+                     help="run the root agent on this model string, e.g. openai:gpt-4o-mini "
+                          "(default: the model the agent file gives it)")
+    _add_db(mcp)

@@ -65,6 +65,21 @@ def progress_of(delta: str) -> tuple[float, float] | None:
     return None
 
 
+def measure_of(data: dict[str, Any]) -> tuple[float, float | None] | None:  # frame JSON
+    """``(done, total)`` of a ``tool_progress`` frame: its ``progress`` and ``total`` (``None``
+    when the tool gave no total), else what its ``delta`` says (:func:`progress_of`)."""
+    progress, total = _number(data.get("progress")), _number(data.get("total"))
+    if progress is not None:
+        return progress, total if total is not None and total > 0 else None
+    return progress_of(str(data.get("delta") or ""))
+
+
+def _number(value: Any) -> float | None:  # value: frame JSON
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    return None
+
+
 @dataclass(slots=True)
 class Approval:
     """A call waiting for the user's yes or no."""
@@ -183,13 +198,13 @@ class RunView:
     def _on_tool_progress(self, data: dict[str, Any]) -> None:
         self._end_draft()
         call_id, name = str(data.get("call_id", "")), str(data.get("name", "tool"))
-        delta = str(data.get("delta") or "")
+        delta = str(data.get("message") or data.get("delta") or "")
         if self._progress is None:
             self._progress = Progress(TextColumn("  [bold]{task.fields[name]}[/]"), BarColumn(),
                                       TaskProgressColumn(), TextColumn("{task.fields[line]}"),
                                       console=self.console, transient=False)
             self._progress.start()
-        measure = progress_of(delta)
+        measure = measure_of(data)
         task = self._tasks.get(call_id)
         if task is None:
             total = measure[1] if measure else None

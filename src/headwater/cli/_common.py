@@ -12,7 +12,7 @@ DEMO_APP = "support"
 """The app of the demo's support agent: the gateway names an agent's sessions' app after
 the agent."""
 
-DEMO_APPS = ("coordinator", "market", "people", "support", "docs", "deploy")
+DEMO_APPS = ("coordinator", "market", "people", "support", "docs", "deploy", "indexer")
 """The apps of the demo's served agents (the coordinator, the live ones), then of the
 examples run alone: what ``headwater sessions`` reads without ``--app``."""
 

@@ -13,6 +13,7 @@ from typing import Any, TextIO
 
 from ..agents.agent import Agent
 from ..agents.base import BaseAgent
+from ..agents.toolsets import open_toolsets
 from ..errors import UserError
 from ..events import Event
 from ..run_config import RunConfig, StreamingMode
@@ -193,6 +194,7 @@ async def run_once(agent: BaseAgent, message: str, db: str | None, as_json: bool
     runner = Runner(agent=agent, app_name=agent.name, session_service=service)
     try:
         await probe(service, shown)
+        await open_toolsets(agent)  # an MCP server that cannot start: one line, before the run
         session = await service.create_session(app_name=agent.name, user_id=DEMO_USER)
         failed = False
         async with runner.run_async(user_id=DEMO_USER, session_id=session.id,
@@ -240,8 +242,11 @@ def event_json(event: Event) -> dict[str, Any]:  # raw JSON out
                                       for r in event.function_responses]
     if event.tool_progress is not None:
         progress = event.tool_progress
+        item = progress.event
         line["tool_progress"] = {"call_id": progress.call_id, "name": progress.tool_name,
-                                 "type": progress.event.type, "delta": progress.event.delta}
+                                 "type": item.type, "delta": item.delta,
+                                 "progress": item.progress, "total": item.total,
+                                 "message": item.message}
     if event.actions.requested_approvals:
         line["approvals"] = [{"call_id": a.call_id, "name": a.tool_name, "args": a.args,
                               "display": a.display}

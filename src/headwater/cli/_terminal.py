@@ -89,7 +89,7 @@ async def narrate(stream: RunStream, out: TextIO) -> bool:
         if event.tool_progress is not None:
             progress = event.tool_progress
             out.write(f"{new_line(indent)}[progress] {progress.tool_name}: "
-                      f"{progress.event.delta or ''}\n")
+                      f"{progress.event.line}\n")
             continue
         if event.partial:
             if event.text:
@@ -125,3 +125,4 @@ async def narrate(stream: RunStream, out: TextIO) -> bool:
                       f"{json.dumps(response.response)}\n")
     new_line("")
     return failed
+

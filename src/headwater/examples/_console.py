@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import TextIO
 
 from ..agents.agent import Agent
+from ..agents.toolsets import open_toolsets
 from ..events import ApprovalRequest, Event
 from ..live_request_queue import LiveRequestQueue
 from ..models.base import BaseLlm
@@ -71,6 +72,7 @@ async def run_turns(agent: Agent, message: str, out: TextIO,
         0, or 1 when the run ended in an error event.
     """
     async with Runner(agent=agent, app_name=agent.name) as runner:
+        await open_toolsets(agent)  # an MCP server's tools, listed before the run needs them
         session = await runner.create_session(user_id=USER)
         out.write(f"you> {message}\n")
         new_message: str | Content = message
@@ -99,8 +101,8 @@ async def _print_run(stream: RunStream, out: TextIO) -> tuple[bool, list[Approva
     async for event in stream:
         if event.tool_progress is not None:
             progress = event.tool_progress
-            if progress.event.delta:
-                out.write(f"[{progress.tool_name}] {progress.event.delta}\n")
+            if progress.event.line:
+                out.write(f"[{progress.tool_name}] {progress.event.line}\n")
             continue
         if event.partial:
             if event.text and not drafting:

@@ -415,7 +415,8 @@ class AguiEncoder:
 
     def _tool_progress(self, data: Mapping[str, Any]) -> list[dict[str, Any]]:
         call_id = data["call_id"]
-        item = {"type": data["type"], "index": data["index"], "delta": data["delta"]}
+        item = {"type": data["type"], "index": data["index"], "delta": data["delta"],
+                **_measure(data)}
         message_id = f"{call_id}-progress"
         if call_id in self._progress:
             return [{"type": "ACTIVITY_DELTA", "messageId": message_id,
@@ -502,3 +503,10 @@ async def run_agui(request: Request, gw: GatewayDep, user: CurrentUser, agent: s
                              request_id_of(request))
     encoder = AguiEncoder(body.thread_id, body.run_id, run.id)
     return gw.stream(run, 0, render=encoder.render, prologue=encoder.started())
+
+
+def _measure(data: Mapping[str, Any]) -> dict[str, Any]:  # raw frame JSON
+    """A progress frame's ``progress``, ``total`` and ``message`` (absent from a frame
+    logged by an earlier version: ``None``)."""
+    return {"progress": data.get("progress"), "total": data.get("total"),
+            "message": data.get("message")}

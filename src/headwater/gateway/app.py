@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import importlib.util
 import logging
 import signal
 import threading
@@ -205,6 +206,10 @@ def create_app(
     for router in (meta, sessions, runs, agui.router, page.router, vercel.router,
                    websocket.router):
         app.include_router(router)
+    if importlib.util.find_spec("mcp") is not None:  # headwater[mcp]: the agents as MCP tools
+        from .mcp import mount
+
+        mount(app, gateway)
     return app
 
 
@@ -233,12 +238,21 @@ def _gateway(agents: Sequence[BaseAgent], session_service: BaseSessionService | 
 
 @contextlib.asynccontextmanager
 async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
-    """The app's lifespan: a stop signal stops the runs and drains the live sockets before
-    the server stops (:class:`_StopSignals`); the collector tuned as the settings say while
-    the app serves; at the end every run stopped, the stores closed."""
+    """Store opened, toolsets listed, ``/mcp`` running (headwater[mcp]); then :func:`_serving`."""
     gateway: Gateway = app.state.gateway
-    settings = gateway.settings
     await _open_store(gateway)
+    await gateway.open_all_tools()
+    mcp = getattr(app.state, "mcp", None)
+    async with mcp.running() if mcp is not None else contextlib.nullcontext(), _serving(gateway):
+        yield
+
+
+@contextlib.asynccontextmanager
+async def _serving(gateway: Gateway) -> AsyncIterator[None]:
+    """A stop signal stops the runs and drains the live sockets before the server stops
+    (:class:`_StopSignals`); the collector tuned as the settings say while the app serves;
+    at the end every run stopped, the toolsets and the stores closed."""
+    settings = gateway.settings
     stop = _StopSignals(gateway)
     stop.install()
     if settings.gc_freeze:
@@ -259,6 +273,7 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
         await stop.restore()
         await gateway.runs.aclose()
         await gateway.stall_watch.aclose()
+        await gateway.close_tools()
         if gateway.owns_service:
             await gateway.service.close()
 

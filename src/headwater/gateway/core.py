@@ -20,8 +20,16 @@ from fastapi.requests import HTTPConnection, Request
 from ..agents.agent import Agent
 from ..agents.base import BaseAgent
 from ..agents.live_flow import STOP_STREAMING
+from ..agents.toolsets import close_toolsets, open_toolsets
 from ..agents.transfer import TRANSFER_TO_AGENT
-from ..errors import HeadwaterError, RunStoreUnavailable, SessionError, UserError, code_of
+from ..errors import (
+    HeadwaterError,
+    McpUnavailableError,
+    RunStoreUnavailable,
+    SessionError,
+    UserError,
+    code_of,
+)
 from ..run_config import RunConfig, StreamingMode
 from ..runner import Runner, RunStream
 from ..sessions.base import BaseSessionService, Session
@@ -82,6 +90,7 @@ class Gateway:
         self._no_sockets.set()
         self.owns_service = owns_service
         self.store_down = False  # GET /readyz found the store silent (logged once per outage)
+        self.tools_down: set[str] = set()  # agents whose MCP servers failed (logged once)
 
     @property
     def dev_mode(self) -> bool:
@@ -221,6 +230,7 @@ class Gateway:
         self.require_rate(await self.runs.over_rate(user_id))
         if not await self.runs.has_room(user_id):
             raise GatewayHTTPError("too_many_streams")
+        await self.open_tools(agent)
         try:
             stream = stream_of(self.runners[agent], user_id, session_id)
             await stream.start()
@@ -230,6 +240,50 @@ class Gateway:
         return await self.runs.start(stream, user_id=user_id, session_id=session_id,
                                      agent=agent, resumable=resumable, request_id=request_id,
                                      mapper=mapper)
+
+    async def open_tools(self, agent: str) -> None:
+        """List the toolsets of ``agent``'s tree (at once when listed): a run never waits for a
+        listing, nor starts without its tools.
+
+        Raises:
+            GatewayHTTPError: ``mcp_unavailable`` (503) when an MCP server cannot be started
+                or reached (logged once per outage, naming it).
+            UserError: a toolset's tool clashes with another tool of its agent.
+        """
+        try:
+            await open_toolsets(self.runners[agent].agent)
+        except McpUnavailableError as exc:
+            if agent not in self.tools_down:
+                self.tools_down.add(agent)
+                logger.warning("agent %s: %s; its runs answer 503 mcp_unavailable until it "
+                               "can be reached", agent, exc)
+            raise GatewayHTTPError("mcp_unavailable") from None
+        if agent in self.tools_down:
+            self.tools_down.discard(agent)
+            logger.info("agent %s: its MCP servers answer again", agent)
+
+    async def open_all_tools(self) -> None:
+        """List every agent's toolsets (the app's start): an MCP server that cannot be started
+        or reached is logged once and tried again before each run of its agent.
+
+        Raises:
+            UserError: a toolset's tool clashes with another (the start ends; what was
+                opened is closed, and the store when the gateway owns it).
+        """
+        try:
+            for agent in self.runners:
+                with contextlib.suppress(GatewayHTTPError):  # mcp_unavailable: logged
+                    await self.open_tools(agent)
+        except BaseException:
+            await self.close_tools()
+            if self.owns_service:
+                await self.service.close()
+            raise
+
+    async def close_tools(self) -> None:
+        """Close every agent's toolsets (their MCP servers stop): the app's shutdown."""
+        for runner in self.runners.values():
+            await close_toolsets(runner.agent)
 
     @staticmethod
     def require_rate(wait: float | None,
@@ -349,10 +403,13 @@ def exposes_of(agent: BaseAgent, *, live: bool = False) -> Callable[[str], bool]
     tree where an agent declares its own ``transfer_to_agent`` keeps that name's
     payloads summarised."""
     agents = [a for a in agent.walk() if isinstance(a, Agent)]
-    exposed = frozenset(name for a in agents for name, tool in a.tools_by_name.items()
+    # The tools known without listing (an MCP server is not started for this; its tools
+    # never expose their results).
+    tools = [{t.name: t for t in a.known_tools} for a in agents]
+    exposed = frozenset(name for by_name in tools for name, tool in by_name.items()
                         if tool.options.expose_result)
-    if live or not any(STOP_STREAMING in a.tools_by_name for a in agents):
+    if live or not any(STOP_STREAMING in by_name for by_name in tools):
         exposed |= {STOP_STREAMING}
-    if not any(TRANSFER_TO_AGENT in a.tools_by_name for a in agents):
+    if not any(TRANSFER_TO_AGENT in by_name for by_name in tools):
         exposed |= {TRANSFER_TO_AGENT}
     return exposed.__contains__

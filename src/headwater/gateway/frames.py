@@ -141,7 +141,8 @@ class FrameMapper:
             item = progress.event
             data = {"author": event.author, "call_id": progress.call_id,
                     "name": progress.tool_name, "type": item.type, "index": item.index,
-                    "delta": item.delta}
+                    "delta": item.delta, "progress": item.progress, "total": item.total,
+                    "message": item.message}
             yield "tool_progress", _on_branch(data, event.branch)
             return
         content = event.content

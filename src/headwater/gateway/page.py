@@ -89,7 +89,7 @@ def _model_name(gw: Gateway, name: str) -> str:
 
 def _agent_info(gw: Gateway, name: str) -> AgentInfo:
     agent = gw.runners[name].agent  # a live run drives the root LLM agent alone
-    tools = agent.tools if isinstance(agent, Agent) else ()
+    tools = agent.known_tools if isinstance(agent, Agent) else ()  # no listing for a page
     return AgentInfo(name=name, model=_model_name(gw, name),
                      input_stream=any(t.consumes_input_stream for t in tools),
                      live=any(t.options.kind == "live" for t in tools))

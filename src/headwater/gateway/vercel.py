@@ -372,7 +372,8 @@ class UIMessageEncoder:
         self.progress[call_id] = text
         out.append({"type": "tool-output-available", "toolCallId": call_id, "preliminary": True,
                     "output": {"type": data["type"], "index": data["index"], "delta": delta,
-                               "text": text}})
+                               "text": text, "progress": data.get("progress"),
+                               "total": data.get("total"), "message": data.get("message")}})
 
     def _tool_result(self, data: Mapping[str, Any], out: list[dict[str, Any]]) -> None:
         for result in data["results"]:

@@ -41,6 +41,7 @@ PROMPTS = (
     "Deploy version 2 to staging",
     "Watch GOOG",
     "Count the people",
+    "Index the docs",
     "Tell me a long story",
 )
 """The prompts the demo model understands (the page shows them as suggestions)."""
@@ -314,6 +315,8 @@ def choose_call(text: str, tools: Collection[str] = (), *,
         version = re.search(r"version\s+(\S+)", lower)
         env = "production" if "prod" in lower else "staging"
         return "deploy", {"version": version.group(1) if version else "1", "environment": env}
+    if "index" in lower:
+        return "index_docs", {}
     if "search" in lower or "docs" in lower:
         query = re.search(r"\bfor\s+(.+?)[.?!]*$", text.strip())
         return "search_docs", {"query": query.group(1) if query else text.strip()}
@@ -354,6 +357,9 @@ def answer_from_result(name: str, result: dict[str, Any]) -> str:  # raw tool JS
         if not found:
             return f"Nothing in {where} about {result.get('query', 'that')}."
         return f"From {where} on {result.get('query')}: " + "; ".join(found) + "."
+    if name == "index_docs":
+        return (f"I indexed {result.get('pages', 0)} pages of the docs "
+                f"({result.get('words', 0):,} words).")
     if name == "check_claim":
         return (f"The claim is {result.get('verdict', 'unchecked')} "
                 f"({result.get('sources', 0)} sources).")

@@ -88,6 +88,9 @@ class RunHost(Protocol):
     clock: Clock
     lease_owner: str
     lease_keeper: LeaseKeeper
+    tools_open: bool
+
+    async def open_tools(self) -> None: ...
 
     def known_ledger(self, user_id: str, session_id: str) -> CallLedger | None: ...
 
@@ -224,6 +227,8 @@ class Run:
                                 invocation_id=self.invocation_id,
                                 capture_content=host.settings.otel_capture_content)
         try:
+            if not host.tools_open:  # the tree's toolsets are listed before its first run
+                await host.open_tools()
             tree = await self._open()
             if tree is not None:
                 await self._prepare(tree)

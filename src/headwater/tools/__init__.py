@@ -12,10 +12,12 @@ from .middleware import ToolInvocation as ToolInvocation
 from .middleware import ToolMiddleware as ToolMiddleware
 from .options import ToolKind as ToolKind
 from .options import ToolOptions as ToolOptions
+from .toolset import BaseToolset as BaseToolset
 
 __all__ = (
     "APPROVAL_RESPONSE_NAME",
     "BaseTool",
+    "BaseToolset",
     "FunctionTool",
     "ToolArgumentsError",
     "ToolContext",

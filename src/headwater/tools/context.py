@@ -10,10 +10,13 @@ import signal
 import subprocess
 from typing import Any
 
+from ..artifacts.base import BaseArtifactService
 from ..clock import SYSTEM_CLOCK, Clock
 from ..context import CallbackContext
+from ..errors import UserError
 from ..events import EventActions
 from ..live_request_queue import LiveRequestQueue
+from ..types import Part
 
 logger = logging.getLogger("headwater.tools")
 
@@ -33,6 +36,8 @@ class ToolContext(CallbackContext):
         clock: the run's clock (virtual under ``headwater.testing.VirtualClock``).
         input_stream: in a live run, this call's own queue of the user's live
             requests (for tools that consume the input stream), else ``None``.
+        artifact_service: the runner's artifact store (``Runner(artifact_service=…)``),
+            or ``None``; :meth:`save_artifact` writes to it.
 
     Processes: :meth:`start_process` (async tools) and :meth:`popen` (sync
     tools) start a child process the framework owns. Each gets a process group
@@ -42,7 +47,8 @@ class ToolContext(CallbackContext):
     nor anything it started outlives the call (docs/tools.md).
     """
 
-    __slots__ = ("_processes", "clock", "function_call_id", "input_stream", "tool_name")
+    __slots__ = ("_processes", "artifact_service", "clock", "function_call_id", "input_stream",
+                 "tool_name")
 
     def __init__(
         self,
@@ -58,6 +64,7 @@ class ToolContext(CallbackContext):
         actions: EventActions | None = None,
         clock: Clock = SYSTEM_CLOCK,
         input_stream: LiveRequestQueue | None = None,
+        artifact_service: BaseArtifactService | None = None,
     ) -> None:
         super().__init__(invocation_id=invocation_id, agent_name=agent_name, app_name=app_name,
                          user_id=user_id, session_id=session_id, session_state=session_state,
@@ -66,7 +73,27 @@ class ToolContext(CallbackContext):
         self.tool_name = tool_name
         self.clock = clock
         self.input_stream = input_stream
+        self.artifact_service = artifact_service
         self._processes: list[asyncio.subprocess.Process | subprocess.Popen[Any]] = []
+
+    async def save_artifact(self, filename: str, artifact: Part) -> int:
+        """Save ``artifact`` under ``filename`` next to the session; its version.
+
+        The version is recorded in ``actions.artifact_delta``, so the call's result
+        event says what it saved.
+
+        Raises:
+            UserError: the runner has no artifact service, or the store refuses the
+                artifact (a bad filename, too large, not a blob or a text).
+        """
+        service = self.artifact_service
+        if service is None:
+            raise UserError("no artifact service: pass artifact_service= to the Runner")
+        version = await service.save_artifact(
+            app_name=self.app_name, user_id=self.user_id, session_id=self.session_id,
+            filename=filename, artifact=artifact)
+        self.actions.artifact_delta[filename] = version
+        return version
 
     async def start_process(self, program: str, *args: str,
                             **kwargs: Any) -> asyncio.subprocess.Process:

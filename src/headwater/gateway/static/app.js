@@ -155,6 +155,7 @@ const TOOL_WORDS = { running: "running", ok: "answered", error: "failed", denied
                      awaiting_approval: "waiting for approval",
                      started: "started: waiting for its first value",
                      superseded: "not run: superseded by a later message", streaming: "streaming…",
+                     cancelled: "stopped with the run",
                      finished: "finished streaming", stopped: "stopped streaming",
                      failed: "stream failed" };
 
@@ -180,7 +181,13 @@ function toolView(card) {
   // A bar for a call that reports progress, or is still running; none for a live tool's
   // answer ("watching"), whose emissions follow.
   if (card.progress || (card.status === "running" && !card.emissions)) {
-    box.append(progressView(card));
+    // The bar, and beside it the line the tool last said of its progress (an MCP server's
+    // message), if it says one.
+    box.append(card.message
+      ? el("div", { class: "meter" }, progressView(card),
+           el("span", { class: "progress-line", "aria-label": `${card.name} progress message` },
+              card.message))
+      : progressView(card));
   }
   if (card.lines.length) box.append(el("div", { class: "lines" }, card.lines.at(-1)));
   if (card.emissions?.length) {

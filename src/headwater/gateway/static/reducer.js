@@ -2,7 +2,7 @@
 //
 //   state = { items, drafts, status, error }
 //   items:  the record, in order: {kind: "message", author, branch?, id, text, final}
-//           | {kind: "tool", call_id, name, author?, branch?, status, progress, approval,
+//           | {kind: "tool", call_id, name, author?, branch?, status, progress, message, approval,
 //              lines, emissions?}: approval {args_sha256, display, decided} once asked
 //           | {kind: "transfer", author, to, call_id, branch?}: the conversation went to `to`
 //           | {kind: "usage", usage} | {kind: "error", code, retryable}
@@ -98,7 +98,7 @@ function upsert(items, match, make, change) {
 
 function toolCard(callId, name, who) {
   const card = { kind: "tool", call_id: callId, name, status: "running", progress: null,
-                 approval: null, lines: [] };
+                 message: null, approval: null, lines: [] };
   if (who?.author) card.author = who.author;
   if (who?.branch) card.branch = who.branch;
   return card;
@@ -186,21 +186,33 @@ function onToolCall(state, d) {
 }
 
 function onToolProgress(state, d) {
+  const measured = typeof d.progress === "number";
   const items = updateTool(state.items, d.call_id, d.name, (card) => ({
     ...card,
     status: card.status === "ok" || card.status === "error" ? card.status : "running",
-    progress: d.type === "part_delta" || d.delta ? progressOf(card.progress, d.delta) : card.progress,
+    progress: measured ? measureOf(d)
+      : d.type === "part_delta" || d.delta ? progressOf(card.progress, d.delta) : card.progress,
     lines: d.delta ? [...card.lines, d.delta] : card.lines,
+    message: d.message ?? card.message ?? null,
   }), d);
   return { ...state, items };
+}
+
+/** Progress a tool measures itself (an MCP server's `notifications/progress`): `progress` of
+ * `total`, determinate when the total is known; else indeterminate. */
+export function measureOf(d) {
+  const total = typeof d.total === "number" && d.total > 0 ? d.total : null;
+  return { value: total === null ? d.progress : Math.min(d.progress, total), max: total };
 }
 
 // A denied call's result is the denial (status "error"): the card keeps saying "denied".
 // A live stream's result, "pending", comes at once: its card says "started" until a value
 // comes, and then keeps saying what its stream does.
-// A call whose approval a later message left unanswered says "superseded" (code superseded).
+// A call whose approval a later message left unanswered says "superseded" (code superseded);
+// one the run's stop cut short (code cancelled) says so, not that it failed.
 function resultStatus(card, result) {
   if (result.code === "superseded") return "superseded";
+  if (result.code === "cancelled") return "cancelled";
   if (card.status === "denied" || isStream(card)) return card.status;
   if (result.status === "pending") return "started";
   return result.status === "error" ? "error" : "ok";
