@@ -66,6 +66,7 @@ LAYERS: dict[str, int] = {
     "tools": 1,
     "sessions": 1,
     "artifacts": 1,
+    "memory": 1,
     "agents": 2,
     "runner": 3,
     "run": 3,

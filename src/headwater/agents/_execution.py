@@ -246,6 +246,8 @@ class ToolExecutor:
             agent_name=self.agent_name, app_name=ctx.app_name, user_id=ctx.session.user_id,
             session_id=ctx.session.id, session_state=ctx.session.state, clock=ctx.clock,
             input_stream=input_stream, artifact_service=ctx.artifact_service,
+            memory_service=ctx.memory_service, user_content=ctx.user_content,
+            invocation_context=ctx,
         )
 
     async def _result(

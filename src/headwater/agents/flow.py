@@ -202,13 +202,19 @@ class Flow:
         elif "{" in instruction:
             instruction = inject_session_state(instruction, ctx.session.state,
                                                agent_name=agent.name)
-        return LlmRequest(
+        request = LlmRequest(
             model=agent.model.model,
             system_instruction=str(instruction) or None,
             contents=ctx.ledger.contents_for(agent.name, ctx.branch),
-            tools=[t.declaration() for t in self.tools],
+            tools=[t.declaration() for t in self.tools if t.declared],
             config=dict(agent.generate_config),
         )
+        for tool in self.tools:
+            if tool.changes_request:  # ADK's process_llm_request (preload_memory)
+                call = FunctionCall(id="", name=tool.name, args={})
+                await tool.process_llm_request(
+                    tool_context=self.executor.tool_context(ctx, call), llm_request=request)
+        return request
 
     async def before_model(self, callback_context: CallbackContext, request: LlmRequest
                            ) -> LlmResponse | None:

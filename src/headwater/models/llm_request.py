@@ -25,3 +25,12 @@ class LlmRequest:
     contents: list[Content] = field(default_factory=list)
     tools: list[ToolDeclaration] = field(default_factory=list)
     config: dict[str, Any] = field(default_factory=dict)  # raw provider options
+
+    def append_instructions(self, instructions: list[str]) -> None:
+        """Add ``instructions`` to the system instruction, each after a blank line (ADK's
+        ``LlmRequest.append_instructions``)."""
+        joined = "\n\n".join(instructions)
+        if not joined:
+            return
+        self.system_instruction = (f"{self.system_instruction}\n\n{joined}"
+                                   if self.system_instruction else joined)

@@ -8,6 +8,10 @@ from .context import ToolContext as ToolContext
 from .function_tool import BaseTool as BaseTool
 from .function_tool import FunctionTool as FunctionTool
 from .function_tool import tool as tool
+from .memory import LoadMemoryTool as LoadMemoryTool
+from .memory import PreloadMemoryTool as PreloadMemoryTool
+from .memory import load_memory as load_memory
+from .memory import preload_memory as preload_memory
 from .middleware import ToolInvocation as ToolInvocation
 from .middleware import ToolMiddleware as ToolMiddleware
 from .options import ToolKind as ToolKind
@@ -19,6 +23,8 @@ __all__ = (
     "BaseTool",
     "BaseToolset",
     "FunctionTool",
+    "LoadMemoryTool",
+    "PreloadMemoryTool",
     "ToolArgumentsError",
     "ToolContext",
     "ToolInvocation",
@@ -27,5 +33,7 @@ __all__ = (
     "ToolOptions",
     "approval_response",
     "args_sha256",
+    "load_memory",
+    "preload_memory",
     "tool",
 )

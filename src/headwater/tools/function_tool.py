@@ -13,6 +13,7 @@ from pydantic import ValidationError
 
 from ..errors import ToolArgumentsError, UserError
 from ..live_request_queue import LiveRequestQueue
+from ..models.llm_request import LlmRequest
 from ..types import ToolDeclaration
 from ._schema import inspect_function, json_schema
 from .approval import render_summary
@@ -38,6 +39,11 @@ class BaseTool(ABC):
     name: str
     description: str
     options: ToolOptions = ToolOptions()
+    declared: bool = True
+    """Whether the model is told of the tool (its :meth:`declaration` is in the request);
+    a tool that only changes the request (``preload_memory``) is not."""
+    changes_request: bool = False
+    """Whether the flow calls :meth:`process_llm_request` before each model call."""
 
     @property
     def consumes_input_stream(self) -> bool:
@@ -47,6 +53,11 @@ class BaseTool(ABC):
     @abstractmethod
     def declaration(self) -> ToolDeclaration:
         """The declaration sent to the model."""
+
+    async def process_llm_request(  # noqa: B027 - optional hook
+            self, *, tool_context: ToolContext, llm_request: LlmRequest) -> None:
+        """Change the next model request (ADK's hook); called before each model call of
+        the tool's agent when :attr:`changes_request` is set. Nothing by default."""
 
     @abstractmethod
     async def run(self, args: dict[str, Any], context: ToolContext) -> Any:
