@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from headwater.run_config import RunConfig, StreamingMode
 from headwater.runner import InMemoryRunner
 from headwater.testing import ScriptedModel
 from headwater.types import Blob, Part
@@ -133,13 +134,16 @@ async def test_agent_tool_streams_the_research_agents_events_and_skips_summariza
                    .reply("Summary: Guido, 1991."),
                    streaming.research_agent, streaming.coordinator_agent)
     runner, sid = await runner_for(streaming.root_agent, "stream")
+    # `adk web`, where the sample is meant to be watched, runs with SSE streaming.
+    sse = RunConfig(streaming_mode=StreamingMode.SSE)
     for asked, summary in (("Research the history of AI", "Summary: long story."),
                            ("And Python?", "Summary: Guido, 1991.")):
-        events = await say(runner, sid, asked)
-        authors = [e.author for e in events]
+        events = [e for e in await say(runner, sid, asked, run_config=sse) if not e.partial]
         # The call, the research agent's own answer as it came, then the result ends the turn.
-        assert authors[0] == "coordinator_agent" and events[0].function_calls
-        assert "research_agent" in authors[1:-1]
+        assert events[0].author == "coordinator_agent" and events[0].function_calls
+        inner = [e for e in events if e.author == "research_agent"]
+        assert inner, [e.author for e in events]
+        assert inner[-1].text.endswith(summary)
         assert events[-1].function_responses and events[-1].actions.skip_summarization
         assert summary in str(events[-1].function_responses[0].response)
         assert events[-1].is_final_response()
