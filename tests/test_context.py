@@ -196,3 +196,17 @@ def test_the_sync_run_of_adk_scripts() -> None:
         texts = [e.text for e in runner.run(user_id="u", session_id=session.id,
                                             new_message=Content.from_text("hi"))]
     assert texts == ["sync answer"]
+
+
+async def test_a_tool_setting_skip_summarization_ends_the_turn_with_its_result() -> None:
+    def lookup(code: str, tool_context: ToolContext) -> dict[str, str]:
+        """Look a code up; its result is the answer."""
+        tool_context.actions.skip_summarization = True
+        return {"answer": f"{code} is fine"}
+
+    model = ScriptedModel().call("lookup", {"code": "A1"}).reply("never asked")
+    runner = InMemoryRunner(agent=Agent(name="a", model=model, tools=[lookup]), app_name="app")
+    session = await runner.session_service.create_session(app_name="app", user_id="u")
+    events = await run(runner, session.id, "check A1")
+    assert events[-1].function_responses[0].response == {"answer": "A1 is fine"}
+    assert events[-1].is_final_response() and len(model.requests) == 1

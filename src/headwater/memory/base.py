@@ -59,9 +59,6 @@ class BaseMemoryService(ABC):
                             query: str) -> SearchMemoryResponse:
         """The remembered events of ``user_id``'s sessions of ``app_name`` matching ``query``."""
 
-    async def close(self) -> None:  # noqa: B027 - optional hook
-        """Release what the service holds (connections); nothing by default."""
-
 
 def event_words(event: Event) -> set[str]:
     """The lower-cased words of the event's text parts (runs of ASCII letters)."""
