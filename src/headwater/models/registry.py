@@ -144,10 +144,11 @@ def _bare(text: str) -> ModelString | None:
 def accepted_models() -> str:
     """What a model may be, in words (the end of every error about one)."""
     bare = ", ".join(repr(name) for name in BARE_MODELS)
-    return (f"a model is a BaseLlm object, {bare} (the offline demo model), an ADK model "
-            "name ('gemini-…', 'model-optimizer-…', 'claude-…', 'gpt-…', 'o1…', 'o3…', "
-            "'o4…') or a 'provider:model' string such as 'openai:gpt-4o-mini' (providers: "
-            f"{', '.join(available_providers()) or 'none'})")
+    return (f"a model is a BaseLlm object, {bare} (the offline demo model) or a "
+            "'provider:model' string such as 'openai:gpt-4o-mini' (providers: "
+            f"{', '.join(available_providers()) or 'none'}); an ADK model name names its "
+            "provider: 'gemini-…', 'model-optimizer-…', 'claude-…', 'gpt-…', 'o1…', 'o3…', "
+            "'o4…'")
 
 
 def parse_model_string(text: str) -> ModelString:
