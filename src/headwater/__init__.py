@@ -15,6 +15,7 @@ from typing import Any as _Any
 
 if _TYPE_CHECKING:
     from .agents.agent import Agent as Agent
+    from .agents.agent import LlmAgent as LlmAgent
     from .agents.agent_tool import AgentTool as AgentTool
     from .agents.workflow import LoopAgent as LoopAgent
     from .agents.workflow import ParallelAgent as ParallelAgent
@@ -45,6 +46,7 @@ __all__ = (
     "FunctionResponse",
     "FunctionTool",
     "LiveRequestQueue",
+    "LlmAgent",
     "LoopAgent",
     "ParallelAgent",
     "Part",
@@ -62,6 +64,7 @@ __version__ = "0.1.0"
 
 _LAZY: dict[str, str] = {
     "Agent": ".agents.agent",
+    "LlmAgent": ".agents.agent",
     "AgentTool": ".agents.agent_tool",
     "LoopAgent": ".agents.workflow",
     "ParallelAgent": ".agents.workflow",

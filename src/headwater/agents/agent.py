@@ -13,8 +13,10 @@ from types import MappingProxyType
 from typing import Any, TypeVar
 
 from ..errors import UserError
+from ..genai import GenerateContentConfig
 from ..models.base import BaseLlm
 from ..models.registry import check_model, get_model
+from ..planners import BasePlanner
 from ..tools.function_tool import BaseTool, ToolLike, as_tool
 from ..tools.middleware import ToolMiddleware
 from ..tools.toolset import BaseToolset
@@ -36,6 +38,34 @@ def _as_tuple(callbacks: _C | Sequence[_C] | None) -> tuple[_C, ...]:
     if isinstance(callbacks, Sequence):
         return tuple(callbacks)
     return (callbacks,)
+
+
+_REFUSED_CONFIG = (("tools", "All tools must be set via Agent(tools=...)"),
+                   ("system_instruction",
+                    "The system instruction must be set via Agent(instruction=...)"),
+                   ("response_schema", "The response schema must be set via the agent's "
+                                       "output schema"))
+
+
+def _content_config(config: GenerateContentConfig | Mapping[str, Any] | None, agent: str
+                    ) -> GenerateContentConfig | None:
+    """``Agent(generate_content_config=...)`` checked as ADK checks it.
+
+    Raises:
+        UserError: not a config (or a dict of its fields), or a field ADK refuses there.
+    """
+    if config is None:
+        return None
+    if isinstance(config, Mapping):
+        config = GenerateContentConfig.model_validate(dict(config))
+    if not isinstance(config, GenerateContentConfig):
+        raise UserError(f"agent {agent!r}: generate_content_config is a "
+                        f"headwater.types.GenerateContentConfig, not {type(config).__name__}")
+    for name, what in _REFUSED_CONFIG:
+        if getattr(config, name) is not None:
+            raise UserError(f"agent {agent!r}: generate_content_config.{name} is refused. "
+                            f"{what}.")
+    return config
 
 
 def _whose(owner: BaseTool | BaseToolset) -> str:
@@ -67,7 +97,16 @@ class Agent(BaseAgent):
             dict is the result and the tool does not run.
         after_tool_callback: ``(tool=, args=, tool_context=, tool_response=)``;
             a returned dict replaces the result.
-        generate_config: provider options passed in ``LlmRequest.config``.
+        generate_config: provider options passed in ``LlmRequest.config``, as the
+            provider's request names them (sent as they are).
+        generate_content_config: generation settings under genai's names
+            (``headwater.types.GenerateContentConfig``, or a dict of its fields),
+            mapped by every adapter onto its provider's fields (docs/models.md
+            "Generation config"); ``generate_config`` wins on a clash. As in ADK,
+            ``tools``, ``system_instruction`` and ``response_schema`` are refused here.
+        planner: a ``headwater.planners`` planner: ``BuiltInPlanner`` (the model's
+            thinking, over the config's) or ``PlanReActPlanner`` (planning by
+            instruction).
         tool_middleware: async wrappers around every tool call, outermost first;
             each sees exactly one final value per call (see ``headwater.tools.middleware``).
         sub_agents: agents this one may transfer to (and that may transfer
@@ -86,6 +125,7 @@ class Agent(BaseAgent):
             the agent and what a model may be), two tools with one name (a toolset's
             tool clashing with another is refused when the toolset is listed, or here
             when its filter names it), a tool whose signature cannot be described, or
+            a refused ``generate_content_config``, a ``planner`` that is not one, or
             a tree that breaks a rule of
             :class:`~headwater.agents.base.BaseAgent` (one parent, unique names).
     """
@@ -103,6 +143,8 @@ class Agent(BaseAgent):
         before_tool_callback: BeforeToolCallback | Sequence[BeforeToolCallback] | None = None,
         after_tool_callback: AfterToolCallback | Sequence[AfterToolCallback] | None = None,
         generate_config: dict[str, Any] | None = None,
+        generate_content_config: GenerateContentConfig | Mapping[str, Any] | None = None,
+        planner: BasePlanner | None = None,
         tool_middleware: Sequence[ToolMiddleware] = (),
         sub_agents: Sequence[BaseAgent] = (),
         output_key: str | None = None,
@@ -132,6 +174,11 @@ class Agent(BaseAgent):
         self.before_tool_callbacks = _as_tuple(before_tool_callback)
         self.after_tool_callbacks = _as_tuple(after_tool_callback)
         self.generate_config: Mapping[str, Any] = MappingProxyType(dict(generate_config or {}))
+        self.generate_content_config = _content_config(generate_content_config, name)
+        if planner is not None and not isinstance(planner, BasePlanner):
+            raise UserError(f"agent {name!r}: planner={planner!r} is not a headwater.planners "
+                            "planner (BuiltInPlanner, PlanReActPlanner or a BasePlanner)")
+        self.planner = planner
         self.tool_middleware: tuple[ToolMiddleware, ...] = tuple(tool_middleware)
         # Last: the sub-agents become this agent's only once everything else is valid.
         super().__init__(name=name, description=description, sub_agents=sub_agents)
@@ -210,3 +257,7 @@ class Agent(BaseAgent):
 
     def __repr__(self) -> str:
         return f"Agent(name={self.name!r}, model={self._model!r})"
+
+
+LlmAgent = Agent
+"""ADK's name for :class:`Agent` (the same class)."""

@@ -30,6 +30,7 @@ from ..context import CallbackContext
 from ..errors import ErrorCode, ModelError, UserError, public_message
 from ..events import Event, EventActions, partial_event
 from ..models.base import LlmRequest, LlmResponse
+from ..planners import plan_request, plan_response
 from ..run_config import StreamingMode
 from ..telemetry import error_type
 from ..tools.function_tool import BaseTool
@@ -125,9 +126,9 @@ class Flow:
             before=agent.before_tool_callbacks, after=agent.after_tool_callbacks,
             middleware=agent.tool_middleware)
         self.calls_back = bool(callable(agent.instruction) or agent.before_model_callbacks
-                               or agent.after_model_callbacks)
-        """Whether a model call needs a callback context (an instruction provider or model
-        callbacks); without one, :meth:`run` makes none."""
+                               or agent.after_model_callbacks or agent.planner is not None)
+        """Whether a model call needs a callback context (an instruction provider, model
+        callbacks or a planner); without one, :meth:`run` makes none."""
 
     # -- run_async --------------------------------------------------------------------------
 
@@ -208,12 +209,16 @@ class Flow:
             contents=ctx.ledger.contents_for(agent.name, ctx.branch),
             tools=[t.declaration() for t in self.tools if t.declared],
             config=dict(agent.generate_config),
+            generate_content_config=agent.generate_content_config,
         )
         for tool in self.tools:
             if tool.changes_request:  # ADK's process_llm_request (preload_memory)
                 call = FunctionCall(id="", name=tool.name, args={})
                 await tool.process_llm_request(
                     tool_context=self.executor.tool_context(ctx, call), llm_request=request)
+        if agent.planner is not None:
+            assert callback_context is not None  # made whenever the agent has a planner
+            plan_request(agent.planner, callback_context, request)
         return request
 
     async def before_model(self, callback_context: CallbackContext, request: LlmRequest
@@ -228,7 +233,10 @@ class Flow:
 
     async def after_model(self, callback_context: CallbackContext, response: LlmResponse
                           ) -> LlmResponse:
-        """The after-model callbacks (the first to return a response replaces the aggregate)."""
+        """The agent's planner (``headwater.planners.plan_response``), then the after-model
+        callbacks (the first to return a response replaces the aggregate)."""
+        if self.agent.planner is not None:
+            response = plan_response(self.agent.planner, callback_context, response)
         for callback in self.agent.after_model_callbacks:
             replaced: LlmResponse | None = await maybe_await(
                 callback(callback_context=callback_context, llm_response=response))
