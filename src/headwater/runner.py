@@ -23,6 +23,7 @@ from contextlib import aclosing
 from types import TracebackType
 from typing import Any
 
+from .agents.agent import check_models
 from .agents.base import BaseAgent
 from .agents.toolsets import close_toolsets, open_toolsets, toolsets_of
 from .artifacts import BaseArtifactService
@@ -60,6 +61,9 @@ class Runner:
         auto_create_session: create a missing session instead of raising.
         artifact_service: where ``content_and_artifact`` tools store artifacts.
         clock: the clock tools and live streams see (``VirtualClock`` in tests).
+
+    Raises:
+        UserError: an LLM agent of the tree has no model, and none above it has one.
     """
 
     def __init__(
@@ -73,6 +77,7 @@ class Runner:
         artifact_service: BaseArtifactService | None = None,
         clock: Clock = SYSTEM_CLOCK,
     ) -> None:
+        check_models(agent)
         self.agent = agent
         self.artifact_service = artifact_service
         self.clock = clock
