@@ -13,6 +13,9 @@ agent's model calls).
   can find its way back up from it (it and every agent above it are LLM agents
   that may transfer to their parent, ``transfer.returns_to``); otherwise the
   latest such speaker before it, else the root.
+- **Agent callbacks** (any kind): the before-agent callbacks run first, and a
+  ``Content`` one returns is the agent's reply instead of its run; the
+  after-agent callbacks run after a run that did not stop (ADK's ``run_async``).
 - **An LLM agent** runs its :class:`~headwater.agents.flow.Flow`. A result event
   carrying ``actions.transfer_to_agent`` ends its turn and the named agent runs
   next, on the same branch.
@@ -25,7 +28,7 @@ agent's model calls).
   progress use too), and each branch goes on only once its event has been
   yielded. A branch that fails ends with its own error event; the others go on.
 
-A lone LLM agent (no sub-agents, no parent) is its ``Flow``'s run, with no
+A lone LLM agent (no sub-agents, no parent, no agent callbacks) is its ``Flow``'s run, with no
 generator of the tree's around it. The run's last event releases the session's
 lease in its own write only where the tree says it is last (the tail of the
 run); elsewhere the run releases it when it ends.
