@@ -28,7 +28,10 @@ if _TYPE_CHECKING:
     from .run_config import StreamingMode as StreamingMode
     from .runner import Runner as Runner
     from .tools.context import ToolContext as ToolContext
+    from .tools.example_tool import Example as Example
+    from .tools.example_tool import ExampleTool as ExampleTool
     from .tools.function_tool import FunctionTool as FunctionTool
+    from .tools.function_tool import LongRunningFunctionTool as LongRunningFunctionTool
     from .tools.function_tool import tool as tool
     from .types import Content as Content
     from .types import FunctionCall as FunctionCall
@@ -42,11 +45,14 @@ __all__ = (
     "Content",
     "Event",
     "EventActions",
+    "Example",
+    "ExampleTool",
     "FunctionCall",
     "FunctionResponse",
     "FunctionTool",
     "LiveRequestQueue",
     "LlmAgent",
+    "LongRunningFunctionTool",
     "LoopAgent",
     "ParallelAgent",
     "Part",
@@ -77,7 +83,10 @@ _LAZY: dict[str, str] = {
     "StreamingMode": ".run_config",
     "Runner": ".runner",
     "ToolContext": ".tools.context",
+    "Example": ".tools.example_tool",
+    "ExampleTool": ".tools.example_tool",
     "FunctionTool": ".tools.function_tool",
+    "LongRunningFunctionTool": ".tools.function_tool",
     "tool": ".tools.function_tool",
     "Content": ".types",
     "FunctionCall": ".types",

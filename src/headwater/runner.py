@@ -23,6 +23,7 @@ from contextlib import aclosing
 from types import TracebackType
 from typing import Any
 
+from .agents.agent import check_models
 from .agents.base import BaseAgent
 from .agents.toolsets import close_toolsets, open_toolsets, toolsets_of
 from .artifacts import BaseArtifactService, InMemoryArtifactService
@@ -64,6 +65,9 @@ class Runner:
         memory_service: what ``ToolContext.search_memory`` (``load_memory``,
             ``preload_memory``) reads.
         clock: the clock tools and live streams see (``VirtualClock`` in tests).
+
+    Raises:
+        UserError: an LLM agent of the tree has no model, and none above it has one.
     """
 
     def __init__(
@@ -78,6 +82,7 @@ class Runner:
         memory_service: BaseMemoryService | None = None,
         clock: Clock = SYSTEM_CLOCK,
     ) -> None:
+        check_models(agent)
         self.agent = agent
         self.artifact_service = artifact_service
         self.memory_service = memory_service

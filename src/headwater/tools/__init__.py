@@ -5,8 +5,11 @@ from .approval import APPROVAL_RESPONSE_NAME as APPROVAL_RESPONSE_NAME
 from .approval import approval_response as approval_response
 from .approval import args_sha256 as args_sha256
 from .context import ToolContext as ToolContext
+from .example_tool import Example as Example
+from .example_tool import ExampleTool as ExampleTool
 from .function_tool import BaseTool as BaseTool
 from .function_tool import FunctionTool as FunctionTool
+from .function_tool import LongRunningFunctionTool as LongRunningFunctionTool
 from .function_tool import tool as tool
 from .memory import LoadMemoryTool as LoadMemoryTool
 from .memory import PreloadMemoryTool as PreloadMemoryTool
@@ -22,9 +25,12 @@ __all__ = (
     "APPROVAL_RESPONSE_NAME",
     "BaseTool",
     "BaseToolset",
+    "Example",
+    "ExampleTool",
     "FunctionTool",
     "LoadMemoryTool",
     "PreloadMemoryTool",
+    "LongRunningFunctionTool",
     "ToolArgumentsError",
     "ToolContext",
     "ToolInvocation",

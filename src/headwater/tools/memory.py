@@ -36,8 +36,6 @@ class LoadMemoryTool(FunctionTool):
     """``load_memory(query)``: the model searches the user's past sessions; it also tells
     the model, in its instruction, that it has a memory."""
 
-    changes_request = True
-
     def __init__(self) -> None:
         super().__init__(_load_memory, name="load_memory")
 
@@ -53,8 +51,7 @@ class PreloadMemoryTool(BaseTool):
 
     name = "preload_memory"
     description = "preload_memory"
-    declared = False
-    changes_request = True
+    declares_function = False
 
     def declaration(self) -> ToolDeclaration:
         return ToolDeclaration(name=self.name, description=self.description,
