@@ -33,7 +33,6 @@ from .callbacks import (
     InstructionProvider,
 )
 
-
 _REFUSED_CONFIG = (("tools", "All tools must be set via Agent(tools=...)"),
                    ("system_instruction",
                     "The system instruction must be set via Agent(instruction=...)"),
@@ -60,6 +59,18 @@ def _content_config(config: GenerateContentConfig | Mapping[str, Any] | None, ag
             raise UserError(f"agent {agent!r}: generate_content_config.{name} is refused. "
                             f"{what}.")
     return config
+
+
+def _checked_planner(planner: BasePlanner | None, agent: str) -> BasePlanner | None:
+    """``Agent(planner=...)``, checked.
+
+    Raises:
+        UserError: not a ``headwater.planners`` planner.
+    """
+    if planner is not None and not isinstance(planner, BasePlanner):
+        raise UserError(f"agent {agent!r}: planner={planner!r} is not a headwater.planners "
+                        "planner (BuiltInPlanner, PlanReActPlanner or a BasePlanner)")
+    return planner
 
 
 def _whose(owner: BaseTool | BaseToolset) -> str:
@@ -192,10 +203,7 @@ class Agent(BaseAgent):
         self.after_tool_callbacks = as_callbacks(after_tool_callback)
         self.generate_config: Mapping[str, Any] = MappingProxyType(dict(generate_config or {}))
         self.generate_content_config = _content_config(generate_content_config, name)
-        if planner is not None and not isinstance(planner, BasePlanner):
-            raise UserError(f"agent {name!r}: planner={planner!r} is not a headwater.planners "
-                            "planner (BuiltInPlanner, PlanReActPlanner or a BasePlanner)")
-        self.planner = planner
+        self.planner = _checked_planner(planner, name)
         self.tool_middleware: tuple[ToolMiddleware, ...] = tuple(tool_middleware)
         # Last: the sub-agents become this agent's only once everything else is valid.
         super().__init__(name=name, description=description, sub_agents=sub_agents,

@@ -45,8 +45,7 @@ from ._execution import (
 )
 from .agent import Agent
 from .approvals import Resume
-from .callbacks import InstructionProvider
-from .instructions import inject_session_state
+from .instructions import system_instruction
 from .invocation import InvocationContext
 from .output_schema import append_schema, parse_output
 from .transfer import TRANSFER_TO_AGENT, TransferToAgentTool, transfer_targets
@@ -208,11 +207,8 @@ class Flow:
         """The next model request: the global instruction and the agent's, the ledger's
         conversation, tools, config; then the tools that process requests change it."""
         agent, ctx = self.agent, self.ctx
-        instruction = await self._text(agent.instruction, callback_context)
-        if self.global_instruction:  # the root's, first (ADK's order)
-            before = await self._text(self.global_instruction, callback_context)
-            instruction = f"{before}\n\n{instruction}" if before and instruction else (
-                before or instruction)
+        instruction = await system_instruction(agent.instruction, self.global_instruction,
+                                               callback_context, ctx.session.state, agent.name)
         if agent.output_schema is not None:
             instruction = append_schema(instruction, agent.output_schema)
         request = LlmRequest(
@@ -223,28 +219,22 @@ class Flow:
             config=dict(agent.generate_config),
             generate_content_config=agent.generate_content_config,
         )
-        if agent.planner is not None:  # ADK's planning processor, before the tools'
-            assert callback_context is not None  # made whenever the agent has a planner
-            plan_request(agent.planner, callback_context, request)
-        if self.processors:
-            assert callback_context is not None  # made whenever the flow calls back
-            tool_context = self.executor.tool_context(
-                ctx, FunctionCall(id="", name="", args={}), actions=callback_context.actions)
-            for tool in self.processors:
-                await tool.process_llm_request(tool_context=tool_context, llm_request=request)
+        if agent.planner is not None or self.processors:
+            assert callback_context is not None  # made for a planner or request processors
+            await self._process(request, callback_context)
         return request
 
-    async def _text(self, instruction: str | InstructionProvider,
-                    callback_context: CallbackContext | None) -> str:
-        """An instruction's text: a provider's as it returns it, a string with ``{key}``
-        filled from state."""
-        if callable(instruction):
-            assert callback_context is not None  # made whenever the flow calls back
-            return str(await maybe_await(instruction(callback_context)))
-        if "{" in instruction:
-            return inject_session_state(instruction, self.ctx.session.state,
-                                        agent_name=self.agent.name)
-        return instruction
+    async def _process(self, request: LlmRequest, callback_context: CallbackContext) -> None:
+        """The planner's change (ADK's planning processor), then each tool's
+        ``process_llm_request`` with a ``ToolContext`` recording into the step's actions."""
+        if self.agent.planner is not None:
+            plan_request(self.agent.planner, callback_context, request)
+        if self.processors:
+            tool_context = self.executor.tool_context(
+                self.ctx, FunctionCall(id="", name="", args={}),
+                actions=callback_context.actions)
+            for tool in self.processors:
+                await tool.process_llm_request(tool_context=tool_context, llm_request=request)
 
     async def before_model(self, callback_context: CallbackContext, request: LlmRequest
                            ) -> LlmResponse | None:
