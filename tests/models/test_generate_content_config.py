@@ -298,3 +298,23 @@ async def test_the_agents_config_reaches_each_request() -> None:
     assert [r.generate_content_config for r in model.requests] == [
         types.GenerateContentConfig(temperature=0.1)] * 2
     assert all(r.config == {"user": "x"} for r in model.requests)
+
+
+async def test_an_emulated_live_session_sends_the_config_with_every_turn() -> None:
+    model = ScriptedModel().reply("one").reply("two")
+    conn = model.connect(request())
+    seen: list[Any] = []
+
+    async def read() -> None:
+        async for response in conn.receive():
+            seen.append(response)
+
+    reader = asyncio.create_task(read())
+    try:
+        for n, text in enumerate(("hi", "again"), start=1):
+            await conn.send_content(Content.from_text(text))
+            await wait_until(lambda n=n: sum(1 for r in seen if not r.partial) == n)
+    finally:
+        await conn.close()
+        await reader
+    assert [r.generate_content_config for r in model.requests] == [CONFIG, CONFIG]
