@@ -51,6 +51,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / PACKAGE
 # Top-level name (module or subpackage) -> layer. A new module must be placed here.
 LAYERS: dict[str, int] = {
     "types": 0,
+    "genai": 0,  # genai-named generation settings (re-exported by types)
     "events": 0,
     "errors": 0,
     "settings": 0,
@@ -66,7 +67,9 @@ LAYERS: dict[str, int] = {
     "tools": 1,
     "sessions": 1,
     "artifacts": 1,
+    "memory": 1,
     "agents": 2,
+    "planners": 2,  # ADK's planners: an agent's, applied by its flow
     "runner": 3,
     "run": 3,
     "gateway": 4,

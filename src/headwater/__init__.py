@@ -15,6 +15,7 @@ from typing import Any as _Any
 
 if _TYPE_CHECKING:
     from .agents.agent import Agent as Agent
+    from .agents.agent import LlmAgent as LlmAgent
     from .agents.agent_tool import AgentTool as AgentTool
     from .agents.workflow import LoopAgent as LoopAgent
     from .agents.workflow import ParallelAgent as ParallelAgent
@@ -27,7 +28,10 @@ if _TYPE_CHECKING:
     from .run_config import StreamingMode as StreamingMode
     from .runner import Runner as Runner
     from .tools.context import ToolContext as ToolContext
+    from .tools.example_tool import Example as Example
+    from .tools.example_tool import ExampleTool as ExampleTool
     from .tools.function_tool import FunctionTool as FunctionTool
+    from .tools.function_tool import LongRunningFunctionTool as LongRunningFunctionTool
     from .tools.function_tool import tool as tool
     from .types import Content as Content
     from .types import FunctionCall as FunctionCall
@@ -41,10 +45,14 @@ __all__ = (
     "Content",
     "Event",
     "EventActions",
+    "Example",
+    "ExampleTool",
     "FunctionCall",
     "FunctionResponse",
     "FunctionTool",
     "LiveRequestQueue",
+    "LlmAgent",
+    "LongRunningFunctionTool",
     "LoopAgent",
     "ParallelAgent",
     "Part",
@@ -62,6 +70,7 @@ __version__ = "0.1.0"
 
 _LAZY: dict[str, str] = {
     "Agent": ".agents.agent",
+    "LlmAgent": ".agents.agent",
     "AgentTool": ".agents.agent_tool",
     "LoopAgent": ".agents.workflow",
     "ParallelAgent": ".agents.workflow",
@@ -74,7 +83,10 @@ _LAZY: dict[str, str] = {
     "StreamingMode": ".run_config",
     "Runner": ".runner",
     "ToolContext": ".tools.context",
+    "Example": ".tools.example_tool",
+    "ExampleTool": ".tools.example_tool",
     "FunctionTool": ".tools.function_tool",
+    "LongRunningFunctionTool": ".tools.function_tool",
     "tool": ".tools.function_tool",
     "Content": ".types",
     "FunctionCall": ".types",

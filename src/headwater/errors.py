@@ -56,6 +56,7 @@ ErrorCode = Literal[
     "provider_bad_response",
     "model_protocol_violation",
     "tool_call_incomplete",
+    "output_invalid",
     "budget_exceeded",
     "too_many_streams",
     "rate_limited",
@@ -119,6 +120,8 @@ ERRORS: Final[Mapping[str, ErrorInfo]] = MappingProxyType({
         "The model broke the event contract; none of its answer was kept.", 502, 1011, False),
     "tool_call_incomplete": ErrorInfo(
         "The model sent a tool call that does not form a call.", 502, 1011, False),
+    "output_invalid": ErrorInfo(
+        "The model's answer does not match the agent's output schema.", 502, 1011, False),
     "budget_exceeded": ErrorInfo("The run spent one of its budgets.", 422, 1011, False),
     "too_many_streams": ErrorInfo("Too many concurrent streams.", 429, 1013, True),
     "rate_limited": ErrorInfo("Too many requests.", 429, 1013, True),

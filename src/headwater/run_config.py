@@ -36,6 +36,11 @@ class RunConfig(BaseModel):
             output, summed over the run's model calls) after which the next
             model call is refused and the run ends with a ``budget_exceeded``
             error event. ``None`` (unbounded) must be passed explicitly.
+        save_input_blobs_as_artifacts: each ``inline_data`` part of the user's
+            message is saved in the runner's artifact service as
+            ``artifact_{invocation_id}_{i}`` and stored (and shown to the model)
+            as a text part naming it, as ADK's runner does; without an artifact
+            service the message is stored as it is.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -45,3 +50,4 @@ class RunConfig(BaseModel):
     max_tool_calls: int | None = Field(default=1000, ge=0)
     max_tool_calls_per_turn: int | None = Field(default=64, ge=0)
     max_tokens_per_run: int | None = Field(default=2_000_000, ge=1)
+    save_input_blobs_as_artifacts: bool = False

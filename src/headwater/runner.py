@@ -23,13 +23,15 @@ from contextlib import aclosing
 from types import TracebackType
 from typing import Any
 
+from .agents.agent import check_models
 from .agents.base import BaseAgent
 from .agents.toolsets import close_toolsets, open_toolsets, toolsets_of
-from .artifacts import BaseArtifactService
+from .artifacts import BaseArtifactService, InMemoryArtifactService
 from .clock import SYSTEM_CLOCK, Clock
 from .errors import UserError
 from .events import Event, new_id
 from .live_request_queue import LiveRequestQueue
+from .memory import BaseMemoryService, InMemoryMemoryService
 from .run.hold import LeaseKeeper
 from .run.lifecycle import Run
 from .run.recorder import SealReason as SealReason
@@ -42,7 +44,7 @@ from .sessions.memory import InMemorySessionService
 from .settings import Settings, settings_or_default
 from .types import Content, as_content
 
-__all__ = ("RunResult", "RunStream", "Runner", "SealReason")
+__all__ = ("InMemoryRunner", "RunResult", "RunStream", "Runner", "SealReason")
 
 
 class Runner:
@@ -58,8 +60,14 @@ class Runner:
         session_service: where sessions live (default: in memory).
         settings: bounds (default: from ``HEADWATER_*`` environment variables).
         auto_create_session: create a missing session instead of raising.
-        artifact_service: where ``content_and_artifact`` tools store artifacts.
+        artifact_service: where tools and callbacks save, load and list artifacts
+            (``save_artifact``…), and ``content_and_artifact`` tools store theirs.
+        memory_service: what ``ToolContext.search_memory`` (``load_memory``,
+            ``preload_memory``) reads.
         clock: the clock tools and live streams see (``VirtualClock`` in tests).
+
+    Raises:
+        UserError: an LLM agent of the tree has no model, and none above it has one.
     """
 
     def __init__(
@@ -71,10 +79,13 @@ class Runner:
         settings: Settings | None = None,
         auto_create_session: bool = False,
         artifact_service: BaseArtifactService | None = None,
+        memory_service: BaseMemoryService | None = None,
         clock: Clock = SYSTEM_CLOCK,
     ) -> None:
+        check_models(agent)
         self.agent = agent
         self.artifact_service = artifact_service
+        self.memory_service = memory_service
         self.clock = clock
         self.app_name = app_name
         self.settings = settings_or_default(settings)
@@ -282,3 +293,27 @@ class Runner:
                  tb: TracebackType | None) -> None:
         self.close()
 
+
+
+class InMemoryRunner(Runner):
+    """A :class:`Runner` on in-memory services (sessions, artifacts, memory), as ADK's.
+
+    For tests, samples and one-process demos: everything is lost when the process
+    ends. ``runner.session_service``, ``runner.artifact_service`` and
+    ``runner.memory_service`` are the services it made.
+
+    Args:
+        agent: the root agent.
+        app_name: the application's name (default ``"InMemoryRunner"``, ADK's).
+        settings, auto_create_session, clock: as :class:`Runner`'s.
+    """
+
+    def __init__(self, agent: BaseAgent, *, app_name: str = "InMemoryRunner",
+                 settings: Settings | None = None, auto_create_session: bool = False,
+                 clock: Clock = SYSTEM_CLOCK) -> None:
+        settings = settings_or_default(settings)
+        super().__init__(agent=agent, app_name=app_name,
+                         session_service=InMemorySessionService(settings=settings),
+                         settings=settings, auto_create_session=auto_create_session,
+                         artifact_service=InMemoryArtifactService(),
+                         memory_service=InMemoryMemoryService(), clock=clock)

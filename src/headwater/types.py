@@ -1,15 +1,29 @@
 """Content types shared by every layer: content, parts, function calls, usage.
 
 They are plain slotted dataclasses: cheap to build on the per-chunk path and
-serialised by pydantic (``TypeAdapter``) where they are persisted.
+serialised by pydantic (``TypeAdapter``) where they are persisted. They take the
+arguments ADK's ``google.genai.types`` take (``Part.from_text(text=...)``,
+``UserContent("hi")``), and the generation settings of genai (``GenerateContentConfig``
+and its parts, defined in :mod:`headwater.genai`) are re-exported here, so
+``from headwater import types`` replaces ``from google.genai import types``
+(docs/models.md "Generation config").
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
 from pydantic import ConfigDict
+
+from .genai import GenerateContentConfig as GenerateContentConfig
+from .genai import HarmBlockMethod as HarmBlockMethod
+from .genai import HarmBlockThreshold as HarmBlockThreshold
+from .genai import HarmCategory as HarmCategory
+from .genai import SafetySetting as SafetySetting
+from .genai import ThinkingConfig as ThinkingConfig
+from .genai import ThinkingLevel as ThinkingLevel
 
 Role = Literal["user", "model", "system"]
 
@@ -31,13 +45,15 @@ class FunctionCall:
     """A model's request to run a tool.
 
     Attributes:
-        id: the call id, unique within a session; responses refer to it.
+        id: the call id, unique within a session; responses refer to it. A call
+            built without one (``FunctionCall(name=..., args=...)``, as in genai)
+            gets a fresh id when its model event is recorded.
         name: the tool name.
         args: the parsed arguments (raw JSON object).
     """
 
-    id: str
-    name: str
+    id: str = ""
+    name: str = ""
     args: dict[str, Any] = field(default_factory=dict)  # raw JSON object
 
 
@@ -45,11 +61,12 @@ class FunctionCall:
 class FunctionResponse:
     """A tool's result for the call with the same ``id``.
 
-    ``response`` is a JSON object; error results carry an ``"error"`` key.
+    ``response`` is a JSON object; error results carry an ``"error"`` key. ``id``
+    must be the call's: a response without one (as genai allows) matches no call.
     """
 
-    id: str
-    name: str
+    id: str = ""
+    name: str = ""
     response: dict[str, Any] = field(default_factory=dict)  # raw JSON object
 
 
@@ -72,8 +89,24 @@ class Part:
 
     @staticmethod
     def from_text(text: str) -> Part:
-        """A text part."""
+        """A text part (``Part.from_text(text="hi")``, as in genai)."""
         return Part(text=text)
+
+    @staticmethod
+    def from_bytes(*, data: bytes, mime_type: str) -> Part:
+        """An inline binary part (an image, audio, a PDF)."""
+        return Part(inline_data=Blob(mime_type=mime_type, data=data))
+
+    @staticmethod
+    def from_function_call(*, name: str, args: dict[str, Any]) -> Part:
+        """A function call part; its id is given when it is recorded (see :class:`FunctionCall`)."""
+        return Part(function_call=FunctionCall(name=name, args=args))
+
+    @staticmethod
+    def from_function_response(*, name: str, response: dict[str, Any], id: str = "") -> Part:
+        """A function response part; ``id`` is the call's (genai leaves it out; a response
+        without it matches no call)."""
+        return Part(function_response=FunctionResponse(id=id, name=name, response=response))
 
 
 @dataclass(slots=True)
@@ -109,6 +142,36 @@ class Content:
     def function_responses(self) -> list[FunctionResponse]:
         """The function responses among the parts, in order."""
         return [p.function_response for p in self.parts if p.function_response is not None]
+
+
+PartLike = str | Part
+"""What :func:`UserContent` and :func:`ModelContent` take for a part: a part, or its text."""
+
+
+def _parts(parts: PartLike | Sequence[PartLike]) -> list[Part]:
+    items = [parts] if isinstance(parts, str | Part) else list(parts)
+    for item in items:
+        if not isinstance(item, str | Part):
+            raise TypeError(f"a content part is a Part or a str, not {type(item).__name__}")
+    return [Part(text=item) if isinstance(item, str) else item for item in items]
+
+
+def UserContent(parts: PartLike | Sequence[PartLike]) -> Content:  # genai's class name
+    """A user content of ``parts``: a part, a text, or a list of them (genai's ``UserContent``).
+
+    Raises:
+        TypeError: a part that is neither a :class:`Part` nor a ``str``.
+    """
+    return Content(role="user", parts=_parts(parts))
+
+
+def ModelContent(parts: PartLike | Sequence[PartLike]) -> Content:  # genai's class name
+    """A model content of ``parts``: a part, a text, or a list of them (genai's ``ModelContent``).
+
+    Raises:
+        TypeError: a part that is neither a :class:`Part` nor a ``str``.
+    """
+    return Content(role="model", parts=_parts(parts))
 
 
 @dataclass(slots=True)

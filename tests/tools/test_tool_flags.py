@@ -32,6 +32,8 @@ def plain() -> str:
     (stream_it, {"streaming": False}, "is a streaming tool"),
     (plain, {"cache_function": lambda a, r: True}, "only consulted with cache=True"),
     (plain, {"response_format": "xml"}, "response_format must be"),
+    (plain, {"after_ticket": "ask_model"}, "needs long_running=True"),
+    (plain, {"long_running": True, "after_ticket": "later"}, "after_ticket must be"),
 ])
 def test_incoherent_flags_raise_at_construction(func: Any, flags: dict[str, Any],
                                                 why: str) -> None:

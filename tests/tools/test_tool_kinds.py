@@ -97,7 +97,8 @@ def test_a_kind_the_function_cannot_be_is_refused_with_what_to_do(
 def test_an_unknown_option_name_is_a_type_error_naming_the_options() -> None:
     with pytest.raises(TypeError, match=r"unknown option 'timout' \(did you mean 'timeout'\?\)"):
         FunctionTool(plain_sync, timout=3)
-    with pytest.raises(TypeError, match="the options are streaming, approval_summary, cache,"):
+    with pytest.raises(TypeError,
+                       match="the options are streaming, after_ticket, approval_summary, cache,"):
         tool(colour="red")(plain_sync)
 
 

@@ -2,6 +2,7 @@
 that drives a tree of them."""
 
 from .agent import Agent as Agent
+from .agent import LlmAgent as LlmAgent
 from .agent_tool import AgentTool as AgentTool
 from .base import BaseAgent as BaseAgent
 from .flow import Flow as Flow
@@ -14,5 +15,6 @@ from .workflow import LoopAgent as LoopAgent
 from .workflow import ParallelAgent as ParallelAgent
 from .workflow import SequentialAgent as SequentialAgent
 
-__all__ = ("Agent", "AgentTool", "BaseAgent", "Flow", "InvocationContext", "LiveFlow", "LoopAgent",
-           "ParallelAgent", "RunStats", "SequentialAgent", "TransferToAgentTool", "TreeRun")
+__all__ = ("Agent", "AgentTool", "BaseAgent", "Flow", "InvocationContext", "LiveFlow", "LlmAgent",
+           "LoopAgent", "ParallelAgent", "RunStats", "SequentialAgent", "TransferToAgentTool",
+           "TreeRun")

@@ -239,37 +239,47 @@ class ToolExecutor:
                            return_direct=ok and tool.options.return_direct)
 
     def tool_context(self, ctx: InvocationContext, call: FunctionCall,
-                     input_stream: LiveRequestQueue | None = None) -> ToolContext:
-        """The context a call of this agent's tools gets."""
+                     input_stream: LiveRequestQueue | None = None,
+                     actions: EventActions | None = None) -> ToolContext:
+        """The context a call of this agent's tools gets (``actions``: whose changes it
+        records, its own by default)."""
         return ToolContext(
             function_call_id=call.id, tool_name=call.name, invocation_id=ctx.invocation_id,
             agent_name=self.agent_name, app_name=ctx.app_name, user_id=ctx.session.user_id,
             session_id=ctx.session.id, session_state=ctx.session.state, clock=ctx.clock,
             input_stream=input_stream, artifact_service=ctx.artifact_service,
+            memory_service=ctx.memory_service, user_content=ctx.user_content,
+            invocation_context=ctx, actions=actions,
         )
 
     async def _result(
         self, ctx: InvocationContext, tool: BaseTool, call: FunctionCall,
         tool_context: ToolContext, sink: ProgressSink | None,
     ) -> tuple[dict[str, Any], bool]:
+        value: Any = None
         for before in self.before:
-            override = await maybe_await(before(tool=tool, args=call.args,
-                                                tool_context=tool_context))
-            if override is not None:
-                return _as_object(override), True
-        result = await self._invoke(ctx, tool, call, tool_context, sink)
-        ok = "error" not in result
-        for after in self.after:
+            value = await maybe_await(before(tool=tool, args=call.args,
+                                             tool_context=tool_context))
+            if value is not None:
+                break
+        else:
+            value = await self._invoke(ctx, tool, call, tool_context, sink)
+        ok = not (isinstance(value, dict) and "error" in value)
+        for after in self.after:  # the raw value, as ADK's after_tool_callback gets it
             override = await maybe_await(after(tool=tool, args=call.args,
-                                               tool_context=tool_context, tool_response=result))
+                                               tool_context=tool_context, tool_response=value))
             if override is not None:
-                return _as_object(override), ok
-        return result, ok
+                value = override
+                break
+        if _small(value):
+            return _as_object(value), ok
+        return await asyncio.to_thread(_as_object, value), ok
 
     async def _invoke(
         self, ctx: InvocationContext, tool: BaseTool, call: FunctionCall,
         tool_context: ToolContext, sink: ProgressSink | None,
-    ) -> dict[str, Any]:
+    ) -> Any:
+        """The call's raw value (what the tool returned), or an error result."""
         timeout = (tool.options.timeout if tool.options.timeout is not None
                    else ctx.settings.tool_timeout)
 
@@ -292,9 +302,7 @@ class ToolExecutor:
                 value = await invoke(ToolInvocation(tool, call.args, tool_context))
             if tool.options.response_format == "content_and_artifact":
                 value = await self._split_artifact(ctx, tool, call, tool_context, value)
-            if _small(value):
-                return _as_object(value)
-            return await asyncio.to_thread(_as_object, value)
+            return value
         except ToolArgumentsError as exc:
             return error_result("invalid_arguments", str(exc))
         except _StreamIncomplete as exc:

@@ -13,8 +13,21 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Sequence
+from typing import TypeVar
 
 from ..errors import UserError
+from .callbacks import AfterAgentCallback, BeforeAgentCallback
+
+_C = TypeVar("_C")
+
+
+def as_callbacks(callbacks: _C | Sequence[_C] | None) -> tuple[_C, ...]:
+    """One callback, a list of them, or ``None``, as a tuple (tried in order)."""
+    if callbacks is None:
+        return ()
+    if isinstance(callbacks, Sequence):
+        return tuple(callbacks)
+    return (callbacks,)
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
 
@@ -38,6 +51,13 @@ class BaseAgent:
         description: what the agent does; other agents read it to decide on
             a transfer, and UIs show it.
         sub_agents: the agent's children; each becomes this agent's.
+        before_agent_callback: ``(callback_context=)``, or a list of them tried in
+            order until one returns a ``Content``: that content is the agent's
+            reply and the agent does not run (ADK's). State a callback sets is
+            stored (with the reply, or in an event of its own without one).
+        after_agent_callback: the same, after the agent's run (not after one that
+            ended in an error or ended the run): a returned ``Content`` is one
+            more reply of the agent.
 
     Attributes:
         parent_agent: the agent that lists this one in its ``sub_agents``
@@ -49,9 +69,15 @@ class BaseAgent:
     """
 
     def __init__(self, *, name: str, description: str = "",
-                 sub_agents: Sequence[BaseAgent] = ()) -> None:
+                 sub_agents: Sequence[BaseAgent] = (),
+                 before_agent_callback: BeforeAgentCallback | Sequence[BeforeAgentCallback]
+                 | None = None,
+                 after_agent_callback: AfterAgentCallback | Sequence[AfterAgentCallback]
+                 | None = None) -> None:
         self.name = check_name(name)
         self.description = description
+        self.before_agent_callbacks = as_callbacks(before_agent_callback)
+        self.after_agent_callbacks = as_callbacks(after_agent_callback)
         self.parent_agent: BaseAgent | None = None
         subs = tuple(sub_agents)
         seen: dict[str, BaseAgent] = {name: self}

@@ -15,6 +15,7 @@ from ..context import CallbackContext
 from ..models.base import LlmRequest, LlmResponse
 from ..tools.context import ToolContext
 from ..tools.function_tool import BaseTool
+from ..types import Content
 
 JsonObject = dict[str, Any]  # raw JSON object
 
@@ -23,6 +24,22 @@ class InstructionProvider(Protocol):
     """``(context) -> str``: the system instruction, computed per model call."""
 
     def __call__(self, context: CallbackContext, /) -> str | Awaitable[str]: ...
+
+
+class BeforeAgentCallback(Protocol):
+    """Runs before an agent's run (any kind); a returned ``Content`` is the agent's reply
+    and the agent does not run (its after-agent callbacks neither)."""
+
+    def __call__(self, *, callback_context: CallbackContext
+                 ) -> Content | Awaitable[Content | None] | None: ...
+
+
+class AfterAgentCallback(Protocol):
+    """Runs after an agent's run (not after one that ended in an error or ended the
+    run); a returned ``Content`` is one more reply of the agent."""
+
+    def __call__(self, *, callback_context: CallbackContext
+                 ) -> Content | Awaitable[Content | None] | None: ...
 
 
 class BeforeModelCallback(Protocol):
@@ -51,8 +68,10 @@ class BeforeToolCallback(Protocol):
 
 
 class AfterToolCallback(Protocol):
-    """Runs after a tool call; a returned dict replaces the result."""
+    """Runs after a tool call with the tool's raw return value (ADK's: a ``str``
+    stays a ``str``; an error is the error result); a returned value (not ``None``)
+    replaces it. A value that is not a dict is wrapped ``{"result": value}`` after."""
 
     def __call__(self, *, tool: BaseTool, args: JsonObject, tool_context: ToolContext,
-                 tool_response: JsonObject) -> JsonObject | Awaitable[JsonObject | None] | None:
+                 tool_response: Any) -> Any:
         ...

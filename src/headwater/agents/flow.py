@@ -30,6 +30,7 @@ from ..context import CallbackContext
 from ..errors import ErrorCode, ModelError, UserError, public_message
 from ..events import Event, EventActions, partial_event
 from ..models.base import LlmRequest, LlmResponse
+from ..planners import plan_request, plan_response
 from ..run_config import StreamingMode
 from ..telemetry import error_type
 from ..tools.function_tool import BaseTool
@@ -44,8 +45,9 @@ from ._execution import (
 )
 from .agent import Agent
 from .approvals import Resume
-from .instructions import inject_session_state
+from .instructions import system_instruction
 from .invocation import InvocationContext
+from .output_schema import append_schema, parse_output
 from .transfer import TRANSFER_TO_AGENT, TransferToAgentTool, transfer_targets
 from .turn import ModelTurn
 
@@ -103,7 +105,8 @@ class Flow:
             and agents to transfer to.
     """
 
-    __slots__ = ("agent", "calls_back", "commit", "ctx", "executor", "tools")
+    __slots__ = ("agent", "calls_back", "commit", "ctx", "executor", "global_instruction",
+                 "processors", "tools")
 
     def __init__(self, agent: Agent, ctx: InvocationContext, recorder: Recorder | None,
                  *, transfer: bool = True, live: bool = False) -> None:
@@ -124,10 +127,18 @@ class Flow:
             agent_name=agent.name, tools=by_name,
             before=agent.before_tool_callbacks, after=agent.after_tool_callbacks,
             middleware=agent.tool_middleware)
+        root = agent.root_agent
+        self.global_instruction = root.global_instruction if isinstance(root, Agent) else ""
+        """The tree's global instruction (its root's, ADK's), put before the agent's own."""
+        self.processors = tuple(t for t in tools if t.processes_requests)
+        """The tools that process each request (``BaseTool.process_llm_request``)."""
         self.calls_back = bool(callable(agent.instruction) or agent.before_model_callbacks
-                               or agent.after_model_callbacks)
-        """Whether a model call needs a callback context (an instruction provider or model
-        callbacks); without one, :meth:`run` makes none."""
+                               or agent.after_model_callbacks or self.processors
+                               or callable(self.global_instruction)
+                               or agent.planner is not None)
+        """Whether a model call needs a callback context (an instruction provider, model
+        callbacks, tools that process requests, a planner); without one, :meth:`run`
+        makes none."""
 
     # -- run_async --------------------------------------------------------------------------
 
@@ -152,8 +163,8 @@ class Flow:
 
     async def _results(self, outcomes: list[CallOutcome]) -> Event:
         results = self.results_event(outcomes)
-        await self.commit(results, last=results.actions.end_invocation
-                          or results.is_final_response())
+        await self.commit(results, last=results.actions.end_invocation or (
+            results.is_final_response() and not self.asks_again(results)))
         return results
 
     async def execute(self, calls: Sequence[FunctionCall], approved: Container[str] = (),
@@ -193,22 +204,37 @@ class Flow:
     # -- the pieces both modes use -----------------------------------------------------------
 
     async def request(self, callback_context: CallbackContext | None) -> LlmRequest:
-        """The next model request: instruction, the ledger's conversation, tools, config."""
+        """The next model request: the global instruction and the agent's, the ledger's
+        conversation, tools, config; then the tools that process requests change it."""
         agent, ctx = self.agent, self.ctx
-        instruction = agent.instruction
-        if callable(instruction):
-            assert callback_context is not None  # made whenever the flow calls back
-            instruction = await maybe_await(instruction(callback_context))
-        elif "{" in instruction:
-            instruction = inject_session_state(instruction, ctx.session.state,
-                                               agent_name=agent.name)
-        return LlmRequest(
+        instruction = await system_instruction(agent.instruction, self.global_instruction,
+                                               callback_context, ctx.session.state, agent.name)
+        if agent.output_schema is not None:
+            instruction = append_schema(instruction, agent.output_schema)
+        request = LlmRequest(
             model=agent.model.model,
-            system_instruction=str(instruction) or None,
+            system_instruction=instruction or None,
             contents=ctx.ledger.contents_for(agent.name, ctx.branch),
-            tools=[t.declaration() for t in self.tools],
+            tools=[t.declaration() for t in self.tools if t.declares_function],
             config=dict(agent.generate_config),
+            generate_content_config=agent.generate_content_config,
         )
+        if agent.planner is not None or self.processors:
+            assert callback_context is not None  # made for a planner or request processors
+            await self._process(request, callback_context)
+        return request
+
+    async def _process(self, request: LlmRequest, callback_context: CallbackContext) -> None:
+        """The planner's change (ADK's planning processor), then each tool's
+        ``process_llm_request`` with a ``ToolContext`` recording into the step's actions."""
+        if self.agent.planner is not None:
+            plan_request(self.agent.planner, callback_context, request)
+        if self.processors:
+            tool_context = self.executor.tool_context(
+                self.ctx, FunctionCall(id="", name="", args={}),
+                actions=callback_context.actions)
+            for tool in self.processors:
+                await tool.process_llm_request(tool_context=tool_context, llm_request=request)
 
     async def before_model(self, callback_context: CallbackContext, request: LlmRequest
                            ) -> LlmResponse | None:
@@ -222,7 +248,10 @@ class Flow:
 
     async def after_model(self, callback_context: CallbackContext, response: LlmResponse
                           ) -> LlmResponse:
-        """The after-model callbacks (the first to return a response replaces the aggregate)."""
+        """The agent's planner (``headwater.planners.plan_response``), then the after-model
+        callbacks (the first to return a response replaces the aggregate)."""
+        if self.agent.planner is not None:
+            response = plan_response(self.agent.planner, callback_context, response)
         for callback in self.agent.after_model_callbacks:
             replaced: LlmResponse | None = await maybe_await(
                 callback(callback_context=callback_context, llm_response=response))
@@ -301,21 +330,74 @@ class Flow:
         if response.usage is not None:
             ctx.stats.usage = ctx.stats.usage + response.usage
         content = response.content
+        long_running: list[str] = []
         if content is not None:
             content = ctx.ledger.unique_calls(content)
+            if content.function_calls:
+                long_running = self.long_running_calls(content.function_calls)
         if actions is None:
             actions = EventActions()
-        key = self.agent.output_key
+        agent = self.agent
+        key = agent.output_key
         if (key is not None and response.error_code is None and content is not None
                 and not content.function_calls):
-            actions.state_delta[key] = content.text
+            if agent.output_schema is None:
+                actions.state_delta[key] = content.text
+            elif self.invalid_output(content) is None:
+                actions.state_delta[key] = parse_output(agent.output_schema, content.text)
         return Event(
             invocation_id=ctx.invocation_id, author=self.agent.name, branch=ctx.branch,
             content=content, finish_reason=response.finish_reason, usage=response.usage,
             error_code=response.error_code, error_message=response.error_message,
             turn_complete=response.turn_complete, interrupted=response.interrupted,
-            actions=actions,
+            long_running_tool_ids=long_running, actions=actions,
         )
+
+    def long_running_calls(self, calls: Sequence[FunctionCall]) -> list[str]:
+        """The ids of ``calls`` to long-running tools: what the model's event carrying them
+        lists in ``long_running_tool_ids`` (ADK's)."""
+        tools = self.executor.tools
+        return [c.id for c in calls
+                if (t := tools.get(c.name)) is not None and t.options.long_running]
+
+    def asks_again(self, results: Event) -> bool:
+        """Whether the model is asked once more after ``results`` although it holds tickets
+        (ADK's rule): every pending call is a ticket of a tool with
+        ``after_ticket="ask_model"`` and nothing else ends the turn."""
+        pending = results.long_running_tool_ids
+        actions = results.actions
+        if (not pending or actions.requested_approvals or actions.skip_summarization
+                or actions.transfer_to_agent or actions.end_invocation):
+            return False
+        tools = self.executor.tools
+        answered = 0
+        for response in results.function_responses:
+            if response.id in pending:
+                tool = tools.get(response.name)
+                if tool is None or tool.options.after_ticket != "ask_model":
+                    return False
+                answered += 1
+        return answered == len(pending)
+
+    def ends_turn(self, results: Event) -> bool:
+        """Whether the agent's turn is over after ``results``: a final response (not one
+        whose tickets ask the model again), or a transfer to another agent."""
+        if results.actions.transfer_to_agent:
+            return True
+        return results.is_final_response() and not self.asks_again(results)
+
+    def invalid_output(self, content: Content | None) -> str | None:
+        """Why a final answer does not match the agent's ``output_schema`` (``None``: it
+        does, or there is no schema)."""
+        schema = self.agent.output_schema
+        if schema is None or content is None:
+            return None
+        try:
+            parse_output(schema, content.text)
+        except ValueError as exc:
+            return (f"the answer of agent {self.agent.name!r} is not JSON of "
+                    f"{schema.__name__}: {exc}")
+        return None
 
     async def keep_shown(self, text: str) -> None:
         """Store the answer text a stopped model call had shown, marked ``interrupted``.
@@ -411,7 +493,7 @@ async def _resumed(flow: Flow) -> AsyncGenerator[Event, None]:
     async with aclosing(flow.resume(flow.ctx.resume)) as events:
         async for last in events:
             yield last
-    if last is not None and ends_turn(last):
+    if last is not None and flow.ends_turn(last):
         return
     async with aclosing(_steps(flow)) as events:
         async for last in events:
@@ -458,8 +540,14 @@ async def _steps(flow: Flow) -> AsyncGenerator[Event, None]:
         event = await flow.answered(callback_context, aggregate)
         calls = event.function_calls
         ends = event.error_code is not None or not calls
-        await commit(event, last=ends)
+        invalid = None
+        if ends and agent.output_schema is not None and event.error_code is None:
+            invalid = flow.invalid_output(event.content)
+        await commit(event, last=ends and invalid is None)
         yield event
+        if invalid is not None:  # the answer is kept; the run ends with why it is refused
+            yield await flow.ended(flow.error_event("output_invalid", invalid))
+            return
         if ends:
             return
         if flow.streams(calls):  # tool progress, agents used as tools: shown as they run
@@ -469,14 +557,8 @@ async def _steps(flow: Flow) -> AsyncGenerator[Event, None]:
                     yield last
         else:
             yield (last := await flow.call(calls))
-        if last is None or ends_turn(last) or last.actions.end_invocation:
+        if last is None or flow.ends_turn(last) or last.actions.end_invocation:
             return
-
-
-def ends_turn(event: Event) -> bool:
-    """Whether the agent's turn is over after ``event``, a results event: a final
-    response, or a transfer to another agent."""
-    return event.is_final_response() or bool(event.actions.transfer_to_agent)
 
 
 def seal_event(ctx: InvocationContext, author: str, reason: str,

@@ -13,7 +13,10 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from ..context import CallbackContext
 from ..errors import UserError
+from ._execution import maybe_await
+from .callbacks import InstructionProvider
 
 _PLACEHOLDER = re.compile(r"\{+[^{}]*\}+")
 _PREFIXES = ("app:", "user:", "temp:")
@@ -57,3 +60,35 @@ def inject_session_state(template: str, state: Mapping[str, Any], *, agent_name:
             f"state=)), or write {{{key}?}} to leave it empty when missing")
 
     return _PLACEHOLDER.sub(fill, template)
+
+
+async def instruction_text(instruction: str | InstructionProvider,
+                           callback_context: CallbackContext | None,
+                           state: Mapping[str, Any], agent_name: str) -> str:
+    """An instruction's text: a provider's as it returns it, a string with ``{key}``
+    filled from ``state``.
+
+    Raises:
+        UserError: as :func:`inject_session_state`.
+    """
+    if callable(instruction):
+        assert callback_context is not None  # made whenever the flow calls back
+        return str(await maybe_await(instruction(callback_context)))
+    return inject_session_state(instruction, state, agent_name=agent_name)
+
+
+async def system_instruction(instruction: str | InstructionProvider,
+                             global_instruction: str | InstructionProvider,
+                             callback_context: CallbackContext | None,
+                             state: Mapping[str, Any], agent_name: str) -> str:
+    """The agent's system instruction: the tree's global instruction (its root's) first,
+    then the agent's own, a blank line between (ADK's order).
+
+    Raises:
+        UserError: as :func:`inject_session_state`.
+    """
+    own = await instruction_text(instruction, callback_context, state, agent_name)
+    if not global_instruction:
+        return own
+    before = await instruction_text(global_instruction, callback_context, state, agent_name)
+    return f"{before}\n\n{own}" if before and own else (before or own)

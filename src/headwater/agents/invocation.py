@@ -9,8 +9,9 @@ from ..artifacts import BaseArtifactService
 from ..clock import SYSTEM_CLOCK, Clock
 from ..context import CallbackContext
 from ..events import ApprovalDecision, Event, EventActions
+from ..memory.base import BaseMemoryService
 from ..run_config import RunConfig
-from ..sessions.base import Session
+from ..sessions.base import BaseSessionService, Session
 from ..sessions.ledger import CallLedger
 from ..settings import Settings
 from ..telemetry import NO_TRACE, RunTrace
@@ -70,6 +71,13 @@ class InvocationContext:
     driver: AgentDriver | None = None
     """How an agent used as a tool (``AgentTool``) runs its agent within this run; the
     runner's ``TreeRun`` sets it."""
+    session_service: BaseSessionService | None = None
+    """The runner's session store (ADK's samples read it off ``ctx._invocation_context``);
+    only the run's recorder writes to it."""
+    memory_service: BaseMemoryService | None = None
+    """The runner's memory (``ToolContext.search_memory``, ``load_memory``)."""
+    user_content: Content | None = None
+    """The user's message that started the run (``None`` in a live run)."""
 
     @property
     def user_id(self) -> str:
@@ -83,4 +91,6 @@ class InvocationContext:
             invocation_id=self.invocation_id, agent_name=agent_name, app_name=self.app_name,
             user_id=self.session.user_id, session_id=self.session.id,
             session_state=self.session.state, actions=actions,
+            artifact_service=self.artifact_service, user_content=self.user_content,
+            invocation_context=self,
         )

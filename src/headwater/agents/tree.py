@@ -13,6 +13,9 @@ agent's model calls).
   can find its way back up from it (it and every agent above it are LLM agents
   that may transfer to their parent, ``transfer.returns_to``); otherwise the
   latest such speaker before it, else the root.
+- **Agent callbacks** (any kind): the before-agent callbacks run first, and a
+  ``Content`` one returns is the agent's reply instead of its run; the
+  after-agent callbacks run after a run that did not stop (ADK's ``run_async``).
 - **An LLM agent** runs its :class:`~headwater.agents.flow.Flow`. A result event
   carrying ``actions.transfer_to_agent`` ends its turn and the named agent runs
   next, on the same branch.
@@ -25,7 +28,7 @@ agent's model calls).
   progress use too), and each branch goes on only once its event has been
   yielded. A branch that fails ends with its own error event; the others go on.
 
-A lone LLM agent (no sub-agents, no parent) is its ``Flow``'s run, with no
+A lone LLM agent (no sub-agents, no parent, no agent callbacks) is its ``Flow``'s run, with no
 generator of the tree's around it. The run's last event releases the session's
 lease in its own write only where the tree says it is last (the tail of the
 run); elsewhere the run releases it when it ends.
@@ -43,10 +46,11 @@ from ..errors import ERROR_MESSAGES, ErrorCode, SessionError, UserError
 from ..events import Event
 from ..live_request_queue import LiveRequestQueue
 from ..types import Content, FunctionCall
-from ._execution import Handoff
+from ._execution import Handoff, maybe_await
 from .agent import Agent
 from .approvals import Resume
 from .base import BaseAgent
+from .callbacks import AfterAgentCallback, BeforeAgentCallback
 from .flow import Flow, Recorder, recorded, seal_event
 from .invocation import InvocationContext
 from .live_flow import LiveFlow
@@ -62,6 +66,11 @@ class _Outcome:
 
     stopped: bool = False  # its last event was an error, or ended the run (end_invocation)
     escalated: bool = False  # it (or an agent under it) made an event with ``escalate``
+
+
+def calls_back(agent: BaseAgent) -> bool:
+    """Whether ``agent`` has before- or after-agent callbacks."""
+    return bool(agent.before_agent_callbacks or agent.after_agent_callbacks)
 
 
 class _NotLast:
@@ -132,7 +141,8 @@ class TreeRun:
                 instruction naming a state key the session does not hold.
         """
         root = self.root
-        if isinstance(root, Agent) and not root.sub_agents and root.parent_agent is None:
+        if (isinstance(root, Agent) and not root.sub_agents and root.parent_agent is None
+                and not calls_back(root)):
             return Flow(root, self.ctx, self.recorder).run()  # a lone agent: its flow's run
         agent, branch = self.agent_to_run()
         return self._run(agent, branch, True, _Outcome(), self.ctx.resume)
@@ -243,6 +253,54 @@ class TreeRun:
 
     def _run(self, agent: BaseAgent, branch: str | None, tail: bool, outcome: _Outcome,
              resume: Resume | None = None) -> AsyncGenerator[Event, None]:
+        if calls_back(agent):
+            return self._called_back(agent, branch, tail, outcome, resume)
+        return self._kind(agent, branch, tail, outcome, resume)
+
+    async def _called_back(self, agent: BaseAgent, branch: str | None, tail: bool,
+                           outcome: _Outcome, resume: Resume | None
+                           ) -> AsyncGenerator[Event, None]:
+        """``agent``'s run between its before- and after-agent callbacks (ADK's
+        ``BaseAgent.run_async``): a before-callback's content is its reply instead of
+        the run; an after-callback's is one more reply, unless the run stopped."""
+        reply = await self._agent_reply(agent, branch, agent.before_agent_callbacks)
+        if reply is not None:
+            yield reply
+            if reply.content is not None:
+                return
+        after = agent.after_agent_callbacks
+        async with aclosing(self._kind(agent, branch, tail and not after, outcome,
+                                       resume)) as events:
+            async for event in events:
+                yield event
+        if outcome.stopped:
+            return
+        reply = await self._agent_reply(agent, branch, after)
+        if reply is not None:
+            yield reply
+
+    async def _agent_reply(self, agent: BaseAgent, branch: str | None,
+                           callbacks: Sequence[BeforeAgentCallback | AfterAgentCallback]
+                           ) -> Event | None:
+        """Call ``callbacks`` in order until one returns content; the committed event with
+        that content and the state they changed (``None``: no content, no change)."""
+        if not callbacks:
+            return None
+        context = self.ctx.callback_context(agent.name)
+        content: Content | None = None
+        for callback in callbacks:
+            content = await maybe_await(callback(callback_context=context))
+            if content is not None:
+                break
+        if content is None and not context.actions.state_delta:
+            return None
+        event = Event(invocation_id=self.ctx.invocation_id, author=agent.name, branch=branch,
+                      content=content, actions=context.actions)
+        await self._inner().commit(event)
+        return event
+
+    def _kind(self, agent: BaseAgent, branch: str | None, tail: bool, outcome: _Outcome,
+              resume: Resume | None = None) -> AsyncGenerator[Event, None]:
         if isinstance(agent, Agent):
             return self._llm(agent, branch, tail, outcome, resume or [])
         if isinstance(agent, SequentialAgent):
@@ -277,7 +335,7 @@ class TreeRun:
             target = agent.root_agent.find_agent(name) if name else None
             if target is None:
                 return
-            if not isinstance(target, Agent):
+            if not isinstance(target, Agent) or calls_back(target):
                 async with aclosing(self._run(target, branch, tail, outcome)) as events:
                     async for event in events:
                         yield event

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 from ..errors import UserError
 from .base import BaseAgent
+from .callbacks import AfterAgentCallback, BeforeAgentCallback
 
 
 class SequentialAgent(BaseAgent):
@@ -50,10 +51,15 @@ class LoopAgent(BaseAgent):
     """
 
     def __init__(self, *, name: str, description: str = "",
-                 sub_agents: Sequence[BaseAgent] = (), max_iterations: int | None = None
-                 ) -> None:
+                 sub_agents: Sequence[BaseAgent] = (), max_iterations: int | None = None,
+                 before_agent_callback: BeforeAgentCallback | Sequence[BeforeAgentCallback]
+                 | None = None,
+                 after_agent_callback: AfterAgentCallback | Sequence[AfterAgentCallback]
+                 | None = None) -> None:
         if max_iterations is not None and max_iterations < 1:
             raise UserError(f"LoopAgent {name!r}: max_iterations is at least 1 "
                             f"(or None: until an escalate), not {max_iterations!r}")
-        super().__init__(name=name, description=description, sub_agents=sub_agents)
+        super().__init__(name=name, description=description, sub_agents=sub_agents,
+                         before_agent_callback=before_agent_callback,
+                         after_agent_callback=after_agent_callback)
         self.max_iterations = max_iterations

@@ -24,6 +24,7 @@ from ..types import Content, Part, Usage
 from ._env import env_base_url, env_key
 from ._http import HttpStreamingModel, StreamParser
 from ._wire import bad, obj, opt_int, opt_obj, opt_str, req_int, req_str
+from .generation import ANTHROPIC
 from .llm_request import LlmRequest
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
@@ -46,8 +47,10 @@ class AnthropicModel(HttpStreamingModel):
         api_key: sent as ``x-api-key``.
         http_client, settings, headers: see :class:`HttpStreamingModel`.
 
-    ``max_tokens`` comes from the agent's ``generate_config`` or the
-    ``anthropic_max_tokens`` setting (the API requires one).
+    ``max_tokens`` comes from the agent's ``generate_config``, its
+    ``generate_content_config.max_output_tokens``, or the ``anthropic_max_tokens``
+    setting (the API requires one; with thinking on and no limit given, the
+    setting plus the thinking budget, since the budget must be below it).
     """
 
     provider = "anthropic"
@@ -81,6 +84,11 @@ class AnthropicModel(HttpStreamingModel):
         if request.tools:
             body["tools"] = [{"name": t.name, "description": t.description,
                               "input_schema": t.parameters} for t in request.tools]
+        mapped = ANTHROPIC.fields(request.generate_content_config, body["model"])
+        thinking = mapped.get("thinking", {})
+        if thinking.get("type") == "enabled" and "max_tokens" not in mapped:
+            body["max_tokens"] += thinking["budget_tokens"]  # the answer keeps its room
+        body.update(mapped)
         body.update(request.config)
         return body
 

@@ -19,6 +19,7 @@ import logging
 from abc import ABC, abstractmethod
 from collections.abc import AsyncGenerator, Callable
 from contextlib import aclosing
+from dataclasses import replace
 from typing import Protocol
 
 from ..errors import ModelError, public_message
@@ -211,10 +212,8 @@ class EmulatedLlmConnection(QueuedConnection):
                 await asyncio.wait([self._turn])
 
     async def _run_turn(self) -> None:
-        request = LlmRequest(model=self._request.model,
-                             system_instruction=self._request.system_instruction,
-                             contents=list(self._contents), tools=list(self._request.tools),
-                             config=dict(self._request.config))
+        request = replace(self._request, contents=list(self._contents),
+                          tools=list(self._request.tools), config=dict(self._request.config))
         contract = StreamContract()
         try:
             async with aclosing(self._model.generate_content(request, stream=True)) as stream:

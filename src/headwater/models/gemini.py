@@ -43,6 +43,7 @@ from ._wire import bad, obj, opt_int, opt_list, opt_obj, opt_str, shown_enum
 from .connection import BaseLlmConnection
 from .gemini_live import DEFAULT_BASE_URL as LIVE_BASE_URL
 from .gemini_live import GeminiLiveModel, gemini_key
+from .generation import GEMINI
 from .llm_request import LlmRequest
 from .llm_response import LlmResponse
 
@@ -66,6 +67,7 @@ _RETRYABLE_STATUS = frozenset({"UNAVAILABLE", "RESOURCE_EXHAUSTED", "INTERNAL",
 # Request options that are fields of the request itself; every other option key
 # goes into ``generationConfig``. Google's JSON accepts camelCase and snake_case.
 _TOP_LEVEL = frozenset({"safetySettings", "safety_settings", "toolConfig", "tool_config",
+                        "modelArmorConfig", "model_armor_config",
                         "cachedContent", "cached_content", "labels", "serviceTier",
                         "service_tier"})
 _GENERATION_CONFIG = ("generationConfig", "generation_config")
@@ -146,7 +148,8 @@ class GeminiModel(HttpStreamingModel):
                                                                     t.parameters)
                                                        for t in request.tools]}]
         generation: dict[str, Any] = {}
-        for key, value in request.config.items():
+        config = {**GEMINI.fields(request.generate_content_config, self.model), **request.config}
+        for key, value in config.items():
             if key in _GENERATION_CONFIG and isinstance(value, dict):
                 generation.update(value)
             elif key in _TOP_LEVEL:

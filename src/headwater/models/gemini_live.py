@@ -38,6 +38,7 @@ from ..types import Blob, Content, FunctionCall, Usage
 from ._env import env_base_url, env_key
 from ._live_socket import SocketConnection, SocketModel, logger
 from ._wire import obj, opt_int, opt_list, opt_obj, opt_str
+from .generation import GEMINI_LIVE
 from .llm_request import LlmRequest
 
 DEFAULT_BASE_URL = "wss://generativelanguage.googleapis.com"
@@ -134,6 +135,7 @@ class GeminiLiveConnection(SocketConnection):
     def _setup_body(self, resume: bool) -> dict[str, Json]:
         request = self.request
         config: dict[str, Json] = {"responseModalities": [self._owner.response_modality]}
+        config.update(GEMINI_LIVE.fields(request.generate_content_config, self.model))
         config.update(request.config)
         body: dict[str, Json] = {"model": _with_models_prefix(request.model or self.model),
                                  "generationConfig": config}

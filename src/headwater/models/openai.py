@@ -27,6 +27,7 @@ from ..types import Content, Usage
 from ._env import env_base_url, env_key
 from ._http import HttpStreamingModel, StreamParser
 from ._wire import bad, obj, opt_int, opt_list, opt_obj, opt_str
+from .generation import CHAT_COMPLETIONS
 from .llm_request import LlmRequest
 from .openai_responses import OpenAIResponsesModel as OpenAIResponsesModel
 
@@ -74,6 +75,7 @@ class OpenAIChatModel(HttpStreamingModel):
                                                   "parameters": t.parameters}}
                 for t in request.tools
             ]
+        body.update(CHAT_COMPLETIONS.fields(request.generate_content_config, body["model"]))
         body.update(request.config)
         return body
 

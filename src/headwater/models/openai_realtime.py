@@ -38,6 +38,7 @@ from ..settings import Settings, settings_or_default
 from ..types import Blob, Content, FunctionCall, Usage
 from ._live_socket import SocketConnection, SocketModel, logger
 from ._wire import obj, opt_int, opt_list, opt_obj, opt_str
+from .generation import OPENAI_REALTIME
 from .llm_request import LlmRequest
 
 DEFAULT_BASE_URL = "wss://api.openai.com/v1"
@@ -113,6 +114,7 @@ class OpenAIRealtimeConnection(SocketConnection):
             session["tools"] = [{"type": "function", "name": t.name,
                                  "description": t.description, "parameters": t.parameters}
                                 for t in request.tools]
+        session.update(OPENAI_REALTIME.fields(request.generate_content_config, self.model))
         session.update(request.config)
         await self.send_json({"type": "session.update", "session": session})
         while True:

@@ -29,6 +29,7 @@ from ..types import Blob, Content, Part, Usage
 from ._env import env_base_url, env_key
 from ._http import HttpStreamingModel, StreamParser
 from ._wire import bad, obj, opt_int, opt_obj, opt_str, req_str, shown_enum
+from .generation import RESPONSES
 from .llm_request import LlmRequest
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
@@ -101,6 +102,7 @@ class OpenAIResponsesModel(HttpStreamingModel):
             wants = not self.store and model.lower().startswith(_REASONING_PREFIXES)
         if wants:
             body["include"] = [ENCRYPTED_REASONING]
+        body.update(RESPONSES.fields(request.generate_content_config, model))
         body.update(request.config)
         return body
 

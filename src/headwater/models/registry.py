@@ -1,7 +1,10 @@
 """Models named by strings: one parser, one registry of providers.
 
 A model string is ``"provider:model"`` (``"openai:gpt-4o-mini"``), or a bare
-name the parser knows (``"demo"``, the offline demo model). :func:`parse_model_string`
+name the parser knows: ``"demo"`` (the offline demo model), or an ADK-style model
+name whose family names its provider (:data:`BARE_FAMILIES`: ``"gemini-2.0-flash"``
+is ``"gemini:gemini-2.0-flash"``, ``"claude-…"`` Anthropic, ``"gpt-…"``/``"o3-…"``
+OpenAI). :func:`parse_model_string`
 is the one parser: :func:`get_model`, ``Agent(model=…)`` (checked by
 :func:`check_model` when the agent is built), ``--model`` and ``HEADWATER_MODEL``
 on the command line and ``headwater serve --model`` all go through it.
@@ -15,6 +18,7 @@ precedence over an entry point of the same prefix.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -97,13 +101,44 @@ BARE_MODELS: Mapping[str, ModelString] = MappingProxyType({"demo": ModelString("
 """Model strings without a ``provider:`` prefix, and the model each names."""
 
 
+BARE_FAMILIES: tuple[tuple[str, str], ...] = (
+    (r"gemini-[^:]+", "gemini"),
+    (r"model-optimizer-[^:]+", "gemini"),
+    (r"claude-[^:]+", "anthropic"),
+    (r"(?:gpt-|chatgpt-|o1|o3|o4)[^:]*", "openai"),
+)
+"""ADK-style bare model names (a full match, no colon) and the provider each goes to.
+
+ADK's registry resolves ``gemini-.*`` (and ``model-optimizer-.*``) to Gemini and
+``claude-.*`` to Claude (on Vertex AI; here the Anthropic API); ADK reaches OpenAI
+only through ``LiteLlm``, here ``gpt-…``, ``o1…``, ``o3…``, ``o4…`` are the OpenAI
+Chat Completions adapter."""
+
+_FAMILIES = tuple((re.compile(pattern), provider) for pattern, provider in BARE_FAMILIES)
+_VERTEX_ENDPOINT = re.compile(r"projects/[^/]+/locations/[^/]+/endpoints/[^/]+")
+
+
 def _bare(text: str) -> ModelString | None:
     """The model a string without a provider prefix names, or ``None``.
 
-    The one place bare names are known: today :data:`BARE_MODELS`; names that
-    imply their provider (``"gemini-2.0-flash"``) would be matched here too.
+    The one place bare names are known: :data:`BARE_MODELS`, then the families of
+    :data:`BARE_FAMILIES`.
+
+    Raises:
+        UserError: a Vertex AI endpoint path (ADK's third Gemini form), which has
+            no adapter here.
     """
-    return BARE_MODELS.get(text)
+    named = BARE_MODELS.get(text)
+    if named is not None:
+        return named
+    for pattern, provider in _FAMILIES:
+        if pattern.fullmatch(text):
+            return ModelString(provider, text)
+    if _VERTEX_ENDPOINT.fullmatch(text):
+        raise UserError(f"model {text!r} is a Vertex AI endpoint, which headwater cannot call; "
+                        "name a Gemini model ('vertex:<model>@<project>/<location>'); "
+                        f"{accepted_models()}")
+    return None
 
 
 def accepted_models() -> str:
@@ -111,13 +146,15 @@ def accepted_models() -> str:
     bare = ", ".join(repr(name) for name in BARE_MODELS)
     return (f"a model is a BaseLlm object, {bare} (the offline demo model) or a "
             "'provider:model' string such as 'openai:gpt-4o-mini' (providers: "
-            f"{', '.join(available_providers()) or 'none'})")
+            f"{', '.join(available_providers()) or 'none'}); an ADK model name names its "
+            "provider: 'gemini-…', 'model-optimizer-…', 'claude-…', 'gpt-…', 'o1…', 'o3…', "
+            "'o4…'")
 
 
 def parse_model_string(text: str) -> ModelString:
     """Parse a model string: ``"provider:model"`` (split at the first colon) or a bare
-    name the registry knows (``"demo"``). It checks the shape only; :func:`get_model`
-    finds the provider.
+    name the registry knows (``"demo"``, ``"gemini-2.0-flash"``: :data:`BARE_FAMILIES`).
+    It checks the shape only; :func:`get_model` finds the provider.
 
     Raises:
         UserError: not a string, or neither shape; the message says what is accepted.

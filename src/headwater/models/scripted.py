@@ -10,7 +10,7 @@ import asyncio
 import json
 from collections import deque
 from collections.abc import AsyncGenerator, Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..errors import ErrorCode, UserError
@@ -282,9 +282,8 @@ def _split(text: str, pieces: int) -> list[str]:
 
 
 def _snapshot(request: LlmRequest) -> LlmRequest:
-    return LlmRequest(model=request.model, system_instruction=request.system_instruction,
-                      contents=list(request.contents), tools=list(request.tools),
-                      config=dict(request.config))
+    return replace(request, contents=list(request.contents), tools=list(request.tools),
+                   config=dict(request.config))
 
 
 def echo_responder(request: LlmRequest) -> ScriptedTurn:

@@ -45,6 +45,7 @@ from ..clock import Clock
 from ..errors import SessionError, SessionNotFoundError, UserError, public_message
 from ..events import Event, EventActions, random_id
 from ..live_request_queue import LiveRequestQueue
+from ..memory.base import BaseMemoryService
 from ..run_config import RunConfig
 from ..sessions.base import BaseSessionService, Session
 from ..sessions.ledger import CallLedger
@@ -85,6 +86,7 @@ class RunHost(Protocol):
     settings: Settings
     auto_create_session: bool
     artifact_service: BaseArtifactService | None
+    memory_service: BaseMemoryService | None
     clock: Clock
     lease_owner: str
     lease_keeper: LeaseKeeper
@@ -271,7 +273,8 @@ class Run:
             invocation_id=self.invocation_id, app_name=host.app_name, session=session,
             run_config=self.config, settings=settings, stats=self.stats,
             artifact_service=host.artifact_service, clock=host.clock,
-            ledger=host.ledger_for(session), trace=self._trace)
+            ledger=host.ledger_for(session), trace=self._trace, session_service=service,
+            memory_service=host.memory_service, user_content=self.message)
         self._recorder = recorder = Recorder(service, ctx, hold)
         self._tree = tree = TreeRun(host.agent, ctx, recorder)
         return tree
@@ -297,7 +300,8 @@ class Run:
             if self.queue is not None:  # a live run: a new turn, approvals asked before it
                 await self._supersede(tree, recorder)
             if self.message is not None and not stored:  # else it went in with the lease
-                content, decisions = split_approvals(self.message)
+                message = await recorder.blobs_as_artifacts(self.message)
+                content, decisions = split_approvals(message)
                 ctx.resume = answered_calls(ctx.ledger, content, decisions)
                 if supersedes(content, decisions):  # approvals it leaves unanswered
                     await self._supersede(tree, recorder)
@@ -339,8 +343,10 @@ class Run:
         has no events), so the ledger's verdict is about the stored history.
         """
         message, host = self.message, self._host
-        if message is None or message.function_responses:
-            return None
+        if message is None or message.function_responses or (
+                self.config.save_input_blobs_as_artifacts and host.artifact_service is not None
+                and any(p.inline_data is not None for p in message.parts)):
+            return None  # blobs become artifacts once the session is read
         ledger = host.known_ledger(self.user_id, self.session_id)
         event = Event(invocation_id=self.invocation_id, author="user", content=message)
         if ledger is None:

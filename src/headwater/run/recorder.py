@@ -20,6 +20,7 @@ from ..agents.tree import TreeRun
 from ..errors import ERROR_MESSAGES, CallAlreadyAnsweredError, ErrorCode, SessionError
 from ..events import Event
 from ..sessions.base import BaseSessionService, Session
+from ..types import Content, Part
 from .hold import SessionHold
 
 logger = logging.getLogger("headwater.runner")
@@ -74,6 +75,34 @@ class Recorder:
             raise
         finally:
             ctx.ledger.catch_up(ctx.session.events)
+
+    async def blobs_as_artifacts(self, message: Content) -> Content:
+        """The user's message, its inline blobs saved as artifacts when the run asks for it.
+
+        With ``RunConfig(save_input_blobs_as_artifacts=True)`` and an artifact
+        service, each ``inline_data`` part ``i`` is saved as the artifact
+        ``artifact_{invocation_id}_{i}`` and replaced by the text ``Uploaded file:
+        artifact_{invocation_id}_{i}. It is saved into artifacts`` (ADK's runner
+        does the same); otherwise the message as it is.
+
+        Raises:
+            UserError: the artifact store refused a blob (too large, no MIME type).
+        """
+        ctx = self._ctx
+        service = ctx.artifact_service
+        if service is None or not ctx.run_config.save_input_blobs_as_artifacts or all(
+                p.inline_data is None for p in message.parts):
+            return message
+        parts = list(message.parts)
+        for i, part in enumerate(parts):
+            if part.inline_data is None:
+                continue
+            filename = f"artifact_{ctx.invocation_id}_{i}"
+            await service.save_artifact(app_name=ctx.app_name, user_id=ctx.user_id,
+                                        session_id=ctx.session.id, filename=filename,
+                                        artifact=part)
+            parts[i] = Part(text=f"Uploaded file: {filename}. It is saved into artifacts")
+        return Content(role=message.role, parts=parts)
 
     async def record_stop(self, reason: SealReason, author: str) -> None:
         """Store that the run was stopped: an error record (``cancelled``, or

@@ -353,7 +353,8 @@ class CallLedger:
     # -- the one id per call rule ----------------------------------------------------------
 
     def unique_calls(self, content: Content) -> Content:
-        """``content`` with a fresh id for each call whose id is already taken.
+        """``content`` with a fresh id for each call whose id is already taken (or empty:
+        a call built without one, ``Part.from_function_call(...)``).
 
         An id is taken by a call (or a result) of the session, or by an earlier
         call of ``content`` itself. Calls keep their order, so a replaced one is
@@ -374,7 +375,7 @@ class CallLedger:
             call = part.function_call
             if call is None:
                 continue
-            if call.id in seen or call.id in calls or call.id in unmatched:
+            if not call.id or call.id in seen or call.id in calls or call.id in unmatched:
                 fresh = new_id("call")  # a random per-process prefix, then a counter
                 while fresh in calls or fresh in unmatched or fresh in seen:
                     fresh = new_id("call")

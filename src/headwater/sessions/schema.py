@@ -91,3 +91,19 @@ leases = Table(
 )
 """The lease of each session a run holds, and the process that holds it."""
 
+
+memory = Table(
+    "hw_memory", metadata,
+    Column("seq", BigInteger().with_variant(Integer(), "sqlite"), primary_key=True,
+           autoincrement=True),
+    Column("app_name", String, nullable=False),
+    Column("user_id", String, nullable=False),
+    Column("session_id", String, nullable=False),
+    Column("event_id", String, nullable=False),
+    Column("words", Text, nullable=False),  # " word word … ": the event's words, lower-cased
+    Column("data", Text, nullable=False),  # a MemoryEntry as JSON
+    Index("ix_hw_memory_session", "app_name", "user_id", "session_id"),
+    sqlite_autoincrement=True,
+)
+"""One row per remembered event (revision 0003; ``SqlMemoryService``); no foreign key:
+a memory outlives its session."""

@@ -10,13 +10,13 @@ import signal
 import subprocess
 from typing import Any
 
-from ..artifacts.base import BaseArtifactService
 from ..clock import SYSTEM_CLOCK, Clock
-from ..context import CallbackContext
+from ..context import ArtifactStore, CallbackContext
 from ..errors import UserError
 from ..events import EventActions
 from ..live_request_queue import LiveRequestQueue
-from ..types import Part
+from ..memory.base import BaseMemoryService, SearchMemoryResponse
+from ..types import Content
 
 logger = logging.getLogger("headwater.tools")
 
@@ -37,7 +37,10 @@ class ToolContext(CallbackContext):
         input_stream: in a live run, this call's own queue of the user's live
             requests (for tools that consume the input stream), else ``None``.
         artifact_service: the runner's artifact store (``Runner(artifact_service=…)``),
-            or ``None``; :meth:`save_artifact` writes to it.
+            or ``None``; ``save_artifact``, ``load_artifact`` and ``list_artifacts``
+            (:class:`~headwater.context.CallbackContext`'s) use it.
+        memory_service: the runner's memory (``Runner(memory_service=…)``), or
+            ``None``; :meth:`search_memory` reads it.
 
     Processes: :meth:`start_process` (async tools) and :meth:`popen` (sync
     tools) start a child process the framework owns. Each gets a process group
@@ -47,7 +50,7 @@ class ToolContext(CallbackContext):
     nor anything it started outlives the call (docs/tools.md).
     """
 
-    __slots__ = ("_processes", "artifact_service", "clock", "function_call_id", "input_stream",
+    __slots__ = ("_processes", "clock", "function_call_id", "input_stream", "memory_service",
                  "tool_name")
 
     def __init__(
@@ -64,36 +67,34 @@ class ToolContext(CallbackContext):
         actions: EventActions | None = None,
         clock: Clock = SYSTEM_CLOCK,
         input_stream: LiveRequestQueue | None = None,
-        artifact_service: BaseArtifactService | None = None,
+        artifact_service: ArtifactStore | None = None,
+        memory_service: BaseMemoryService | None = None,
+        user_content: Content | None = None,
+        invocation_context: Any = None,
     ) -> None:
         super().__init__(invocation_id=invocation_id, agent_name=agent_name, app_name=app_name,
                          user_id=user_id, session_id=session_id, session_state=session_state,
-                         actions=actions)
+                         actions=actions, artifact_service=artifact_service,
+                         user_content=user_content, invocation_context=invocation_context)
         self.function_call_id = function_call_id
         self.tool_name = tool_name
         self.clock = clock
         self.input_stream = input_stream
-        self.artifact_service = artifact_service
+        self.memory_service = memory_service
         self._processes: list[asyncio.subprocess.Process | subprocess.Popen[Any]] = []
 
-    async def save_artifact(self, filename: str, artifact: Part) -> int:
-        """Save ``artifact`` under ``filename`` next to the session; its version.
-
-        The version is recorded in ``actions.artifact_delta``, so the call's result
-        event says what it saved.
+    async def search_memory(self, query: str) -> SearchMemoryResponse:
+        """What the runner's memory holds of this user's past sessions of the app matching
+        ``query`` (``BaseMemoryService.search_memory``).
 
         Raises:
-            UserError: the runner has no artifact service, or the store refuses the
-                artifact (a bad filename, too large, not a blob or a text).
+            UserError: the runner has no memory service.
         """
-        service = self.artifact_service
-        if service is None:
-            raise UserError("no artifact service: pass artifact_service= to the Runner")
-        version = await service.save_artifact(
-            app_name=self.app_name, user_id=self.user_id, session_id=self.session_id,
-            filename=filename, artifact=artifact)
-        self.actions.artifact_delta[filename] = version
-        return version
+        if self.memory_service is None:
+            raise UserError("no memory service: pass memory_service= to the Runner "
+                            "(InMemoryRunner has one)")
+        return await self.memory_service.search_memory(
+            app_name=self.app_name, user_id=self.user_id, query=query)
 
     async def start_process(self, program: str, *args: str,
                             **kwargs: Any) -> asyncio.subprocess.Process:

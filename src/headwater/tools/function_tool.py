@@ -13,6 +13,7 @@ from pydantic import ValidationError
 
 from ..errors import ToolArgumentsError, UserError
 from ..live_request_queue import LiveRequestQueue
+from ..models.llm_request import LlmRequest
 from ..types import ToolDeclaration
 from ._schema import inspect_function, json_schema
 from .approval import render_summary
@@ -33,11 +34,37 @@ class BaseTool(ABC):
         description: what the model is told it does.
         options: how it is run (kind, timeout, approval, live-stream bounds, …);
             the one place the runner reads them from.
+        declares_function: whether the model is offered it (its
+            :meth:`declaration`); ``False`` for a tool that only processes
+            requests (``ExampleTool``).
     """
 
     name: str
     description: str
     options: ToolOptions = ToolOptions()
+    declares_function: bool = True
+
+    async def process_llm_request(self, *, tool_context: ToolContext,  # noqa: B027
+                                  llm_request: LlmRequest) -> None:
+        """Change each model request of the agent that has this tool (ADK's hook), before
+        it leaves: after its instructions are built (and its planner's), before the
+        before-model callbacks.
+
+        The default does nothing; a tool that overrides it is asked on every request
+        (the others never are). ``tool_context`` is a ``ToolContext`` (as ADK's) sharing
+        the step's callback context's actions: state written there is stored with the
+        model's answer.
+        """
+
+    @property
+    def is_long_running(self) -> bool:
+        """``options.long_running`` (ADK's name)."""
+        return self.options.long_running
+
+    @property
+    def processes_requests(self) -> bool:
+        """Whether this tool overrides :meth:`process_llm_request`."""
+        return type(self).process_llm_request is not BaseTool.process_llm_request
 
     @property
     def consumes_input_stream(self) -> bool:
@@ -281,3 +308,24 @@ def tool(
         return FunctionTool(f, name=name, description=description, options=options, **keywords)
 
     return wrap(func) if func is not None else wrap
+
+
+class LongRunningFunctionTool(FunctionTool):
+    """ADK's long-running function tool: a :class:`FunctionTool` with
+    ``long_running=True`` and ``after_ticket="ask_model"``.
+
+    The function's return value (``{"status": "pending", ...}``) is the call's
+    ticket; the model is asked once more in the same turn with it, and the call's
+    id is listed in ``long_running_tool_ids`` of the model's event that made it.
+    The real result comes later, as a function response with the same id
+    (docs/tools.md, "Long-running calls").
+
+    Args:
+        func: the function.
+        **keywords: as :class:`FunctionTool` (other options).
+    """
+
+    def __init__(self, func: Callable[..., Any], **keywords: Any) -> None:
+        keywords.setdefault("long_running", True)
+        keywords.setdefault("after_ticket", "ask_model")
+        super().__init__(func, **keywords)

@@ -40,6 +40,9 @@ from typing import Any, Literal, cast, get_args
 
 ToolKind = Literal["call", "progress", "live"]
 ResponseFormat = Literal["content", "content_and_artifact"]
+AfterTicket = Literal["end_turn", "ask_model"]
+"""What follows a long-running call's ticket in the same turn: the turn ends (headwater's),
+or the model is asked once more with the ticket as the call's result (ADK's)."""
 CacheFunction = Callable[[dict[str, Any], Any], bool]
 ApprovalSummary = Callable[[dict[str, Any]], str]
 """``(args) -> str``: the line an approver is shown for a call with these arguments."""
@@ -63,6 +66,10 @@ class ToolOptions:
         requires_approval: the run stops before the call until a human answers.
         long_running: the call answers at once with a ticket; the result comes
             later as a function response with the same call id.
+        after_ticket: with ``long_running``: ``"end_turn"`` (the default: the
+            turn ends at the ticket) or ``"ask_model"`` (ADK's: the model is asked
+            once more in the same turn, the ticket being the call's result so
+            far; ``LongRunningFunctionTool`` sets it).
         return_direct: the result ends the run as its final response.
         response_format: ``"content_and_artifact"``: the tool returns
             ``(content, artifact)``; the model sees the content, the artifact is
@@ -92,13 +99,15 @@ class ToolOptions:
             one argument, or a streaming kind
             combined with ``cache``, ``cache_function``,
             ``response_format="content_and_artifact"``, ``return_direct`` or
-            ``long_running``.
+            ``long_running``; an unknown ``after_ticket``, or ``"ask_model"``
+            without ``long_running=True``.
     """
 
     kind: ToolKind = "call"
     timeout: float | None = None
     requires_approval: bool = False
     long_running: bool = False
+    after_ticket: AfterTicket = "end_turn"
     return_direct: bool = False
     response_format: ResponseFormat = "content"
     idempotent: bool = False
@@ -116,6 +125,11 @@ class ToolOptions:
         if self.response_format not in _FORMATS:
             raise ValueError(f"response_format must be 'content' or 'content_and_artifact', "
                              f"not {self.response_format!r}")
+        if self.after_ticket not in ("end_turn", "ask_model"):
+            raise ValueError(f"after_ticket must be 'end_turn' or 'ask_model', "
+                             f"not {self.after_ticket!r}")
+        if self.after_ticket == "ask_model" and not self.long_running:
+            raise ValueError("after_ticket='ask_model' needs long_running=True")
         if self.cache_function is not None and not self.cache:
             raise ValueError("cache_function is only consulted with cache=True")
         if self.approval_summary is not None:

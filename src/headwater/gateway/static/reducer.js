@@ -30,6 +30,7 @@ const ERROR_WORDS = {
   provider_bad_response: "The model provider sent something that is not an answer.",
   model_protocol_violation: "The model's answer was malformed; none of it was kept.",
   tool_call_incomplete: "The model sent an incomplete tool call.",
+  output_invalid: "The model's answer did not have the shape the agent asks for.",
   budget_exceeded: "The run used up one of its budgets.",
   too_many_streams: "Too many conversations are streaming at once; try again shortly.",
   rate_limited: "Too many requests; try again shortly.",

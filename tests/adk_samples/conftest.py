@@ -1,0 +1,26 @@
+"""Helpers of the ADK-sample tests: each sample's agents get a ScriptedModel, nothing else
+of the sample changes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from headwater.events import Event
+from headwater.runner import Runner
+from headwater.testing import ScriptedModel
+from headwater.types import Content, Part
+
+
+def script(model: ScriptedModel, *agents: Any) -> ScriptedModel:
+    """Give each agent ``model`` in place of the sample's model string (nothing else changes)."""
+    for agent in agents:
+        agent.model = model
+    return model
+
+
+async def say(runner: Runner, session_id: str, text: str, user_id: str = "user1",
+              **kwargs: Any) -> list[Event]:
+    """One turn, as the samples' ``main.py`` sends it: a user Content of one text part."""
+    message = Content(role="user", parts=[Part(text=text)])
+    return [e async for e in runner.run_async(user_id=user_id, session_id=session_id,
+                                              new_message=message, **kwargs)]
