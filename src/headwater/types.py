@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
-from pydantic import ConfigDict
+from pydantic import ConfigDict, TypeAdapter
 
 from .genai import GenerateContentConfig as GenerateContentConfig
 from .genai import HarmBlockMethod as HarmBlockMethod
@@ -28,6 +28,35 @@ from .genai import ThinkingLevel as ThinkingLevel
 Role = Literal["user", "model", "system"]
 
 _BYTES_AS_BASE64 = ConfigDict(ser_json_bytes="base64", val_json_bytes="base64")
+
+
+_ADAPTERS: dict[str, TypeAdapter[Any]] = {}
+
+
+def _adapter(cls: type[Any]) -> TypeAdapter[Any]:
+    adapter = _ADAPTERS.get(cls.__qualname__)
+    if adapter is None:
+        adapter = _ADAPTERS[cls.__qualname__] = TypeAdapter(cls)
+    return adapter
+
+
+class _Dumps:
+    """genai's ``model_dump`` / ``model_dump_json`` on headwater's dataclasses (ADK samples
+    print ``event.content.model_dump(exclude_none=True)``); pydantic serialises them."""
+
+    __slots__ = ()
+
+    def model_dump(self, *, mode: Literal["python", "json"] = "python",
+                   exclude_none: bool = False) -> dict[str, Any]:
+        """The fields as a dict (``mode="json"``: JSON-safe values, bytes as base64)."""
+        dumped: dict[str, Any] = _adapter(type(self)).dump_python(
+            self, mode=mode, exclude_none=exclude_none)
+        return dumped
+
+    def model_dump_json(self, *, exclude_none: bool = False) -> str:
+        """The fields as a JSON string."""
+        return _adapter(type(self)).dump_json(self, exclude_none=exclude_none).decode()
+
 
 
 @dataclass(slots=True)
@@ -71,7 +100,7 @@ class FunctionResponse:
 
 
 @dataclass(slots=True)
-class Part:
+class Part(_Dumps):
     """One part of a content: text (maybe a thought), a call, a response or a blob.
 
     ``thought_signature`` is the provider's opaque signature of a thought part
@@ -110,7 +139,7 @@ class Part:
 
 
 @dataclass(slots=True)
-class Content:
+class Content(_Dumps):
     """A message: a role and its parts."""
 
     __pydantic_config__: ClassVar[ConfigDict] = _BYTES_AS_BASE64
