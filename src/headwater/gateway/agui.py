@@ -153,5 +153,5 @@ async def run_agui(request: Request, gw: GatewayDep, user: CurrentUser, agent: s
     return gw.stream(run, 0, render=encoder.render, prologue=encoder.started())
 
 
-__all__ = ["APPROVAL_SCHEMA", "PROGRESS_ACTIVITY", "AguiEncoder", "AguiMessage", "ResumeEntry",
-           "RunAgentInput", "encode_event", "message_of", "router", "run_agui"]
+__all__ = ("APPROVAL_SCHEMA", "PROGRESS_ACTIVITY", "AguiEncoder", "AguiMessage", "ResumeEntry",
+           "RunAgentInput", "encode_event", "message_of", "router", "run_agui")

@@ -15,7 +15,7 @@ from .http.auth import (
     user_of,
 )
 
-__all__ = [
+__all__ = (
     "DEV_USER",
     "Authenticator",
     "JWTAuth",
@@ -25,4 +25,4 @@ __all__ = [
     "is_loopback",
     "user_dependency",
     "user_of",
-]
+)

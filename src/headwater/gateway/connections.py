@@ -5,4 +5,4 @@ Re-exported from :mod:`headwater.gateway.http.connections`, where the code lives
 
 from .http.connections import BUSY, BoundedH11Protocol, http_protocol
 
-__all__ = ["BUSY", "BoundedH11Protocol", "http_protocol"]
+__all__ = ("BUSY", "BoundedH11Protocol", "http_protocol")

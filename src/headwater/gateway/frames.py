@@ -16,7 +16,7 @@ from .wire.frames import (
     speaker_key,
 )
 
-__all__ = [
+__all__ = (
     "RETRYABLE",
     "FrameMapper",
     "FramePayload",
@@ -27,4 +27,4 @@ __all__ = [
     "result_size",
     "result_status",
     "speaker_key",
-]
+)

@@ -5,4 +5,4 @@ Re-exported from :mod:`headwater.gateway.http.limits`, where the code lives.
 
 from .http.limits import RequestLimits, lone_surrogate
 
-__all__ = ["RequestLimits", "lone_surrogate"]
+__all__ = ("RequestLimits", "lone_surrogate")

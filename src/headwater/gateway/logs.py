@@ -13,7 +13,7 @@ from .http.logs import (
     redact_uvicorn_logs,
 )
 
-__all__ = [
+__all__ = (
     "FIELDS",
     "REDACTED",
     "REDACTED_LOGGERS",
@@ -21,4 +21,4 @@ __all__ = [
     "RedactSecrets",
     "log_config",
     "redact_uvicorn_logs",
-]
+)

@@ -11,4 +11,4 @@ from .http.origins import (
     allowed_origins,
 )
 
-__all__ = ["ALLOW_METHODS", "EXPOSE_HEADERS", "PREFLIGHT_MAX_AGE", "OriginGuard", "allowed_origins"]
+__all__ = ("ALLOW_METHODS", "EXPOSE_HEADERS", "PREFLIGHT_MAX_AGE", "OriginGuard", "allowed_origins")

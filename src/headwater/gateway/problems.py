@@ -17,7 +17,7 @@ from .http.problems import (
     validation_message,
 )
 
-__all__ = [
+__all__ = (
     "ERROR_LOGGED",
     "ERROR_STATUS",
     "ErrorBody",
@@ -29,4 +29,4 @@ __all__ = [
     "request_id_of",
     "too_large",
     "validation_message",
-]
+)

@@ -5,4 +5,4 @@ Re-exported from :mod:`headwater.gateway.http.ratelimit`, where the code lives.
 
 from .http.ratelimit import UserRateLimit
 
-__all__ = ["UserRateLimit"]
+__all__ = ("UserRateLimit",)

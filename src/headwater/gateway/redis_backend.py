@@ -5,4 +5,4 @@ Re-exported from :mod:`headwater.gateway.runs.redis_backend`, where the code liv
 
 from .runs.redis_backend import RedisHealth, RedisRunLog, RedisRunRegistry, connect, disconnect
 
-__all__ = ["RedisHealth", "RedisRunLog", "RedisRunRegistry", "connect", "disconnect"]
+__all__ = ("RedisHealth", "RedisRunLog", "RedisRunRegistry", "connect", "disconnect")

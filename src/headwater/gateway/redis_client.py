@@ -5,4 +5,4 @@ Re-exported from :mod:`headwater.gateway.runs.redis_client`, where the code live
 
 from .runs.redis_client import RedisHealth, connect, disconnect, ms
 
-__all__ = ["RedisHealth", "connect", "disconnect", "ms"]
+__all__ = ("RedisHealth", "connect", "disconnect", "ms")

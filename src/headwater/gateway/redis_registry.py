@@ -5,4 +5,4 @@ Re-exported from :mod:`headwater.gateway.runs.redis_registry`, where the code li
 
 from .runs.redis_registry import RedisRunRegistry
 
-__all__ = ["RedisRunRegistry"]
+__all__ = ("RedisRunRegistry",)

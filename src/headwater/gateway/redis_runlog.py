@@ -5,4 +5,4 @@ Re-exported from :mod:`headwater.gateway.runs.redis_runlog`, where the code live
 
 from .runs.redis_runlog import RedisRunLog
 
-__all__ = ["RedisRunLog"]
+__all__ = ("RedisRunLog",)

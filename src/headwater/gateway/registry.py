@@ -5,4 +5,4 @@ Re-exported from :mod:`headwater.gateway.runs.registry`, where the code lives.
 
 from .runs.registry import LocalRunRegistry, RunInfo, RunRegistry, RunStatus
 
-__all__ = ["LocalRunRegistry", "RunInfo", "RunRegistry", "RunStatus"]
+__all__ = ("LocalRunRegistry", "RunInfo", "RunRegistry", "RunStatus")

@@ -5,4 +5,4 @@ Re-exported from :mod:`headwater.gateway.runs.runlog`, where the code lives.
 
 from .runs.runlog import InMemoryRunLog, RunLog, check_after
 
-__all__ = ["InMemoryRunLog", "RunLog", "check_after"]
+__all__ = ("InMemoryRunLog", "RunLog", "check_after")

@@ -13,7 +13,7 @@ from .wire.sse import (
     retry_hint,
 )
 
-__all__ = [
+__all__ = (
     "FRAME_TYPES",
     "TERMINAL_TYPES",
     "Frame",
@@ -21,4 +21,4 @@ __all__ = [
     "encode_frame",
     "heartbeat",
     "retry_hint",
-]
+)

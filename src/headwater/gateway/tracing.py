@@ -5,4 +5,4 @@ Re-exported from :mod:`headwater.gateway.http.tracing`, where the code lives.
 
 from .http.tracing import TraceContext
 
-__all__ = ["TraceContext"]
+__all__ = ("TraceContext",)

@@ -185,5 +185,5 @@ async def vercel_chat(request: Request, gw: GatewayDep, user: CurrentUser, agent
                      prologue=encoder.start())
 
 
-__all__ = ["UI_MESSAGE_STREAM_HEADERS", "ChatRequest", "ToolApproval", "Turn", "UIMessageEncoder",
-           "UIMessageIn", "UIPart", "chunk", "error_text", "router", "turn_of", "vercel_chat"]
+__all__ = ("UI_MESSAGE_STREAM_HEADERS", "ChatRequest", "ToolApproval", "Turn", "UIMessageEncoder",
+           "UIMessageIn", "UIPart", "chunk", "error_text", "router", "turn_of", "vercel_chat")

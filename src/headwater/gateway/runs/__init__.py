@@ -15,4 +15,4 @@ was that module): library code imports ``headwater.gateway.runs.manager``.
 
 from .manager import Run, RunManager, StopReason
 
-__all__ = ["Run", "RunManager", "StopReason"]
+__all__ = ("Run", "RunManager", "StopReason")
