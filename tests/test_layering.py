@@ -17,13 +17,23 @@ Two more rules keep the machinery private and the graph a tree of layers:
 - a private module (`headwater.models._sse`) or a private name
   (`from .execution import _helper`) is imported only from inside the package
   that defines it (`headwater.models`, and its sub-packages);
-- no import cycle between modules of `headwater`.
+- no import cycle between modules of `headwater`;
+- no private name of a third-party library is read: neither imported
+  (``from opentelemetry.trace import _TRACER_PROVIDER``) nor taken as an
+  attribute of what an import binds (``trace._TRACER_PROVIDER``).
 
 And one rule keeps a wire rule in one home: `headwater.sse` is the only
 Server-Sent Events decoder and encoder. No other function reads SSE fields
 (compares a value with ``data`` and splits at a colon or knows another field)
 or searches bytes for a ``data:`` line, and no other library module but the
 provider emulators of `headwater.testing` builds a ``data:`` line.
+
+Inside the gateway, its parts point down too (``GATEWAY_PARTS``): ``wire`` (the
+frames and their encodings) imports no other part, ``http`` and ``runs`` import
+``wire`` only, and no part imports a surface, a module at the gateway's root
+(``app``, ``core``, ``websocket``, ...); the surfaces import every part. A module
+that moved keeps its old path as a facade (``FACADES``), a thin re-export for
+users; library code imports the module itself, never a facade.
 
 Every import counts, including those under `if TYPE_CHECKING:` and inside
 functions.
@@ -38,7 +48,9 @@ else does.
 from __future__ import annotations
 
 import ast
+import importlib
 import itertools
+import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -78,6 +90,26 @@ LAYERS: dict[str, int] = {
     "__main__": 5,  # `python -m headwater`: the cli, nothing else
 }
 TESTING = "testing"
+GATEWAY = "headwater.gateway"
+GATEWAY_PARTS: dict[str, frozenset[str]] = {
+    "wire": frozenset(),  # the frames and their encodings (SSE, AG-UI, Vercel): sans-I/O
+    "http": frozenset({"wire"}),  # auth, origins, limits, the error envelope, the SSE response
+    "runs": frozenset({"wire"}),  # runs in flight, the run log, the run registry (and Redis)
+}
+"""Each sub-package of the gateway -> the other parts it may import. The modules at the
+gateway's root are its surfaces (``app``, ``core``, ``agui``, ``vercel``, ``websocket``,
+``page``, ``serve``, ``background``, ``mcp``, ``mcp_server``): they may import every part,
+and no part imports them."""
+FACADES: frozenset[str] = frozenset({
+    *(f"{GATEWAY}.{name}" for name in ("frames", "sse")),
+    *(f"{GATEWAY}.{name}" for name in ("runs", "runlog", "registry", "redis_backend",
+                                       "redis_client", "redis_runlog", "redis_registry")),
+    *(f"{GATEWAY}.{name}" for name in ("auth", "origins", "limits", "problems", "ratelimit",
+                                       "connections", "tracing", "logs", "responses")),
+})
+"""Old paths of modules that moved, kept as thin re-exports of the names of the module
+that holds the code (``headwater.gateway.runs`` is the package whose ``__init__``
+re-exports ``runs.manager``): users may import them, library code does not."""
 WEB_FRAMEWORKS = frozenset({"starlette", "fastapi", "uvicorn"})
 WEB_ALLOWED = frozenset({"gateway"})
 MCP_SDK = frozenset({"mcp", "mcp_types", "httpx2"})
@@ -119,6 +151,28 @@ def check_import(importer: str, imported: str) -> str | None:
         return f"{imported} is not placed in a layer"
     if LAYERS[target] > LAYERS[top]:
         return f"upward import: layer {LAYERS[top]} ({top}) -> layer {LAYERS[target]} ({target})"
+    return check_gateway_import(importer, imported)
+
+
+def _gateway_part(module: str) -> str | None:
+    """The gateway part (``"wire"``) `module` is in, ``""`` for a surface (a module at the
+    gateway's root, or the gateway itself), ``None`` outside the gateway."""
+    if not _inside(module, GATEWAY):
+        return None
+    first = module[len(GATEWAY) + 1:].split(".")[0]
+    return first if first in GATEWAY_PARTS else ""
+
+
+def check_gateway_import(importer: str, imported: str) -> str | None:
+    """Why a part of the gateway may not import `imported`, or ``None`` when it may."""
+    part, target = _gateway_part(importer), _gateway_part(imported)
+    if not part or target is None or target == part:
+        return None
+    if target == "":
+        return f"gateway.{part} imports a surface of the gateway ({imported})"
+    if target not in GATEWAY_PARTS[part]:
+        allowed = ", ".join(sorted(GATEWAY_PARTS[part])) or "no other part"
+        return f"gateway.{part} imports gateway.{target} (it may import {allowed})"
     return None
 
 
@@ -352,6 +406,13 @@ def test_no_import_cycles() -> None:
         ("headwater.tools.function_tool", "mcp"),
         ("headwater.gateway.app", "mcp.server.lowlevel"),
         ("headwater.runner", "mcp_types"),
+        ("headwater.gateway.wire.frames", "headwater.gateway.runs.manager"),
+        ("headwater.gateway.wire.sse", "headwater.gateway.http.problems"),
+        ("headwater.gateway.http.responses", "headwater.gateway.runs.runlog"),
+        ("headwater.gateway.runs.manager", "headwater.gateway.http.problems"),
+        ("headwater.gateway.runs.manager", "headwater.gateway.core"),
+        ("headwater.gateway.http.auth", "headwater.gateway"),
+        ("headwater.gateway.wire.agui", "headwater.gateway.agui"),
     ],
 )
 def test_check_import_reports(importer: str, imported: str) -> None:
@@ -371,6 +432,12 @@ def test_check_import_reports(importer: str, imported: str) -> None:
         ("headwater.runner", "asyncio"),
         ("headwater.tools.mcp", "mcp.client.session"),
         ("headwater.tools._mcp_connection", "mcp_types"),
+        ("headwater.gateway.http.responses", "headwater.gateway.wire.sse"),
+        ("headwater.gateway.runs.manager", "headwater.gateway.wire.frames"),
+        ("headwater.gateway.runs.redis_runlog", "headwater.gateway.runs.runlog"),
+        ("headwater.gateway.core", "headwater.gateway.runs.manager"),
+        ("headwater.gateway.app", "headwater.gateway.http.auth"),
+        ("headwater.gateway.wire.frames", "headwater.events"),
     ],
 )
 def test_check_import_allows(importer: str, imported: str) -> None:
@@ -446,6 +513,134 @@ def test_check_private_import_reports(importer: str, imported: str, name: str | 
 def test_check_private_import_allows(importer: str, imported: str, name: str | None,
                                      package: bool) -> None:
     assert check_private_import(importer, imported, name, package=package) is None
+
+
+# -- facades ------------------------------------------------------------------------------------
+
+
+def check_facade_import(importer: str, imported: str, name: str | None = None) -> str | None:
+    """Why `importer` may not take `name` (or the module) from `imported`, or ``None``.
+
+    A facade is for users: library code (all but ``headwater.testing`` and the
+    package root) imports the module that holds the code. A facade that is a
+    package (``headwater.gateway.runs``) may still be the parent of a module
+    imported by its full path.
+    """
+    top = _top(importer)
+    if importer == PACKAGE or top == TESTING or imported not in FACADES:
+        return None
+    what = f"{name} from {imported}" if name else imported
+    return f"imports {what}, a facade kept for users: import the module that holds the code"
+
+
+def facade_violations(src: Path = SRC) -> list[str]:
+    """One line per import of a facade by library code."""
+    found = []
+    for path in sorted(src.rglob("*.py")):
+        importer = _module_name(path, src)
+        where = path.relative_to(src.parent).as_posix()
+        for imp in _imports(path, src):
+            reason = check_facade_import(importer, imp.module, imp.name)
+            if reason:
+                found.append(f"{where}:{imp.line}: {importer}: {reason}")
+    return found
+
+
+def _is_thin(tree: ast.Module) -> bool:
+    """A docstring, ``from <module> import <names>`` and ``__all__``: nothing else."""
+    body = tree.body[1:] if ast.get_docstring(tree) is not None else tree.body
+    return all(isinstance(node, ast.ImportFrom) or (
+        isinstance(node, ast.Assign)
+        and [t.id for t in node.targets if isinstance(t, ast.Name)] == ["__all__"])
+        for node in body)
+
+
+def test_library_code_imports_no_facade() -> None:
+    found = facade_violations()
+    assert not found, "facades imported by library code:\n" + "\n".join(found)
+
+
+@pytest.mark.parametrize("facade", sorted(FACADES))
+def test_a_facade_only_re_exports(facade: str) -> None:
+    base = SRC.parent.joinpath(*facade.split("."))
+    path = base / "__init__.py" if base.is_dir() else base.with_suffix(".py")
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    assert _is_thin(tree), f"{path} is a facade: it may only re-export names"
+    exported = {alias.asname or alias.name for node in tree.body
+                if isinstance(node, ast.ImportFrom) for alias in node.names}
+    module = importlib.import_module(facade)
+    assert sorted(module.__all__) == sorted(exported), f"{facade}: __all__ is what it imports"
+
+
+def test_facade_rule_reports_and_allows() -> None:
+    assert check_facade_import("headwater.gateway.app", "headwater.gateway.frames", "FrameMapper")
+    assert check_facade_import("headwater.gateway.core", "headwater.gateway.runs", "Run")
+    assert check_facade_import("headwater.gateway.core", "headwater.gateway.runs") is not None
+    assert check_facade_import("headwater.gateway.core", "headwater.gateway.runs.manager",
+                               "Run") is None
+    assert check_facade_import("headwater.testing.x", "headwater.gateway.frames", "A") is None
+    assert check_facade_import("headwater", "headwater.gateway.frames", "A") is None
+
+
+# -- no private name of another library ---------------------------------------------------------
+
+
+def _third_party(module: str) -> bool:
+    root = module.split(".")[0]
+    return bool(root) and root != PACKAGE and root not in sys.stdlib_module_names
+
+
+def foreign_private_findings(tree: ast.AST) -> list[str]:
+    """``"<line>: ..."`` for each private name of a third-party library `tree` reads: a
+    private module or name imported (``from opentelemetry.trace import _TRACER_PROVIDER``),
+    or a private attribute of what such an import binds (``trace._TRACER_PROVIDER``)."""
+    found: list[str] = []
+    bound: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if _third_party(alias.name):
+                    bound[alias.asname or alias.name.split(".")[0]] = alias.name
+                    if any(_is_private(part) for part in alias.name.split(".")):
+                        found.append(f"{node.lineno}: imports {alias.name}")
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            module = node.module or ""
+            if not _third_party(module):
+                continue
+            for alias in node.names:
+                bound[alias.asname or alias.name] = f"{module}.{alias.name}"
+                if any(_is_private(part) for part in [*module.split("."), alias.name]):
+                    found.append(f"{node.lineno}: imports {alias.name} from {module}")
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and _is_private(node.attr):
+            base = node.value
+            while isinstance(base, ast.Attribute):
+                base = base.value
+            if isinstance(base, ast.Name) and base.id in bound:
+                found.append(f"{node.lineno}: reads {node.attr} of {bound[base.id]}")
+    return found
+
+
+def test_no_private_name_of_another_library() -> None:
+    found = [f"{path.relative_to(SRC.parent).as_posix()}:{finding}"
+             for path in sorted(SRC.rglob("*.py"))
+             for finding in foreign_private_findings(ast.parse(path.read_text(encoding="utf-8")))]
+    assert not found, "private names of other libraries read:\n" + "\n".join(found)
+
+
+@pytest.mark.parametrize(("code", "found"), [
+    ("from opentelemetry.trace import _TRACER_PROVIDER\n", True),
+    ("from opentelemetry import trace\nx = trace._TRACER_PROVIDER\n", True),
+    ("import opentelemetry.trace as t\ndef f():\n    return t._PROXY.x\n", True),
+    ("import uvicorn._types\n", True),
+    ("from starlette.responses import Response\nResponse._render\n", True),
+    ("from opentelemetry import trace\nx = trace.get_tracer_provider()\n", False),
+    ("import os\nos._exit(1)\n", False),  # the standard library is not checked
+    ("from .x import _y\n", False),  # headwater's own rule is the private-import one
+    ("self._trace = None\ntrace = 1\n", False),
+])
+def test_foreign_private_rule(code: str, found: bool) -> None:
+    assert bool(foreign_private_findings(ast.parse(code))) is found
 
 
 # -- settings are passed in --------------------------------------------------------------------

@@ -61,7 +61,7 @@ def use_cors_origins(origins: Sequence[str] | None) -> None:
     """
     if not origins:
         return
-    from ..gateway.origins import allowed_origins
+    from ..gateway.http.origins import allowed_origins
     from ..settings import reload_settings
 
     allowed_origins(origins)  # a bad origin fails here, in words

@@ -44,7 +44,7 @@ async def serve_stdio(agent: BaseAgent, db: str | None) -> None:
 
     from ..gateway.core import Gateway
     from ..gateway.mcp_server import agent_server
-    from ..gateway.runlog import InMemoryRunLog
+    from ..gateway.runs.runlog import InMemoryRunLog
     from ..settings import get_settings
 
     settings = get_settings()

@@ -86,7 +86,7 @@ def use_redis(url: str | None) -> None:
             without its password.
         ImportError: redis-py is not installed (the message names the extra).
     """
-    from ..gateway.redis_backend import connect, disconnect
+    from ..gateway.runs.redis_backend import connect, disconnect
     from ..gateway.serve import without_password
     from ..settings import get_settings, reload_settings
     from ._store import PROBE_TIMEOUT

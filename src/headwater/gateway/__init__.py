@@ -4,10 +4,10 @@ See docs/frame-protocol.md. The gateway knows events and the runner, never a pro
 """
 
 from .app import RunRequest, create_app
-from .auth import Authenticator, JWTAuth, StaticTokenAuth
 from .core import Gateway
-from .runlog import InMemoryRunLog, RunLog
-from .sse import Frame
+from .http.auth import Authenticator, JWTAuth, StaticTokenAuth
+from .runs.runlog import InMemoryRunLog, RunLog
+from .wire.sse import Frame
 
 __all__ = (
     "Authenticator",

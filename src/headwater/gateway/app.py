@@ -32,7 +32,6 @@ from ..tasks import TaskSet
 from ..tools.approval import approval_response
 from ..types import Content, FunctionResponse, Part
 from . import agui, page, vercel, websocket
-from .auth import Authenticator
 from .core import (
     NOT_FOUND_RUN,
     NOT_FOUND_SESSION,
@@ -42,13 +41,14 @@ from .core import (
     GatewayDep,
     store_error,
 )
-from .limits import RequestLimits
-from .logs import redact_uvicorn_logs
-from .origins import OriginGuard, allowed_origins
-from .problems import ErrorBody, GatewayHTTPError, install_error_handlers, request_id_of
-from .registry import RunRegistry
-from .runlog import InMemoryRunLog, RunLog
-from .tracing import TraceContext
+from .http.auth import Authenticator
+from .http.limits import RequestLimits
+from .http.logs import redact_uvicorn_logs
+from .http.origins import OriginGuard, allowed_origins
+from .http.problems import ErrorBody, GatewayHTTPError, install_error_handlers, request_id_of
+from .http.tracing import TraceContext
+from .runs.registry import RunRegistry
+from .runs.runlog import InMemoryRunLog, RunLog
 
 logger = logging.getLogger("headwater.gateway")
 
@@ -221,7 +221,7 @@ def _gateway(agents: Sequence[BaseAgent], session_service: BaseSessionService | 
     service = session_service or SqlSessionService(settings.database_url, settings=settings)
     registry: RunRegistry | None = None
     if settings.redis_url:  # an empty HEADWATER_REDIS_URL is none
-        from .redis_backend import (  # needs headwater[redis]
+        from .runs.redis_backend import (  # needs headwater[redis]
             RedisHealth,
             RedisRunLog,
             RedisRunRegistry,

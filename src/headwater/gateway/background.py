@@ -20,8 +20,8 @@ import uvicorn
 
 from ..errors import UserError
 from ..settings import Settings, settings_or_default
-from .connections import http_protocol
-from .logs import log_config
+from .http.connections import http_protocol
+from .http.logs import log_config
 
 START_TIMEOUT = 30.0
 """Seconds :meth:`BackgroundServer.start` waits for the app's startup."""

@@ -35,14 +35,14 @@ from ..runner import Runner, RunStream
 from ..sessions.base import BaseSessionService, Session
 from ..settings import Settings
 from ..types import Content
-from .auth import Authenticator, user_of
-from .frames import FrameMapper
-from .problems import ErrorBody, GatewayHTTPError, too_large
-from .ratelimit import UserRateLimit
-from .registry import RunInfo, RunRegistry
-from .responses import Render, SSEResponse, StallWatch, render_frame
-from .runlog import RunLog
-from .runs import Run, RunManager
+from .http.auth import Authenticator, user_of
+from .http.problems import ErrorBody, GatewayHTTPError, too_large
+from .http.ratelimit import UserRateLimit
+from .http.responses import Render, SSEResponse, StallWatch, render_frame
+from .runs.manager import Run, RunManager
+from .runs.registry import RunInfo, RunRegistry
+from .runs.runlog import RunLog
+from .wire.frames import FrameMapper
 
 logger = logging.getLogger("headwater.gateway")
 

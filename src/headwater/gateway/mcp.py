@@ -28,8 +28,8 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from .core import Gateway, current_user
+from .http.problems import GatewayHTTPError, error_response, request_id_of
 from .mcp_server import agent_server
-from .problems import GatewayHTTPError, error_response, request_id_of
 
 PATH = "/mcp"
 METHODS = ["GET", "POST", "DELETE"]

@@ -31,8 +31,8 @@ from ..errors import ERROR_MESSAGES, SessionError
 from ..sessions.base import Session
 from ..types import Content, Part
 from .core import Gateway, store_error
-from .problems import GatewayHTTPError, new_request_id
-from .runs import Run
+from .http.problems import GatewayHTTPError, new_request_id
+from .runs.manager import Run
 
 logger = logging.getLogger("headwater.gateway")
 

@@ -34,7 +34,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response
 
 from ..agents.agent import Agent
 from .core import Gateway, GatewayDep
-from .problems import GatewayHTTPError
+from .http.problems import GatewayHTTPError
 
 _TYPES = {".js": "text/javascript; charset=utf-8", ".css": "text/css; charset=utf-8",
           ".html": "text/html; charset=utf-8", ".svg": "image/svg+xml"}

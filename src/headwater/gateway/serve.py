@@ -42,10 +42,10 @@ from ..sessions.memory import InMemorySessionService
 from ..sessions.sql import SqlSessionService
 from ..settings import get_settings
 from .app import create_app
-from .auth import JWTAuth, StaticTokenAuth, auth_from_settings, is_loopback
-from .connections import http_protocol
 from .core import Gateway
-from .logs import log_config
+from .http.auth import JWTAuth, StaticTokenAuth, auth_from_settings, is_loopback
+from .http.connections import http_protocol
+from .http.logs import log_config
 
 logger = logging.getLogger("headwater.gateway")
 

@@ -63,11 +63,11 @@ from ..settings import Settings
 from ..sse import encode_json
 from ..tasks import TaskSet
 from ..types import Blob, Content
-from .auth import DEV_USER, bearer_token
 from .core import Gateway, GatewayDep
-from .problems import GatewayHTTPError, request_id_of, validation_message
-from .runs import Run
-from .sse import Frame
+from .http.auth import DEV_USER, bearer_token
+from .http.problems import GatewayHTTPError, request_id_of, validation_message
+from .runs.manager import Run
+from .wire.sse import Frame
 
 logger = logging.getLogger("headwater.gateway")
 

@@ -25,15 +25,15 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Final, Literal
 
-from ..errors import ErrorCode, RunLogClosed, RunNotFound, RunStoreUnavailable, code_of
-from ..events import Event
-from ..runner import RunStream
-from ..settings import Settings
-from ..tasks import TaskSet
-from .frames import FrameMapper, FramePayload, above, done_frame, error_frame
+from ...errors import ErrorCode, RunLogClosed, RunNotFound, RunStoreUnavailable, code_of
+from ...events import Event
+from ...runner import RunStream
+from ...settings import Settings
+from ...tasks import TaskSet
+from ..wire.frames import FrameMapper, FramePayload, above, done_frame, error_frame
+from ..wire.sse import Frame, encode_frame
 from .registry import LocalRunRegistry, RunInfo, RunRegistry, RunStatus
 from .runlog import RunLog
-from .sse import Frame, encode_frame
 
 logger = logging.getLogger("headwater.gateway")
 
