@@ -20,12 +20,17 @@ if _TYPE_CHECKING:
     from .agents.workflow import LoopAgent as LoopAgent
     from .agents.workflow import ParallelAgent as ParallelAgent
     from .agents.workflow import SequentialAgent as SequentialAgent
-    from .events import Event as Event
-    from .events import EventActions as EventActions
-    from .events import ToolStreamEvent as ToolStreamEvent
-    from .live_request_queue import LiveRequestQueue as LiveRequestQueue
-    from .run_config import RunConfig as RunConfig
-    from .run_config import StreamingMode as StreamingMode
+    from .core.events import Event as Event
+    from .core.events import EventActions as EventActions
+    from .core.events import ToolStreamEvent as ToolStreamEvent
+    from .core.live_request_queue import LiveRequestQueue as LiveRequestQueue
+    from .core.run_config import RunConfig as RunConfig
+    from .core.run_config import StreamingMode as StreamingMode
+    from .core.types import Content as Content
+    from .core.types import FunctionCall as FunctionCall
+    from .core.types import FunctionResponse as FunctionResponse
+    from .core.types import Part as Part
+    from .core.types import Usage as Usage
     from .runner import Runner as Runner
     from .tools.context import ToolContext as ToolContext
     from .tools.example_tool import Example as Example
@@ -33,11 +38,6 @@ if _TYPE_CHECKING:
     from .tools.function_tool import FunctionTool as FunctionTool
     from .tools.function_tool import LongRunningFunctionTool as LongRunningFunctionTool
     from .tools.function_tool import tool as tool
-    from .types import Content as Content
-    from .types import FunctionCall as FunctionCall
-    from .types import FunctionResponse as FunctionResponse
-    from .types import Part as Part
-    from .types import Usage as Usage
 
 __all__ = (
     "Agent",
@@ -75,12 +75,12 @@ _LAZY: dict[str, str] = {
     "LoopAgent": ".agents.workflow",
     "ParallelAgent": ".agents.workflow",
     "SequentialAgent": ".agents.workflow",
-    "Event": ".events",
-    "EventActions": ".events",
-    "ToolStreamEvent": ".events",
-    "LiveRequestQueue": ".live_request_queue",
-    "RunConfig": ".run_config",
-    "StreamingMode": ".run_config",
+    "Event": ".core.events",
+    "EventActions": ".core.events",
+    "ToolStreamEvent": ".core.events",
+    "LiveRequestQueue": ".core.live_request_queue",
+    "RunConfig": ".core.run_config",
+    "StreamingMode": ".core.run_config",
     "Runner": ".runner",
     "ToolContext": ".tools.context",
     "Example": ".tools.example_tool",
@@ -88,11 +88,11 @@ _LAZY: dict[str, str] = {
     "FunctionTool": ".tools.function_tool",
     "LongRunningFunctionTool": ".tools.function_tool",
     "tool": ".tools.function_tool",
-    "Content": ".types",
-    "FunctionCall": ".types",
-    "FunctionResponse": ".types",
-    "Part": ".types",
-    "Usage": ".types",
+    "Content": ".core.types",
+    "FunctionCall": ".core.types",
+    "FunctionResponse": ".core.types",
+    "Part": ".core.types",
+    "Usage": ".core.types",
 }
 
 

@@ -17,11 +17,11 @@ import logging
 from abc import ABC, abstractmethod
 from dataclasses import replace
 
-from .context import CallbackContext
-from .genai import GenerateContentConfig, ThinkingConfig
+from .core.context import CallbackContext
+from .core.genai import GenerateContentConfig, ThinkingConfig
+from .core.types import Content, Part
 from .models.llm_request import LlmRequest
 from .models.llm_response import LlmResponse
-from .types import Content, Part
 
 logger = logging.getLogger(__name__)
 

@@ -27,22 +27,22 @@ from .agents.agent import check_models
 from .agents.base import BaseAgent
 from .agents.toolsets import close_toolsets, open_toolsets, toolsets_of
 from .artifacts import BaseArtifactService, InMemoryArtifactService
-from .clock import SYSTEM_CLOCK, Clock
-from .errors import UserError
-from .events import Event, new_id
-from .live_request_queue import LiveRequestQueue
+from .core.clock import SYSTEM_CLOCK, Clock
+from .core.errors import UserError
+from .core.events import Event, new_id
+from .core.live_request_queue import LiveRequestQueue
+from .core.run_config import RunConfig, StreamingMode
+from .core.settings import Settings, settings_or_default
+from .core.types import Content, as_content
 from .memory import BaseMemoryService, InMemoryMemoryService
 from .run.hold import LeaseKeeper
 from .run.lifecycle import Run
 from .run.recorder import SealReason as SealReason
 from .run.stream import RunResult as RunResult
 from .run.stream import RunStream as RunStream
-from .run_config import RunConfig, StreamingMode
 from .sessions.base import BaseSessionService, Session
 from .sessions.ledger import CallLedger
 from .sessions.memory import InMemorySessionService
-from .settings import Settings, settings_or_default
-from .types import Content, as_content
 
 __all__ = ("InMemoryRunner", "RunResult", "RunStream", "Runner", "SealReason")
 

@@ -25,8 +25,8 @@ from typing import Any
 
 from pydantic_core import to_json, to_jsonable_python
 
-from ..errors import SessionError, ToolArgumentsError, UserError
-from ..events import (
+from ..core.errors import SessionError, ToolArgumentsError, UserError
+from ..core.events import (
     ApprovalRequest,
     Event,
     EventActions,
@@ -34,15 +34,15 @@ from ..events import (
     ToolStreamEvent,
     partial_event,
 )
-from ..live_request_queue import LiveRequestQueue
+from ..core.live_request_queue import LiveRequestQueue
+from ..core.tasks import TaskSet
+from ..core.types import Blob, Content, FunctionCall, Part
 from ..sessions.ledger import call_branch
-from ..tasks import TaskSet
 from ..tools.approval import args_sha256
 from ..tools.context import ToolContext
 from ..tools.function_tool import BaseTool
 from ..tools.middleware import ToolInvocation, ToolMiddleware, chain
 from ..tools.threads import sync_tool_workers
-from ..types import Blob, Content, FunctionCall, Part
 from .agent_tool import AgentTool
 from .callbacks import AfterToolCallback, BeforeToolCallback
 from .invocation import InvocationContext

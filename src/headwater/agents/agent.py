@@ -14,8 +14,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from ..errors import UserError
-from ..genai import GenerateContentConfig
+from ..core.errors import UserError
+from ..core.genai import GenerateContentConfig
 from ..models.base import BaseLlm
 from ..models.registry import check_model, get_model
 from ..planners import BasePlanner

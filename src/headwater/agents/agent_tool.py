@@ -17,11 +17,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import UserError
+from ..core.errors import UserError
+from ..core.types import ToolDeclaration
 from ..tools.context import ToolContext
 from ..tools.function_tool import BaseTool
 from ..tools.options import ToolOptions
-from ..types import ToolDeclaration
 from .base import BaseAgent
 
 

@@ -14,11 +14,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import ApprovalError, UserError
-from ..events import ApprovalDecision, Event
+from ..core.errors import ApprovalError, UserError
+from ..core.events import ApprovalDecision, Event
+from ..core.types import Content, FunctionCall, FunctionResponse, Part
 from ..sessions.ledger import CallLedger, CallRecord
 from ..tools.approval import APPROVAL_RESPONSE_NAME
-from ..types import Content, FunctionCall, FunctionResponse, Part
 from ._execution import error_result
 from .invocation import InvocationContext
 

@@ -15,7 +15,7 @@ import re
 from collections.abc import Iterator, Sequence
 from typing import TypeVar
 
-from ..errors import UserError
+from ..core.errors import UserError
 from .callbacks import AfterAgentCallback, BeforeAgentCallback
 
 _C = TypeVar("_C")

@@ -11,11 +11,11 @@ from __future__ import annotations
 from collections.abc import Awaitable
 from typing import Any, Protocol
 
-from ..context import CallbackContext
+from ..core.context import CallbackContext
+from ..core.types import Content
 from ..models.base import LlmRequest, LlmResponse
 from ..tools.context import ToolContext
 from ..tools.function_tool import BaseTool
-from ..types import Content
 
 JsonObject = dict[str, Any]  # raw JSON object
 

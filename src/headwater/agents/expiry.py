@@ -10,8 +10,8 @@ a result sent after that is refused like any answer to a closed call.
 
 from __future__ import annotations
 
-from ..events import Event
-from ..types import Content, FunctionResponse, Part
+from ..core.events import Event
+from ..core.types import Content, FunctionResponse, Part
 from ._execution import error_result
 from .invocation import InvocationContext
 

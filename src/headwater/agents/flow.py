@@ -26,15 +26,15 @@ from collections.abc import AsyncGenerator, Container, Sequence
 from contextlib import aclosing
 from typing import Any, Protocol
 
-from ..context import CallbackContext
-from ..errors import ErrorCode, ModelError, UserError, public_message
-from ..events import Event, EventActions, partial_event
+from ..core.context import CallbackContext
+from ..core.errors import ErrorCode, ModelError, UserError, public_message
+from ..core.events import Event, EventActions, partial_event
+from ..core.run_config import StreamingMode
+from ..core.telemetry import error_type
+from ..core.types import Content, FunctionCall, FunctionResponse, Part
 from ..models.base import LlmRequest, LlmResponse
 from ..planners import plan_request, plan_response
-from ..run_config import StreamingMode
-from ..telemetry import error_type
 from ..tools.function_tool import BaseTool
-from ..types import Content, FunctionCall, FunctionResponse, Part
 from ._execution import (
     CallOutcome,
     Handoff,

@@ -13,8 +13,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from ..context import CallbackContext
-from ..errors import UserError
+from ..core.context import CallbackContext
+from ..core.errors import UserError
 from ._execution import maybe_await
 from .callbacks import InstructionProvider
 

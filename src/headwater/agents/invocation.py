@@ -6,16 +6,16 @@ from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, field
 
 from ..artifacts import BaseArtifactService
-from ..clock import SYSTEM_CLOCK, Clock
-from ..context import CallbackContext
-from ..events import ApprovalDecision, Event, EventActions
+from ..core.clock import SYSTEM_CLOCK, Clock
+from ..core.context import CallbackContext
+from ..core.events import ApprovalDecision, Event, EventActions
+from ..core.run_config import RunConfig
+from ..core.settings import Settings
+from ..core.telemetry import NO_TRACE, RunTrace
+from ..core.types import Content, FunctionCall, Usage
 from ..memory.base import BaseMemoryService
-from ..run_config import RunConfig
 from ..sessions.base import BaseSessionService, Session
 from ..sessions.ledger import CallLedger
-from ..settings import Settings
-from ..telemetry import NO_TRACE, RunTrace
-from ..types import Content, FunctionCall, Usage
 from .base import BaseAgent
 
 AgentDriver = Callable[[BaseAgent, str, Content], AsyncGenerator[Event, None]]

@@ -51,12 +51,12 @@ import logging
 from collections.abc import AsyncGenerator, Callable, Coroutine
 from typing import Any
 
-from ..errors import SessionError, UserError
-from ..events import Event, EventActions
-from ..live_request_queue import LiveRequestQueue
+from ..core.errors import SessionError, UserError
+from ..core.events import Event, EventActions
+from ..core.live_request_queue import LiveRequestQueue
+from ..core.tasks import TaskSet
+from ..core.types import Content, FunctionCall, Part
 from ..sessions.ledger import as_seen_by
-from ..tasks import TaskSet
-from ..types import Content, FunctionCall, Part
 from ._execution import CallOutcome
 from .agent import Agent
 from .approvals import answered_calls, split_approvals

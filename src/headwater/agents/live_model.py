@@ -32,10 +32,10 @@ from contextlib import aclosing
 from dataclasses import replace
 from typing import Any
 
-from ..errors import ERROR_MESSAGES, ModelProtocolViolation, OutputTooLong, public_message
+from ..core.errors import ERROR_MESSAGES, ModelProtocolViolation, OutputTooLong, public_message
+from ..core.types import Blob, Content, FunctionCall, FunctionResponse
 from ..models.base import LlmResponse
 from ..models.connection import BaseLlmConnection
-from ..types import Blob, Content, FunctionCall, FunctionResponse
 from .flow import Flow
 from .live_out import LiveOut
 from .live_streams import stop_declared

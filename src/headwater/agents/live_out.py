@@ -15,7 +15,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import NoReturn
 
-from ..events import Event
+from ..core.events import Event
 
 
 class LiveEnd(Exception):

@@ -27,11 +27,11 @@ from typing import Any
 
 from pydantic_core import to_jsonable_python
 
-from ..errors import QueueFull
-from ..live_request_queue import LiveRequest, LiveRequestQueue
-from ..tasks import TaskSet
+from ..core.errors import QueueFull
+from ..core.live_request_queue import LiveRequest, LiveRequestQueue
+from ..core.tasks import TaskSet
+from ..core.types import FunctionCall, ToolDeclaration
 from ..tools.function_tool import BaseTool
-from ..types import FunctionCall, ToolDeclaration
 from ._execution import ToolExecutor, closing_stream
 from .invocation import InvocationContext
 

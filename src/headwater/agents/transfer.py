@@ -17,9 +17,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from ..core.types import ToolDeclaration
 from ..tools.context import ToolContext
 from ..tools.function_tool import BaseTool
-from ..types import ToolDeclaration
 from ._execution import error_result
 from .agent import Agent
 from .base import BaseAgent

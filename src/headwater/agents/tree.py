@@ -42,10 +42,10 @@ from collections.abc import AsyncGenerator, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, replace
 
-from ..errors import ERROR_MESSAGES, ErrorCode, SessionError, UserError
-from ..events import Event
-from ..live_request_queue import LiveRequestQueue
-from ..types import Content, FunctionCall
+from ..core.errors import ERROR_MESSAGES, ErrorCode, SessionError, UserError
+from ..core.events import Event
+from ..core.live_request_queue import LiveRequestQueue
+from ..core.types import Content, FunctionCall
 from ._execution import Handoff, maybe_await
 from .agent import Agent
 from .approvals import Resume

@@ -18,10 +18,10 @@ model call, and both go through the same per-turn rules:
 
 from __future__ import annotations
 
-from ..events import Event, partial_event
+from ..core.events import Event, partial_event
+from ..core.telemetry import ChatTrace
 from ..models.base import BaseLlm, LlmRequest, LlmResponse
 from ..models.contract import StreamContract
-from ..telemetry import ChatTrace
 from .invocation import InvocationContext
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..errors import UserError
+from ..core.errors import UserError
 from .base import BaseAgent
 from .callbacks import AfterAgentCallback, BeforeAgentCallback
 

@@ -20,8 +20,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final
 
-from ..errors import UserError
-from ..types import Blob, Part
+from ..core.errors import UserError
+from ..core.types import Blob, Part
 
 USER_SCOPE_PREFIX: Final = "user:"
 """A filename with this prefix is shared by all sessions of its user in the app."""

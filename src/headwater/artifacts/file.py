@@ -39,7 +39,7 @@ from urllib.parse import quote, unquote
 
 from pydantic import BaseModel, ConfigDict
 
-from ..errors import UserError
+from ..core.errors import UserError
 from .base import DEFAULT_MAX_ARTIFACT_BYTES, ArtifactKey, ArtifactPayload, BaseArtifactService
 
 _USER_SCOPE_DIR = "user"

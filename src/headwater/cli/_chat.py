@@ -33,7 +33,7 @@ from urllib.parse import urlsplit
 from rich.console import Console
 from rich.markup import escape
 
-from ..tasks import TaskSet
+from ..core.tasks import TaskSet
 from ._chat_view import Approval, RunView, error_words
 from ._common import CommandError
 from ._drafts import nesting

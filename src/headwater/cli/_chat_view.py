@@ -31,7 +31,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, TaskID, TaskProgressColumn, TextColumn
 
 from ..agents.transfer import TRANSFER_TO_AGENT
-from ..errors import ERRORS
+from ..core.errors import ERRORS
 from ._drafts import Draft, Drafts, nesting
 from ._gateway_client import WireFrame
 

@@ -61,8 +61,8 @@ def use_cors_origins(origins: Sequence[str] | None) -> None:
     """
     if not origins:
         return
+    from ..core.settings import reload_settings
     from ..gateway.http.origins import allowed_origins
-    from ..settings import reload_settings
 
     allowed_origins(origins)  # a bad origin fails here, in words
     os.environ["HEADWATER_CORS_ORIGINS"] = json.dumps(list(origins))

@@ -32,7 +32,7 @@ _config: _Config | None = None  # set by demo_command before the server imports 
 def demo_command(args: Any) -> int:  # argparse.Namespace
     """Serve the demo until Ctrl-C (or run the terminal turn with ``--terminal``)."""
     if args.terminal:
-        from ..run_config import StreamingMode
+        from ..core.run_config import StreamingMode
         from ._terminal import demo
 
         return asyncio.run(demo(args.prompt, args.db, args.model, StreamingMode(args.mode),
@@ -74,9 +74,9 @@ def demo_app(database_url: str, model: Any) -> Any:
 
 def build_app(config: _Config) -> Any:
     """The gateway over the demo agents, as configured."""
+    from ..core.settings import get_settings
     from ..gateway.app import create_app
     from ..models.demo import DemoModel
-    from ..settings import get_settings
     from ._agents import demo_agents, page_frames, page_suggestions
 
     settings = get_settings().model_copy(update={"database_url": config.database_url})

@@ -8,7 +8,7 @@ from typing import Any
 
 def describe(exc: BaseException) -> str | None:
     """One line saying what is wrong, or ``None`` for a bug (which keeps its traceback)."""
-    from ..errors import HeadwaterError
+    from ..core.errors import HeadwaterError
     from ._common import CommandError
 
     if isinstance(exc, CommandError | HeadwaterError):

@@ -19,9 +19,9 @@ from typing import Any
 
 import httpx
 
-from ..errors import SSEDecodeError
-from ..settings import get_settings
-from ..sse import SSEDecoder
+from ..core.errors import SSEDecodeError
+from ..core.settings import get_settings
+from ..core.sse import SSEDecoder
 
 CONNECT_TIMEOUT = 10.0
 """Seconds to connect to the gateway, and to wait for any answer but a stream's next frame."""

@@ -42,10 +42,10 @@ async def serve_stdio(agent: BaseAgent, db: str | None) -> None:
     """
     from mcp.server.stdio import stdio_server
 
+    from ..core.settings import get_settings
     from ..gateway.core import Gateway
     from ..gateway.mcp_server import agent_server
     from ..gateway.runs.runlog import InMemoryRunLog
-    from ..settings import get_settings
 
     settings = get_settings()
     service, shown = open_store(db)

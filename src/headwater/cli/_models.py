@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from ..core.settings import get_settings
 from ..models.base import BaseLlm
 from ..models.demo import DemoModel
 from ..models.registry import get_model
-from ..settings import get_settings
 
 
 def resolve_model(name: str | None) -> BaseLlm:

@@ -14,9 +14,9 @@ from typing import Any, TextIO
 from ..agents.agent import Agent
 from ..agents.base import BaseAgent
 from ..agents.toolsets import open_toolsets
-from ..errors import UserError
-from ..events import Event
-from ..run_config import RunConfig, StreamingMode
+from ..core.errors import UserError
+from ..core.events import Event
+from ..core.run_config import RunConfig, StreamingMode
 from ..runner import Runner
 from ._common import DEMO_USER, CommandError
 from ._store import open_store, probe

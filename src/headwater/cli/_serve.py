@@ -15,8 +15,8 @@ REDIS_SCHEMES = ("redis", "rediss", "unix")
 
 def serve_command(args: Any) -> int:  # argparse.Namespace
     """Serve the target until stopped; bad targets raise ``UserError`` (exit code 2)."""
+    from ..core.settings import get_settings
     from ..gateway.serve import serve  # the web stack loads only for this command
-    from ..settings import get_settings
 
     get_settings()  # a bad HEADWATER_* setting fails here, in words
     use_cors_origins(args.cors_origin)
@@ -50,7 +50,7 @@ def use_database(db: str | None) -> None:
             newer than this headwater; not at head with auto-migration off).
         ImportError: a PostgreSQL URL without asyncpg.
     """
-    from ..settings import reload_settings
+    from ..core.settings import reload_settings
     from ._store import answered, open_store
 
     if db is None and not os.environ.get("HEADWATER_DATABASE_URL"):
@@ -86,9 +86,9 @@ def use_redis(url: str | None) -> None:
             without its password.
         ImportError: redis-py is not installed (the message names the extra).
     """
+    from ..core.settings import get_settings, reload_settings
     from ..gateway.runs.redis_backend import connect, disconnect
     from ..gateway.serve import without_password
-    from ..settings import get_settings, reload_settings
     from ._store import PROBE_TIMEOUT
 
     if url is None:

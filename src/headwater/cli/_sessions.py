@@ -8,7 +8,7 @@ import sys
 import time
 from typing import Any, TextIO
 
-from ..events import Event
+from ..core.events import Event
 from ._common import DEMO_APPS, CommandError
 from ._store import open_store, probe
 

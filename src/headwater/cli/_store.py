@@ -23,7 +23,7 @@ _SQLITE_HEADER = b"SQLite format 3\x00"
 
 def database_url(db: str | None) -> str:
     """``--db``, else ``HEADWATER_DATABASE_URL``, else the embedded SQLite file."""
-    from ..settings import get_settings
+    from ..core.settings import get_settings
 
     return db or get_settings().database_url
 

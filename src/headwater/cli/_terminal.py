@@ -12,8 +12,8 @@ from __future__ import annotations
 import json
 from typing import TextIO
 
+from ..core.run_config import RunConfig, StreamingMode
 from ..examples import support
-from ..run_config import RunConfig, StreamingMode
 from ..runner import Runner, RunStream
 from ._common import DEMO_APP, DEMO_USER
 from ._drafts import Drafts, nesting

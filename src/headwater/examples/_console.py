@@ -17,16 +17,16 @@ from typing import TextIO
 
 from ..agents.agent import Agent
 from ..agents.toolsets import open_toolsets
-from ..events import ApprovalRequest, Event
-from ..live_request_queue import LiveRequestQueue
+from ..core.events import ApprovalRequest, Event
+from ..core.live_request_queue import LiveRequestQueue
+from ..core.run_config import RunConfig, StreamingMode
+from ..core.settings import get_settings
+from ..core.tasks import TaskSet
+from ..core.types import Content
 from ..models.base import BaseLlm
 from ..models.registry import get_model
-from ..run_config import RunConfig, StreamingMode
 from ..runner import Runner, RunStream
-from ..settings import get_settings
-from ..tasks import TaskSet
 from ..tools.approval import approval_response
-from ..types import Content
 from .transcript import live_lines
 
 USER = "you"

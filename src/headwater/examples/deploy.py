@@ -20,7 +20,7 @@ import sys
 from collections.abc import AsyncIterator, Sequence
 
 from ..agents.agent import Agent
-from ..events import ApprovalRequest, ToolStreamEvent
+from ..core.events import ApprovalRequest, ToolStreamEvent
 from ..models.base import BaseLlm
 from ..tools.context import ToolContext
 from ..tools.function_tool import tool

@@ -20,7 +20,7 @@ from typing import TypedDict
 import anyio
 from mcp.server.mcpserver import Context, MCPServer
 
-from ..settings import get_settings
+from ..core.settings import get_settings
 
 PAGES = (
     ("README.md", 2210), ("docs/architecture.md", 3904), ("docs/event-contract.md", 2875),

@@ -32,12 +32,12 @@ from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from typing import Literal
 
 from ..agents.agent import Agent
-from ..live_request_queue import LiveRequestQueue
+from ..core.live_request_queue import LiveRequestQueue
+from ..core.types import Blob
 from ..models.base import BaseLlm
 from ..runner import Runner
 from ..tools.context import ToolContext
 from ..tools.function_tool import FunctionTool, tool
-from ..types import Blob
 from ._console import LiveSession, example_model, parse_args
 
 logger = logging.getLogger("headwater.examples.people_counter")

@@ -33,9 +33,9 @@ from ..agents.agent import Agent
 from ..agents.agent_tool import AgentTool
 from ..agents.base import BaseAgent
 from ..agents.workflow import ParallelAgent, SequentialAgent
-from ..events import Event, ToolStreamEvent
+from ..core.events import Event, ToolStreamEvent
+from ..core.run_config import RunConfig, StreamingMode
 from ..models.base import BaseLlm
-from ..run_config import RunConfig, StreamingMode
 from ..runner import Runner
 from ..tools.context import ToolContext
 from ..tools.function_tool import tool

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from ..events import Event
+from ..core.events import Event
 
 
 def live_lines(event: Event, stamp: str) -> list[str]:

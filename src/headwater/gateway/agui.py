@@ -24,8 +24,8 @@ from typing import Any, Final, Literal
 from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..core.types import Blob, Content, Part
 from ..tools.approval import approval_response
-from ..types import Blob, Content, Part
 from .core import STREAM_RESPONSES, CurrentUser, GatewayDep
 from .http.problems import GatewayHTTPError, request_id_of
 from .wire.agui import APPROVAL_SCHEMA, PROGRESS_ACTIVITY, AguiEncoder, encode_event

@@ -23,14 +23,14 @@ from fastapi import APIRouter, FastAPI, Header, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from ..agents.base import BaseAgent
-from ..errors import RunNotFound, SessionError, SessionNotFoundError
-from ..events import Event
+from ..core.errors import RunNotFound, SessionError, SessionNotFoundError
+from ..core.events import Event
+from ..core.settings import Settings, settings_or_default
+from ..core.tasks import TaskSet
+from ..core.types import Content, FunctionResponse, Part
 from ..sessions.base import BaseSessionService, Session
 from ..sessions.sql import SqlSessionService
-from ..settings import Settings, settings_or_default
-from ..tasks import TaskSet
 from ..tools.approval import approval_response
-from ..types import Content, FunctionResponse, Part
 from . import agui, page, vercel, websocket
 from .core import (
     NOT_FOUND_RUN,

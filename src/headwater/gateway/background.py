@@ -18,8 +18,8 @@ from typing import Any
 
 import uvicorn
 
-from ..errors import UserError
-from ..settings import Settings, settings_or_default
+from ..core.errors import UserError
+from ..core.settings import Settings, settings_or_default
 from .http.connections import http_protocol
 from .http.logs import log_config
 

@@ -22,7 +22,7 @@ from ..agents.base import BaseAgent
 from ..agents.live_flow import STOP_STREAMING
 from ..agents.toolsets import close_toolsets, open_toolsets
 from ..agents.transfer import TRANSFER_TO_AGENT
-from ..errors import (
+from ..core.errors import (
     HeadwaterError,
     McpUnavailableError,
     RunStoreUnavailable,
@@ -30,11 +30,11 @@ from ..errors import (
     UserError,
     code_of,
 )
-from ..run_config import RunConfig, StreamingMode
+from ..core.run_config import RunConfig, StreamingMode
+from ..core.settings import Settings
+from ..core.types import Content
 from ..runner import Runner, RunStream
 from ..sessions.base import BaseSessionService, Session
-from ..settings import Settings
-from ..types import Content
 from .http.auth import Authenticator, user_of
 from .http.problems import ErrorBody, GatewayHTTPError, too_large
 from .http.ratelimit import UserRateLimit

@@ -26,10 +26,10 @@ from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.shared.exceptions import MCPError
 
-from .. import events
-from ..errors import ERROR_MESSAGES, SessionError
+from ..core import events
+from ..core.errors import ERROR_MESSAGES, SessionError
+from ..core.types import Content, Part
 from ..sessions.base import Session
-from ..types import Content, Part
 from .core import Gateway, store_error
 from .http.problems import GatewayHTTPError, new_request_id
 from .runs.manager import Run

@@ -35,12 +35,12 @@ import uvicorn
 
 from ..agents.agent import Agent
 from ..agents.base import BaseAgent
-from ..errors import UserError
+from ..core.errors import UserError
+from ..core.settings import get_settings
 from ..models.registry import get_model
 from ..sessions.base import BaseSessionService
 from ..sessions.memory import InMemorySessionService
 from ..sessions.sql import SqlSessionService
-from ..settings import get_settings
 from .app import create_app
 from .core import Gateway
 from .http.auth import JWTAuth, StaticTokenAuth, auth_from_settings, is_loopback

@@ -23,9 +23,9 @@ from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..agents.approvals import not_pending, superseded
+from ..core.types import Content, FunctionResponse, Part
 from ..sessions.ledger import CallLedger
 from ..tools.approval import approval_response
-from ..types import Content, FunctionResponse, Part
 from .core import STREAM_RESPONSES, CurrentUser, GatewayDep
 from .http.problems import GatewayHTTPError, request_id_of
 from .wire.vercel import TOOL_FAILED, UI_MESSAGE_STREAM_HEADERS, UIMessageEncoder, chunk, error_text

@@ -56,13 +56,13 @@ from typing import Annotated, Any, Final, Literal
 from fastapi import APIRouter, Depends, WebSocket, WebSocketDisconnect
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
-from ..errors import ERRORS, QueueFull, RunStoreUnavailable, UserError
-from ..live_request_queue import LiveRequestQueue
+from ..core.errors import ERRORS, QueueFull, RunStoreUnavailable, UserError
+from ..core.live_request_queue import LiveRequestQueue
+from ..core.settings import Settings
+from ..core.sse import encode_json
+from ..core.tasks import TaskSet
+from ..core.types import Blob, Content
 from ..runner import Runner, RunStream
-from ..settings import Settings
-from ..sse import encode_json
-from ..tasks import TaskSet
-from ..types import Blob, Content
 from .core import Gateway, GatewayDep
 from .http.auth import DEV_USER, bearer_token
 from .http.problems import GatewayHTTPError, request_id_of, validation_message

@@ -19,9 +19,9 @@ from datetime import datetime
 
 from pydantic import BaseModel, Field
 
-from ..events import Event
+from ..core.events import Event
+from ..core.types import Content
 from ..sessions.base import Session
-from ..types import Content
 
 _WORD = re.compile(r"[A-Za-z]+")
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..events import Event
+from ..core.events import Event
 from ..sessions.base import Session
 from .base import (
     BaseMemoryService,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from ..errors import UserError
+from ..core.errors import UserError
 
 
 def env_key(model: str, *variables: str) -> str:

@@ -38,7 +38,7 @@ from typing import Any
 
 import httpx
 
-from ..errors import (
+from ..core.errors import (
     InBandError,
     MalformedChunk,
     ModelError,
@@ -47,8 +47,8 @@ from ..errors import (
     ProviderTruncated,
     ProviderUnavailable,
 )
-from ..settings import Settings, settings_or_default
-from ..sse import ServerSentEvent, SSEDecoder
+from ..core.settings import Settings, settings_or_default
+from ..core.sse import ServerSentEvent, SSEDecoder
 from .aggregator import StreamAggregator
 from .base import BaseLlm
 from .llm_request import LlmRequest

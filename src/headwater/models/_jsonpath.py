@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ..errors import MalformedChunk
+from ..core.errors import MalformedChunk
 
 _SEGMENT = re.compile(
     r"\.(?P<key>[^.\[\]]+)"  # .name

@@ -39,7 +39,7 @@ from typing import Any
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus, WebSocketException
 
-from ..errors import (
+from ..core.errors import (
     ERROR_MESSAGES,
     ErrorCode,
     MalformedChunk,
@@ -49,9 +49,9 @@ from ..errors import (
     ProviderUnavailable,
     UserError,
 )
-from ..settings import Settings
-from ..tasks import TaskSet
-from ..types import Blob, Content, FunctionCall, Part, Usage
+from ..core.settings import Settings
+from ..core.tasks import TaskSet
+from ..core.types import Blob, Content, FunctionCall, Part, Usage
 from .base import BaseLlm
 from .connection import BaseLlmConnection, QueuedConnection
 from .llm_request import LlmRequest

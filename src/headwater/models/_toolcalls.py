@@ -10,9 +10,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..errors import ToolCallAssemblyError
-from ..events import new_id
-from ..types import FunctionCall
+from ..core.errors import ToolCallAssemblyError
+from ..core.events import new_id
+from ..core.types import FunctionCall
 
 
 class _Slot:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ..errors import MalformedChunk
+from ..core.errors import MalformedChunk
 
 Json = Any  # raw wire JSON
 _ENUM = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,63}")

@@ -11,8 +11,8 @@ finish reason and usage are kept for the one final response of :meth:`finish`.
 
 from __future__ import annotations
 
-from ..errors import ErrorCode
-from ..types import Content, Part, Usage
+from ..core.errors import ErrorCode
+from ..core.types import Content, Part, Usage
 from ._toolcalls import ToolCallAssembler
 from .llm_response import LlmResponse
 

@@ -18,9 +18,9 @@ from typing import Any, ClassVar
 
 from pydantic_core import from_json
 
-from ..errors import MalformedChunk
-from ..sse import ServerSentEvent
-from ..types import Content, Part, Usage
+from ..core.errors import MalformedChunk
+from ..core.sse import ServerSentEvent
+from ..core.types import Content, Part, Usage
 from ._env import env_base_url, env_key
 from ._http import HttpStreamingModel, StreamParser
 from ._wire import bad, obj, opt_int, opt_obj, opt_str, req_int, req_str

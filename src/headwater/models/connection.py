@@ -22,9 +22,9 @@ from contextlib import aclosing
 from dataclasses import replace
 from typing import Protocol
 
-from ..errors import ModelError, public_message
-from ..tasks import TaskSet
-from ..types import Blob, Content, Part
+from ..core.errors import ModelError, public_message
+from ..core.tasks import TaskSet
+from ..core.types import Blob, Content, Part
 from .contract import StreamContract
 from .llm_request import LlmRequest
 from .llm_response import LlmResponse

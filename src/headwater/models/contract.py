@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import sys
 
-from ..errors import ModelProtocolViolation, OutputTooLong
+from ..core.errors import ModelProtocolViolation, OutputTooLong
 from .llm_response import LlmResponse
 
 

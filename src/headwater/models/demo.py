@@ -26,8 +26,8 @@ import re
 from collections.abc import Collection, Sequence
 from typing import Any
 
-from ..settings import Settings, settings_or_default
-from ..types import Usage
+from ..core.settings import Settings, settings_or_default
+from ..core.types import Usage
 from .llm_request import LlmRequest
 from .scripted import ScriptedCall, ScriptedModel, ScriptedTurn
 

@@ -32,10 +32,10 @@ from typing import Any
 
 from pydantic_core import from_json
 
-from ..errors import MalformedChunk, ToolCallAssemblyError, UserError
-from ..events import new_id
-from ..sse import ServerSentEvent
-from ..types import Content, Part, Usage
+from ..core.errors import MalformedChunk, ToolCallAssemblyError, UserError
+from ..core.events import new_id
+from ..core.sse import ServerSentEvent
+from ..core.types import Content, Part, Usage
 from ._env import env_base_url
 from ._http import HttpStreamingModel, StreamParser
 from ._jsonpath import ArgsBuilder

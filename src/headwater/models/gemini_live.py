@@ -32,9 +32,9 @@ from urllib.parse import quote
 
 from websockets.asyncio.client import ClientConnection
 
-from ..errors import MalformedChunk, UserError
-from ..settings import Settings, settings_or_default
-from ..types import Blob, Content, FunctionCall, Usage
+from ..core.errors import MalformedChunk, UserError
+from ..core.settings import Settings, settings_or_default
+from ..core.types import Blob, Content, FunctionCall, Usage
 from ._env import env_base_url, env_key
 from ._live_socket import SocketConnection, SocketModel, logger
 from ._wire import obj, opt_int, opt_list, opt_obj, opt_str

@@ -25,7 +25,7 @@ from typing import Any
 from pydantic import BaseModel, TypeAdapter
 from pydantic.alias_generators import to_camel
 
-from ..genai import GenerateContentConfig, SafetySetting, ThinkingConfig, ThinkingLevel
+from ..core.genai import GenerateContentConfig, SafetySetting, ThinkingConfig, ThinkingLevel
 
 logger = logging.getLogger(__name__)
 

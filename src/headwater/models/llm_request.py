@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..genai import GenerateContentConfig
-from ..types import Content, ToolDeclaration
+from ..core.genai import GenerateContentConfig
+from ..core.types import Content, ToolDeclaration
 
 
 @dataclass(slots=True)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..errors import ErrorCode
-from ..types import Content, Usage
+from ..core.errors import ErrorCode
+from ..core.types import Content, Usage
 
 
 @dataclass(slots=True)

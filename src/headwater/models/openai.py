@@ -21,9 +21,9 @@ from typing import Any
 
 from pydantic_core import from_json
 
-from ..errors import MalformedChunk, UserError
-from ..sse import ServerSentEvent
-from ..types import Content, Usage
+from ..core.errors import MalformedChunk, UserError
+from ..core.sse import ServerSentEvent
+from ..core.types import Content, Usage
 from ._env import env_base_url, env_key
 from ._http import HttpStreamingModel, StreamParser
 from ._wire import bad, obj, opt_int, opt_list, opt_obj, opt_str

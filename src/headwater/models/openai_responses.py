@@ -23,9 +23,9 @@ from typing import Any, ClassVar
 
 from pydantic_core import from_json
 
-from ..errors import MalformedChunk, UserError
-from ..sse import ServerSentEvent
-from ..types import Blob, Content, Part, Usage
+from ..core.errors import MalformedChunk, UserError
+from ..core.sse import ServerSentEvent
+from ..core.types import Blob, Content, Part, Usage
 from ._env import env_base_url, env_key
 from ._http import HttpStreamingModel, StreamParser
 from ._wire import bad, obj, opt_int, opt_obj, opt_str, req_str, shown_enum

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from importlib.metadata import entry_points
 from types import MappingProxyType
 
-from ..errors import UserError
+from ..core.errors import UserError
 from .base import BaseLlm
 
 ModelFactory = Callable[[str], BaseLlm]

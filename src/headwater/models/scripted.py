@@ -13,9 +13,9 @@ from collections.abc import AsyncGenerator, Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..errors import ErrorCode, UserError
-from ..events import new_id
-from ..types import Usage
+from ..core.errors import ErrorCode, UserError
+from ..core.events import new_id
+from ..core.types import Usage
 from .aggregator import StreamAggregator
 from .base import BaseLlm
 from .connection import BaseLlmConnection

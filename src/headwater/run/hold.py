@@ -19,10 +19,10 @@ import contextlib
 import logging
 import weakref
 
-from ..errors import LeaseLostError, SessionBusyError, SessionError, SessionNotFoundError
-from ..events import Event
+from ..core.errors import LeaseLostError, SessionBusyError, SessionError, SessionNotFoundError
+from ..core.events import Event
+from ..core.tasks import TaskSet
 from ..sessions.base import BaseSessionService, Lease
-from ..tasks import TaskSet
 
 logger = logging.getLogger("headwater.runner")
 

@@ -41,17 +41,17 @@ from ..agents.expiry import expired_event
 from ..agents.invocation import InvocationContext, RunStats
 from ..agents.tree import TreeRun
 from ..artifacts import BaseArtifactService
-from ..clock import Clock
-from ..errors import SessionError, SessionNotFoundError, UserError, public_message
-from ..events import Event, EventActions, random_id
-from ..live_request_queue import LiveRequestQueue
+from ..core.clock import Clock
+from ..core.errors import SessionError, SessionNotFoundError, UserError, public_message
+from ..core.events import Event, EventActions, random_id
+from ..core.live_request_queue import LiveRequestQueue
+from ..core.run_config import RunConfig
+from ..core.settings import Settings
+from ..core.telemetry import NO_TRACE, RunTrace, error_type, start_run
+from ..core.types import Content
 from ..memory.base import BaseMemoryService
-from ..run_config import RunConfig
 from ..sessions.base import BaseSessionService, Session
 from ..sessions.ledger import CallLedger
-from ..settings import Settings
-from ..telemetry import NO_TRACE, RunTrace, error_type, start_run
-from ..types import Content
 from .hold import LeaseKeeper, SessionHold
 from .recorder import Recorder, SealReason
 

@@ -17,10 +17,10 @@ from typing import Literal
 
 from ..agents.invocation import InvocationContext
 from ..agents.tree import TreeRun
-from ..errors import ERROR_MESSAGES, CallAlreadyAnsweredError, ErrorCode, SessionError
-from ..events import Event
+from ..core.errors import ERROR_MESSAGES, CallAlreadyAnsweredError, ErrorCode, SessionError
+from ..core.events import Event
+from ..core.types import Content, Part
 from ..sessions.base import BaseSessionService, Session
-from ..types import Content, Part
 from .hold import SessionHold
 
 logger = logging.getLogger("headwater.runner")

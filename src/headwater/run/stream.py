@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
 
-from ..errors import UserError
-from ..events import Event
-from ..types import Usage
+from ..core.errors import UserError
+from ..core.events import Event
+from ..core.types import Usage
 from .lifecycle import Run, RunState
 from .recorder import SealReason
 

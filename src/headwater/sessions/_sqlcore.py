@@ -24,7 +24,12 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
 
-from ..errors import CallAlreadyAnsweredError, LeaseLostError, SessionError, SessionNotFoundError
+from ..core.errors import (
+    CallAlreadyAnsweredError,
+    LeaseLostError,
+    SessionError,
+    SessionNotFoundError,
+)
 from ._holder import Holder, holder_is_dead
 from .base import Lease
 

@@ -23,8 +23,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
-from ..errors import HeadwaterError, SessionError
-from ..settings import Settings
+from ..core.errors import HeadwaterError, SessionError
+from ..core.settings import Settings
 from . import _sqlcore as core
 
 Trace = Callable[[str], None]

@@ -27,11 +27,11 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from ..errors import PartialEventError, SessionBusyError
-from ..events import Event
-from ..settings import Settings
-from ..state import TEMP_PREFIX
-from ..tasks import TaskSet
+from ..core.errors import PartialEventError, SessionBusyError
+from ..core.events import Event
+from ..core.settings import Settings
+from ..core.state import TEMP_PREFIX
+from ..core.tasks import TaskSet
 
 
 @dataclass(slots=True)

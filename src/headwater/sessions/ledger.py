@@ -50,8 +50,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from ..events import ApprovalRequest, Event, new_id
-from ..types import Content, FunctionCall, FunctionResponse, Part
+from ..core.events import ApprovalRequest, Event, new_id
+from ..core.types import Content, FunctionCall, FunctionResponse, Part
 
 CallStatus = Literal["open", "awaiting_approval", "long_running", "answered"]
 

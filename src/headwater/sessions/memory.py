@@ -8,9 +8,14 @@ import uuid
 from collections.abc import Awaitable, Callable, Generator
 from typing import Any, Final
 
-from ..errors import CallAlreadyAnsweredError, LeaseLostError, SessionError, SessionNotFoundError
-from ..events import Event
-from ..settings import Settings, settings_or_default
+from ..core.errors import (
+    CallAlreadyAnsweredError,
+    LeaseLostError,
+    SessionError,
+    SessionNotFoundError,
+)
+from ..core.events import Event
+from ..core.settings import Settings, settings_or_default
 from .base import BaseSessionService, EventPage, Lease, Session, final_call_ids
 
 _Key = tuple[str, str, str]

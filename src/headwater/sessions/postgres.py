@@ -21,8 +21,8 @@ from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
-from ..errors import SessionError
-from ..tasks import TaskSet
+from ..core.errors import SessionError
+from ..core.tasks import TaskSet
 from . import _sqlcore as core
 
 if TYPE_CHECKING:

@@ -46,8 +46,8 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 
 from sqlalchemy.engine import URL, make_url
 
-from ..events import Event, event_from_json, event_to_json
-from ..settings import Settings, settings_or_default
+from ..core.events import Event, event_from_json, event_to_json
+from ..core.settings import Settings, settings_or_default
 from . import _sqlcore as core
 from ._holder import this_process
 from .base import BaseSessionService, EventPage, Lease, Session, final_call_ids

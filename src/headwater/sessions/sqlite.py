@@ -42,8 +42,8 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Final, TypeVar
 
-from ..errors import SessionError
-from ..tasks import TaskSet
+from ..core.errors import SessionError
+from ..core.tasks import TaskSet
 from . import _sqlcore as core
 from ._sqlite_writer import CLOSED, Job, Outcome, SqliteConfig, Writer, connect, store_error
 

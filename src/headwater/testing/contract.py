@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..errors import ModelProtocolViolation
+from ..core.errors import ModelProtocolViolation
 from ..models.contract import StreamContract
 from ..models.llm_response import LlmResponse
 

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Literal, TypeAlias, assert_never
 
-from ..tasks import TaskSet
+from ..core.tasks import TaskSet
 from ._render import ErrorFormat, default_message, error_body, format_of, history_problem
 from ._render_gemini import gemini_error_body, gemini_history_problem, is_gemini_path
 from ._render_responses import is_responses_path, responses_problem

@@ -6,11 +6,11 @@ import asyncio
 from types import TracebackType
 from typing import Any
 
-from ..events import Event
-from ..live_request_queue import LiveRequestQueue
+from ..core.events import Event
+from ..core.live_request_queue import LiveRequestQueue
+from ..core.tasks import TaskSet
+from ..core.types import Blob, Content
 from ..runner import Runner
-from ..tasks import TaskSet
-from ..types import Blob, Content
 from .clock import VirtualClock
 
 

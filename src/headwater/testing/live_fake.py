@@ -44,10 +44,10 @@ from typing import Any, Literal
 from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 
+from ..core.tasks import TaskSet
+from ..core.types import Blob, Content, FunctionCall, FunctionResponse, Part, ToolDeclaration, Usage
 from ..models.llm_request import LlmRequest
 from ..models.scripted import ScriptedCall, ScriptedTurn
-from ..tasks import TaskSet
-from ..types import Blob, Content, FunctionCall, FunctionResponse, Part, ToolDeclaration, Usage
 from .clock import VirtualClock
 
 GEMINI_PATH = "/ws/google.ai.generativelanguage.v1beta.GenerativeService.BidiGenerateContent"

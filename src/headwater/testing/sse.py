@@ -30,7 +30,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterable, AsyncIterator
 from dataclasses import dataclass
 
-from ..sse import ServerSentEvent, SSEDecoder
+from ..core.sse import ServerSentEvent, SSEDecoder
 
 
 @dataclass

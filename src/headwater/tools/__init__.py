@@ -1,6 +1,6 @@
 """Tools a model can call (docs/tools.md)."""
 
-from ..errors import ToolArgumentsError as ToolArgumentsError
+from ..core.errors import ToolArgumentsError as ToolArgumentsError
 from .approval import APPROVAL_RESPONSE_NAME as APPROVAL_RESPONSE_NAME
 from .approval import approval_response as approval_response
 from .approval import args_sha256 as args_sha256

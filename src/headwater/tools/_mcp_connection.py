@@ -20,8 +20,8 @@ from contextlib import AbstractAsyncContextManager
 import mcp_types as types
 from mcp import Client
 
-from ..errors import McpUnavailableError
-from ..tasks import TaskSet
+from ..core.errors import McpUnavailableError
+from ..core.tasks import TaskSet
 
 logger = logging.getLogger("headwater.tools.mcp")
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
-from ..errors import UserError
+from ..core.errors import UserError
 from .context import ToolContext
 
 _SECTION = re.compile(

@@ -9,8 +9,8 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from ..events import ApprovalRequest
-from ..types import Content, FunctionResponse, Part
+from ..core.events import ApprovalRequest
+from ..core.types import Content, FunctionResponse, Part
 from .options import ApprovalSummary
 
 logger = logging.getLogger("headwater.tools")

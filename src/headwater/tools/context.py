@@ -10,13 +10,13 @@ import signal
 import subprocess
 from typing import Any
 
-from ..clock import SYSTEM_CLOCK, Clock
-from ..context import ArtifactStore, CallbackContext
-from ..errors import UserError
-from ..events import EventActions
-from ..live_request_queue import LiveRequestQueue
+from ..core.clock import SYSTEM_CLOCK, Clock
+from ..core.context import ArtifactStore, CallbackContext
+from ..core.errors import UserError
+from ..core.events import EventActions
+from ..core.live_request_queue import LiveRequestQueue
+from ..core.types import Content
 from ..memory.base import BaseMemoryService, SearchMemoryResponse
-from ..types import Content
 
 logger = logging.getLogger("headwater.tools")
 

@@ -19,10 +19,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter
 
-from ..context import CallbackContext
-from ..errors import UserError
+from ..core.context import CallbackContext
+from ..core.errors import UserError
+from ..core.types import Content, ToolDeclaration
 from ..models.llm_request import LlmRequest
-from ..types import Content, ToolDeclaration
 from .function_tool import BaseTool
 
 _INTRO = ("<EXAMPLES>\nBegin few-shot\nThe following are examples of user queries and"

@@ -11,10 +11,10 @@ from typing import Any, overload
 
 from pydantic import ValidationError
 
-from ..errors import ToolArgumentsError, UserError
-from ..live_request_queue import LiveRequestQueue
+from ..core.errors import ToolArgumentsError, UserError
+from ..core.live_request_queue import LiveRequestQueue
+from ..core.types import ToolDeclaration
 from ..models.llm_request import LlmRequest
-from ..types import ToolDeclaration
 from ._schema import inspect_function, json_schema
 from .approval import render_summary
 from .context import ToolContext

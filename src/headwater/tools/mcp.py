@@ -48,11 +48,11 @@ except ImportError as exc:  # the extra is not installed
     raise ImportError('McpToolset needs the official MCP SDK: pip install "headwater[mcp]"'
                       ) from exc
 
-from ..errors import McpUnavailableError, UserError
-from ..events import ToolStreamEvent
-from ..settings import Settings, settings_or_default
-from ..tasks import TaskSet
-from ..types import Blob, Part, ToolDeclaration
+from ..core.errors import McpUnavailableError, UserError
+from ..core.events import ToolStreamEvent
+from ..core.settings import Settings, settings_or_default
+from ..core.tasks import TaskSet
+from ..core.types import Blob, Part, ToolDeclaration
 from ._mcp_connection import Connection
 from .context import ToolContext
 from .function_tool import BaseTool

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..core.types import ToolDeclaration
 from ..models.llm_request import LlmRequest
-from ..types import ToolDeclaration
 from .context import ToolContext
 from .function_tool import BaseTool, FunctionTool
 

@@ -25,7 +25,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any
 
-from ..settings import Settings
+from ..core.settings import Settings
 
 logger = logging.getLogger("headwater.tools")
 

@@ -22,13 +22,13 @@ from typing import TYPE_CHECKING, Final
 import jwt
 from starlette.requests import HTTPConnection
 
-from ...errors import UserError
+from ...core.errors import UserError
 from .problems import GatewayHTTPError
 
 if TYPE_CHECKING:
     from jwt.algorithms import AllowedPublicKeys
 
-    from ...settings import Settings
+    from ...core.settings import Settings
 
 logger = logging.getLogger("headwater.gateway")
 

@@ -31,7 +31,7 @@ from typing import Any, Final, Literal
 
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from ...settings import Settings
+from ...core.settings import Settings
 
 logger = logging.getLogger("headwater.gateway")
 

@@ -22,8 +22,8 @@ from typing import Any, Final
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ...errors import ERRORS, UserError
-from ...settings import Settings
+from ...core.errors import ERRORS, UserError
+from ...core.settings import Settings
 from .problems import ERROR_LOGGED, error_response, new_request_id, too_large
 
 _BODY_METHODS: Final = frozenset({"POST", "PUT", "PATCH"})

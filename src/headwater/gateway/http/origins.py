@@ -33,7 +33,7 @@ from urllib.parse import urlsplit
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ...errors import UserError
+from ...core.errors import UserError
 from .auth import is_loopback
 from .problems import error_response, new_request_id
 

@@ -29,7 +29,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import HTTPConnection, Request
 from starlette.responses import JSONResponse, Response
 
-from ...errors import ERRORS, RunStoreUnavailable, UserError
+from ...core.errors import ERRORS, RunStoreUnavailable, UserError
 
 logger = logging.getLogger("headwater.gateway")
 

@@ -21,7 +21,7 @@ from typing import Any
 from starlette.responses import Response
 from starlette.types import Message, Receive, Scope, Send
 
-from ...tasks import TaskSet
+from ...core.tasks import TaskSet
 from ..wire.sse import Frame, heartbeat, retry_hint
 
 logger = logging.getLogger("headwater.gateway")

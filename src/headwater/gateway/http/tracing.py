@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from ...telemetry import remote_parent
+from ...core.telemetry import remote_parent
 
 
 class TraceContext:

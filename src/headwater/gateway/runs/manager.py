@@ -25,11 +25,11 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Final, Literal
 
-from ...errors import ErrorCode, RunLogClosed, RunNotFound, RunStoreUnavailable, code_of
-from ...events import Event
+from ...core.errors import ErrorCode, RunLogClosed, RunNotFound, RunStoreUnavailable, code_of
+from ...core.events import Event
+from ...core.settings import Settings
+from ...core.tasks import TaskSet
 from ...runner import RunStream
-from ...settings import Settings
-from ...tasks import TaskSet
 from ..wire.frames import FrameMapper, FramePayload, above, done_frame, error_frame
 from ..wire.sse import Frame, encode_frame
 from .registry import LocalRunRegistry, RunInfo, RunRegistry, RunStatus

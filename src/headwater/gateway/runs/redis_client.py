@@ -18,8 +18,8 @@ from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlsplit
 
-from ...errors import RunStoreUnavailable
-from ...settings import Settings
+from ...core.errors import RunStoreUnavailable
+from ...core.settings import Settings
 
 logger = logging.getLogger("headwater.gateway")
 

@@ -19,9 +19,9 @@ import uuid
 from collections.abc import Callable
 from typing import Any, cast, get_args
 
-from ...errors import RunStoreUnavailable
-from ...settings import Settings
-from ...tasks import TaskSet
+from ...core.errors import RunStoreUnavailable
+from ...core.settings import Settings
+from ...core.tasks import TaskSet
 from .redis_client import RedisHealth, connect, disconnect, ms
 from .registry import RunInfo, RunRegistry, RunStatus
 

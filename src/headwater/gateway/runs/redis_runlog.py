@@ -17,8 +17,8 @@ import uuid
 from collections.abc import AsyncGenerator, Mapping
 from typing import Any
 
-from ...errors import RunLogClosed, RunLogFull, RunNotFound, RunStoreUnavailable, UserError
-from ...settings import Settings
+from ...core.errors import RunLogClosed, RunLogFull, RunNotFound, RunStoreUnavailable, UserError
+from ...core.settings import Settings
 from ..wire.sse import TERMINAL_TYPES, Frame, decode_frame, encode_frame
 from .redis_client import RedisHealth, connect, disconnect, ms
 from .runlog import RunLog, check_after

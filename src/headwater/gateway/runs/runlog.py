@@ -23,8 +23,8 @@ from collections import deque
 from collections.abc import AsyncGenerator, Mapping
 from typing import Any, Protocol
 
-from ...errors import RunLogClosed, RunLogFull, RunNotFound, UserError
-from ...settings import Settings, settings_or_default
+from ...core.errors import RunLogClosed, RunLogFull, RunNotFound, UserError
+from ...core.settings import Settings, settings_or_default
 from ..wire.sse import TERMINAL_TYPES, Frame, decode_frame, encode_frame
 
 

@@ -50,9 +50,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from ...errors import ERROR_MESSAGES
-from ...sse import encode_event as sse_event
-from ...sse import encode_json
+from ...core.errors import ERROR_MESSAGES
+from ...core.sse import encode_event as sse_event
+from ...core.sse import encode_json
 from .frames import outer_call_id, speaker_key
 from .sse import Frame
 

@@ -29,10 +29,10 @@ from typing import Any, Final
 
 from ...agents.live_flow import PENDING
 from ...agents.transfer import TRANSFER_TO_AGENT
-from ...errors import ERRORS, TOOL_ERROR_CODES, ErrorCode, error_info
-from ...events import ApprovalRequest, Event
+from ...core.errors import ERRORS, TOOL_ERROR_CODES, ErrorCode, error_info
+from ...core.events import ApprovalRequest, Event
+from ...core.types import Content, FunctionResponse, Usage
 from ...sessions.ledger import CALL_MARK
-from ...types import Content, FunctionResponse, Usage
 
 FramePayload = tuple[str, dict[str, Any]]
 """A frame before it is numbered and encoded: its type and its data."""

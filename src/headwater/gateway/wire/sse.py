@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from ...sse import SSEDecoder, encode_comment, encode_event, encode_retry
+from ...core.sse import SSEDecoder, encode_comment, encode_event, encode_retry
 
 FRAME_TYPES: Final[frozenset[str]] = frozenset({
     "delta",

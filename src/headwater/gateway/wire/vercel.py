@@ -53,8 +53,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final, Literal
 
-from ...errors import ERROR_MESSAGES
-from ...sse import encode_event
+from ...core.errors import ERROR_MESSAGES
+from ...core.sse import encode_event
 from .frames import speaker_key
 from .sse import Frame
 

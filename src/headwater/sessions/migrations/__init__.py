@@ -47,7 +47,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
 
-from ...errors import SessionError
+from ...core.errors import SessionError
 from .. import schema
 
 VERSION_TABLE: Final = "hw_alembic_version"
