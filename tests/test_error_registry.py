@@ -8,7 +8,7 @@ import typing
 
 import pytest
 
-import headwater.errors as errors_module
+import headwater.core.errors as errors_module
 from headwater.cli._chat_view import CLIENT_ERRORS, NETWORK, error_words
 from headwater.errors import (
     ERROR_CODES,

@@ -1,6 +1,6 @@
 """Layers point down (docs/architecture.md, "Layers"), checked by walking imports with `ast`.
 
-    0  types, events, errors, settings, ... (explicit list below)
+    0  core (types, events, errors, settings, ...), and the facades at the root
     1  models, tools, sessions, artifacts
     2  agents
     3  runner
@@ -22,7 +22,7 @@ Two more rules keep the machinery private and the graph a tree of layers:
   (``from opentelemetry.trace import _TRACER_PROVIDER``) nor taken as an
   attribute of what an import binds (``trace._TRACER_PROVIDER``).
 
-And one rule keeps a wire rule in one home: `headwater.sse` is the only
+And one rule keeps a wire rule in one home: `headwater.core.sse` is the only
 Server-Sent Events decoder and encoder. No other function reads SSE fields
 (compares a value with ``data`` and splits at a colon or knows another field)
 or searches bytes for a ``data:`` line, and no other library module but the
@@ -62,6 +62,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / PACKAGE
 
 # Top-level name (module or subpackage) -> layer. A new module must be placed here.
 LAYERS: dict[str, int] = {
+    "core": 0,  # the bottom layer; the names below are its facades, the public paths
     "types": 0,
     "genai": 0,  # genai-named generation settings (re-exported by types)
     "events": 0,
@@ -100,16 +101,22 @@ GATEWAY_PARTS: dict[str, frozenset[str]] = {
 gateway's root are its surfaces (``app``, ``core``, ``agui``, ``vercel``, ``websocket``,
 ``page``, ``serve``, ``background``, ``mcp``, ``mcp_server``): they may import every part,
 and no part imports them."""
+CORE_MODULES = ("types", "events", "errors", "settings", "run_config", "state", "context",
+                "live_request_queue", "clock", "sse", "telemetry", "tasks")
+"""The modules of ``headwater.core``: each keeps its old path at the root as a facade."""
 FACADES: frozenset[str] = frozenset({
+    *(f"{PACKAGE}.{name}" for name in CORE_MODULES),
     *(f"{GATEWAY}.{name}" for name in ("frames", "sse")),
     *(f"{GATEWAY}.{name}" for name in ("runs", "runlog", "registry", "redis_backend",
                                        "redis_client", "redis_runlog", "redis_registry")),
     *(f"{GATEWAY}.{name}" for name in ("auth", "origins", "limits", "problems", "ratelimit",
                                        "connections", "tracing", "logs", "responses")),
 })
-"""Old paths of modules that moved, kept as thin re-exports of the names of the module
-that holds the code (``headwater.gateway.runs`` is the package whose ``__init__``
-re-exports ``runs.manager``): users may import them, library code does not."""
+"""Paths kept as thin re-exports of the names of the module that holds the code: the
+bottom layer's public paths (``headwater.types`` re-exports ``headwater.core.types``) and
+the gateway's old module paths (``headwater.gateway.runs`` is the package whose
+``__init__`` re-exports ``runs.manager``). Users and tests may import them; library code
+does not."""
 WEB_FRAMEWORKS = frozenset({"starlette", "fastapi", "uvicorn"})
 WEB_ALLOWED = frozenset({"gateway"})
 MCP_SDK = frozenset({"mcp", "mcp_types", "httpx2"})
@@ -397,6 +404,8 @@ def test_no_import_cycles() -> None:
     [
         ("headwater.models.x", "headwater.runner"),
         ("headwater.types", "headwater.models.base"),
+        ("headwater.core.types", "headwater.models.base"),
+        ("headwater.core.events", "headwater.runner"),
         ("headwater.agents.flow", "headwater.gateway.app"),
         ("headwater.runner", "headwater.testing"),
         ("headwater.models.scripted", "headwater.testing.contract"),
@@ -423,6 +432,8 @@ def test_check_import_reports(importer: str, imported: str) -> None:
     ("importer", "imported"),
     [
         ("headwater.models.openai", "headwater.types"),
+        ("headwater.models.openai", "headwater.core.types"),
+        ("headwater.gateway.wire.sse", "headwater.core.sse"),
         ("headwater.models.openai", "headwater.sessions.base"),
         ("headwater.runner", "headwater.agents.llm_agent"),
         ("headwater.gateway.app", "headwater.runner"),
@@ -580,6 +591,10 @@ def test_facade_rule_reports_and_allows() -> None:
                                "Run") is None
     assert check_facade_import("headwater.testing.x", "headwater.gateway.frames", "A") is None
     assert check_facade_import("headwater", "headwater.gateway.frames", "A") is None
+    assert check_facade_import("headwater.runner", "headwater.types", "Content")
+    assert check_facade_import("headwater.core.events", "headwater.errors", "ErrorCode")
+    assert check_facade_import("headwater.runner", "headwater.core.types", "Content") is None
+    assert check_facade_import("headwater.testing.x", "headwater.events", "Event") is None
 
 
 # -- no private name of another library ---------------------------------------------------------
@@ -645,8 +660,9 @@ def test_foreign_private_rule(code: str, found: bool) -> None:
 
 # -- settings are passed in --------------------------------------------------------------------
 
-SETTINGS_ENTRY_POINTS = ("headwater.settings", "headwater.cli", "headwater.gateway.serve",
-                         "headwater.examples._console", "headwater.examples.index_server")
+SETTINGS_ENTRY_POINTS = ("headwater.settings", "headwater.core.settings", "headwater.cli",
+                         "headwater.gateway.serve", "headwater.examples._console",
+                         "headwater.examples.index_server")
 """Where the process-wide settings may be read (a module, or a package and its modules)."""
 FETCHERS = frozenset({"get_settings", "reload_settings"})
 DEFAULT_PATH = "settings_or_default"
@@ -826,7 +842,7 @@ def test_an_acyclic_graph_has_no_cycles() -> None:
 
 # -- one SSE codec -------------------------------------------------------------------------------
 
-SSE_CODEC = "headwater/sse.py"
+SSE_CODEC = "headwater/core/sse.py"
 # The provider emulators write what OpenAI, Anthropic and Gemini send, byte for byte (their
 # JSON spacing, CRLF): the other side of the wire, not a second encoder of headwater's.
 SSE_EMULATORS = ("headwater/testing/_render",)
@@ -902,17 +918,17 @@ def sse_encoder_findings(tree: ast.AST) -> list[str]:
 
 
 def sse_codec_violations(src: Path = SRC) -> list[str]:
-    """One line per SSE decoder or encoder outside `headwater/sse.py`."""
+    """One line per SSE decoder or encoder outside `headwater/core/sse.py`."""
     found = []
     for path in sorted(src.rglob("*.py")):
         where = path.relative_to(src.parent).as_posix()
         if where == SSE_CODEC:
             continue
         tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
-        found += [f"{where}:{finding} (the SSE decoder is headwater.sse)"
+        found += [f"{where}:{finding} (the SSE decoder is headwater.core.sse)"
                   for finding in sse_decoder_findings(tree)]
         if not where.startswith(SSE_EMULATORS):
-            found += [f"{where}:{finding} (the SSE encoder is headwater.sse)"
+            found += [f"{where}:{finding} (the SSE encoder is headwater.core.sse)"
                       for finding in sse_encoder_findings(tree)]
     return found
 
@@ -921,7 +937,7 @@ def test_headwater_sse_is_the_only_sse_codec() -> None:
     found = sse_codec_violations()
     assert not found, "a second SSE codec:\n" + "\n".join(found)
     # The rules see the one codec (so they are not blind).
-    codec = ast.parse((SRC / "sse.py").read_text(encoding="utf-8"))
+    codec = ast.parse((SRC / "core" / "sse.py").read_text(encoding="utf-8"))
     assert sse_decoder_findings(codec) and sse_encoder_findings(codec)
 
 

@@ -8,7 +8,7 @@ can vanish mid-way. In ``src/headwater`` a task is started in one of two ways:
   enclosing one), or ``self.<name>`` where the class binds ``self.<name>`` to
   such a target (``async with TaskGroup() as self.<name>``, or
   ``self.<name> = <target>`` in the ``async with`` block's function);
-- :meth:`headwater.tasks.TaskSet.spawn`, the owner's set (``tasks.py``, the
+- :meth:`headwater.tasks.TaskSet.spawn`, the owner's set (``core/tasks.py``, the
   one module that calls ``create_task`` itself).
 
 Anything else that starts a task fails: ``create_task`` or ``ensure_future``
@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "headwater"
-HELPER = "tasks.py"
+HELPER = "core/tasks.py"
 STARTERS = frozenset({"create_task", "ensure_future"})
 
 # (module path under src/headwater, qualified function) -> why it may start a task itself.

@@ -19,8 +19,9 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
-from headwater import Agent, RunConfig, Runner, SequentialAgent, StreamingMode, telemetry
+from headwater import Agent, RunConfig, Runner, SequentialAgent, StreamingMode
 from headwater.agents.base import BaseAgent
+from headwater.core import telemetry
 from headwater.errors import ProviderTimeout, SessionBusyError
 from headwater.models import LlmRequest
 from headwater.sessions import InMemorySessionService

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from headwater import settings as settings_module
+from headwater.core import settings as settings_module
 from headwater.errors import PartialEventError, SessionError, SessionNotFoundError
 from headwater.events import Event
 from headwater.sessions import BaseSessionService, Session, SqlSessionService
