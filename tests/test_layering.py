@@ -102,7 +102,7 @@ gateway's root are its surfaces (``app``, ``core``, ``agui``, ``vercel``, ``webs
 ``page``, ``serve``, ``background``, ``mcp``, ``mcp_server``): they may import every part,
 and no part imports them."""
 CORE_MODULES = ("types", "events", "errors", "settings", "run_config", "state", "context",
-                "live_request_queue", "clock", "sse", "telemetry", "tasks")
+                "live_request_queue", "clock", "sse", "telemetry", "tasks", "genai")
 """The modules of ``headwater.core``: each keeps its old path at the root as a facade."""
 FACADES: frozenset[str] = frozenset({
     *(f"{PACKAGE}.{name}" for name in CORE_MODULES),

@@ -1,8 +1,19 @@
 """Content types shared by every layer: content, parts, function calls, usage.
 
-Re-exported from :mod:`headwater.core.types`, where the code lives.
+Re-exported from :mod:`headwater.core.types`, where the code lives, with the generation
+settings of :mod:`headwater.core.genai` (``from headwater import types`` replaces
+``from google.genai import types``).
 """
 
+from .core.genai import (
+    GenerateContentConfig,
+    HarmBlockMethod,
+    HarmBlockThreshold,
+    HarmCategory,
+    SafetySetting,
+    ThinkingConfig,
+    ThinkingLevel,
+)
 from .core.types import (
     Blob,
     Content,
@@ -23,10 +34,17 @@ __all__ = (
     "Content",
     "FunctionCall",
     "FunctionResponse",
+    "GenerateContentConfig",
+    "HarmBlockMethod",
+    "HarmBlockThreshold",
+    "HarmCategory",
     "ModelContent",
     "Part",
     "PartLike",
     "Role",
+    "SafetySetting",
+    "ThinkingConfig",
+    "ThinkingLevel",
     "ToolDeclaration",
     "Usage",
     "UserContent",

@@ -1,6 +1,7 @@
 """The bottom layer: what every other part of headwater stands on.
 
-It owns the content types (``types``), the exception tree and the one registry of
+It owns the content types (``types``) and the generation settings under genai's
+names (``genai``), the exception tree and the one registry of
 error codes (``errors``), every bound as a setting (``settings``), real or virtual
 time (``clock``), the ``Event`` contract (``events``), per-run settings
 (``run_config``), session state (``state``), what callbacks see (``context``),
