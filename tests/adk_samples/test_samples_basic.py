@@ -8,25 +8,12 @@ block headwater's (see each file's header and docs/coming-from-adk.md).
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
 
 from headwater.run_config import RunConfig, StreamingMode
-from headwater.runner import InMemoryRunner
 from headwater.testing import ScriptedModel
 from headwater.types import Blob, Part
 
-from .conftest import say, script
-
-
-def sample(name: str) -> Any:
-    return importlib.import_module(f"{__package__}.{name}")
-
-
-async def runner_for(agent: Any, app_name: str) -> tuple[InMemoryRunner, str]:
-    runner = InMemoryRunner(agent=agent, app_name=app_name)
-    session = await runner.session_service.create_session(app_name=app_name, user_id="user1")
-    return runner, session.id
+from .conftest import runner_for, sample, say, script
 
 
 async def test_quickstart_answers_weather_then_time_over_two_turns() -> None:

@@ -4,8 +4,6 @@ the long-running rule, a live run — several turns each on a scripted model."""
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
 
 
 from headwater.run_config import RunConfig
@@ -14,17 +12,7 @@ from headwater.testing import ScriptedModel, VirtualClock
 from headwater.testing.harness import LiveHarness
 from headwater.types import Content, FunctionResponse, Part
 
-from .conftest import say, script
-
-
-def sample(name: str) -> Any:
-    return importlib.import_module(f"{__package__}.{name}")
-
-
-async def runner_for(agent: Any, app_name: str) -> tuple[InMemoryRunner, str]:
-    runner = InMemoryRunner(agent=agent, app_name=app_name)
-    session = await runner.session_service.create_session(app_name=app_name, user_id="user1")
-    return runner, session.id
+from .conftest import runner_for, sample, say, script
 
 
 async def test_hello_world_main_runs_as_written() -> None:
