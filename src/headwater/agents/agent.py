@@ -191,6 +191,7 @@ class Agent(BaseAgent):
         """The agent's toolsets (their tools are in :attr:`tools` once listed)."""
         self._versions: tuple[int, ...] | None = None
         self._tools, self._by_name = self._merged(name)
+        self._processors: tuple[tuple[BaseTool, ...], tuple[BaseTool, ...]] = ((), ())
         for toolset in self.toolsets:
             for declared in toolset.declared_names() or ():
                 if declared in self._by_name:
@@ -226,6 +227,17 @@ class Agent(BaseAgent):
                     toolset.list_now()
             self._refresh()
         return self._tools
+
+    @property
+    def request_processors(self) -> tuple[BaseTool, ...]:
+        """The tools among :attr:`tools` that process each model request
+        (``BaseTool.process_llm_request``), found again only when the tools change."""
+        tools = self.tools
+        of, processors = self._processors
+        if of is not tools:
+            processors = tuple(t for t in tools if t.processes_requests)
+            self._processors = (tools, processors)
+        return processors
 
     @property
     def tools_by_name(self) -> Mapping[str, BaseTool]:

@@ -130,7 +130,7 @@ class Flow:
         root = agent.root_agent
         self.global_instruction = root.global_instruction if isinstance(root, Agent) else ""
         """The tree's global instruction (its root's, ADK's), put before the agent's own."""
-        self.processors = tuple(t for t in tools if t.processes_requests)
+        self.processors = agent.request_processors
         """The tools that process each request (``BaseTool.process_llm_request``)."""
         self.calls_back = bool(callable(agent.instruction) or agent.before_model_callbacks
                                or agent.after_model_callbacks or self.processors
@@ -207,8 +207,11 @@ class Flow:
         """The next model request: the global instruction and the agent's, the ledger's
         conversation, tools, config; then the tools that process requests change it."""
         agent, ctx = self.agent, self.ctx
-        instruction = await system_instruction(agent.instruction, self.global_instruction,
-                                               callback_context, ctx.session.state, agent.name)
+        instruction = agent.instruction
+        if callable(instruction) or self.global_instruction or "{" in instruction:
+            instruction = await system_instruction(instruction, self.global_instruction,
+                                                   callback_context, ctx.session.state,
+                                                   agent.name)
         if agent.output_schema is not None:
             instruction = append_schema(instruction, agent.output_schema)
         request = LlmRequest(

@@ -10,7 +10,7 @@ import asyncio
 import json
 from collections import deque
 from collections.abc import AsyncGenerator, Callable, Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..core.errors import ErrorCode, UserError
@@ -282,8 +282,10 @@ def _split(text: str, pieces: int) -> list[str]:
 
 
 def _snapshot(request: LlmRequest) -> LlmRequest:
-    return replace(request, contents=list(request.contents), tools=list(request.tools),
-                   config=dict(request.config))
+    return LlmRequest(model=request.model, system_instruction=request.system_instruction,
+                      contents=list(request.contents), tools=list(request.tools),
+                      config=dict(request.config),
+                      generate_content_config=request.generate_content_config)
 
 
 def echo_responder(request: LlmRequest) -> ScriptedTurn:
