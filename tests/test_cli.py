@@ -456,13 +456,12 @@ def test_run_bad_files(tmp_path: Path, env: dict[str, str]) -> None:
 @pytest.mark.parametrize(("model", "said"), [
     ("...", "model=... is a placeholder, not a model"),
     ("42", "model=42 (an int) is not a model"),
-    (None, "no model given"),
 ])
 def test_run_says_in_one_line_when_an_agent_is_built_without_a_model(
-        model: str | None, said: str, tmp_path: Path, env: dict[str, str]) -> None:
+        model: str, said: str, tmp_path: Path, env: dict[str, str]) -> None:
     # docs/multi-agent.md's first example, pasted as it is: the agent is refused when the
     # file builds it, with where and why, not a traceback when the run starts.
-    given = "" if model is None else f", model={model}"
+    given = f", model={model}"
     (tmp_path / "shop.py").write_text(
         "from headwater import Agent\n\n"
         f"billing = Agent(name='billing'{given}, description='Invoices and payments.')\n"
@@ -471,6 +470,23 @@ def test_run_says_in_one_line_when_an_agent_is_built_without_a_model(
     assert line.startswith(f"headwater run: shop.py:3: agent 'billing': {said}; a model is a "
                            "BaseLlm object, 'demo' (the offline demo model) or a "
                            "'provider:model' string"), line
+
+
+def test_run_a_sub_agent_without_a_model_takes_its_parents(tmp_path: Path,
+                                                          env: dict[str, str]) -> None:
+    # ADK's canonical_model: no model= is the nearest LLM agent's above (docs/multi-agent.md)
+    (tmp_path / "shop.py").write_text(
+        "from headwater import Agent\n\n"
+        "billing = Agent(name='billing', description='Invoices and payments.')\n"
+        "agent = Agent(name='coordinator', model='demo', sub_agents=[billing])\n")
+    done = hw("run", "shop.py", "hi", cwd=tmp_path, env=env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("coordinator> I am the demo model"), done.stdout
+    (tmp_path / "solo.py").write_text("from headwater import Agent\n\n"
+                                      "agent = Agent(name='solo')\n")
+    line = one_line_error(hw("run", "solo.py", "hi", cwd=tmp_path, env=env))
+    assert line == ("headwater run: agent 'solo' has no model, and no LLM agent above it "
+                    "has one: pass model= to it or to an agent above it"), line
 
 
 # -- run: any root agent, each agent's text labelled ---------------------------------------------
