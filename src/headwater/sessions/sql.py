@@ -141,6 +141,13 @@ class SqlSessionService(BaseSessionService):
         # Taken with a lease, read by the run's first get_session (then dropped).
         self._snapshots: dict[core.Key, core.Snapshot] = {}
 
+
+    @property
+    def store(self) -> core.Store:
+        """The database this service writes to, for the services that share it (the
+        memory service, ``sessions/sql_memory.py``)."""
+        return self._store
+
     def __repr__(self) -> str:
         return f"SqlSessionService({self.url!r})"
 

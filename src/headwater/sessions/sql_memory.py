@@ -76,7 +76,7 @@ class SqlMemoryService(BaseMemoryService):
                  entry_of(e).model_dump_json(exclude_none=True))
                 for e in session.events if remembered(e)]
         key = (session.app_name, session.user_id, session.id)
-        await self.sessions._store.write(_remember(key, rows))
+        await self.sessions.store.write(_remember(key, rows))
 
     async def search_memory(self, *, app_name: str, user_id: str,
                             query: str) -> SearchMemoryResponse:
@@ -88,6 +88,6 @@ class SqlMemoryService(BaseMemoryService):
         """
         # An event's words are letters only: a query word with anything else matches none.
         words = sorted(w for w in query_words(query) if _LETTERS.fullmatch(w))
-        rows = await self.sessions._store.read(_search(app_name, user_id, words))
+        rows = await self.sessions.store.read(_search(app_name, user_id, words))
         return SearchMemoryResponse(
             memories=[MemoryEntry.model_validate_json(data) for (data,) in rows])
