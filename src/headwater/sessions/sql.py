@@ -141,7 +141,6 @@ class SqlSessionService(BaseSessionService):
         # Taken with a lease, read by the run's first get_session (then dropped).
         self._snapshots: dict[core.Key, core.Snapshot] = {}
 
-
     @property
     def store(self) -> core.Store:
         """The database this service writes to, for the services that share it (the
