@@ -45,7 +45,7 @@ from ..tools.middleware import ToolInvocation, ToolMiddleware, chain
 from ..tools.threads import sync_tool_workers
 from .agent_tool import AgentTool
 from .callbacks import AfterToolCallback, BeforeToolCallback
-from .invocation import InvocationContext
+from .invocation import AgentOutcome, InvocationContext
 
 logger = logging.getLogger("headwater.tools")
 security_logger = logging.getLogger("headwater.security")
@@ -117,6 +117,51 @@ class _StreamIncomplete(Exception):
     """A streaming tool ended without its ``done`` event."""
 
 
+class InnerRunPaused(Exception):
+    """The agent a call ran (an ``AgentTool``) paused: a call under it waits for a human.
+
+    Raised by the call and turned into a ``waiting`` outcome before any error
+    handling sees it; a tool middleware that catches every exception should let
+    it pass.
+    """
+
+
+class InnerRun:
+    """What the caller of an agent used as a tool makes of the inner run's events: its one
+    result (docs/multi-agent.md, "Agents as tools"). One home for the first run of the
+    call (``ToolExecutor``) and its resume after a pause (``TreeRun``)."""
+
+    __slots__ = ("answer", "last")
+
+    def __init__(self) -> None:
+        self.answer = ""
+        self.last: Event | None = None
+
+    def see(self, event: Event) -> None:
+        """Take one event of the inner run (partial ones and the user's turn count for
+        nothing)."""
+        if event.partial or event.author == "user":
+            return
+        self.last = event
+        content = event.content
+        if (event.error_code is None and content is not None and content.role == "model"
+                and not content.function_calls):
+            self.answer = content.text  # the last final answer wins (thoughts left out)
+
+    def result(self, tool: AgentTool, actions: EventActions) -> dict[str, Any]:
+        """The call's result: ``{"result": <the last final answer's text>}``, or an error
+        result when the inner run ended in an error. ``skip_summarization`` goes on
+        ``actions``."""
+        last = self.last
+        if last is not None and last.error_code is not None:
+            code = "budget_exceeded" if last.error_code == "budget_exceeded" else "tool_error"
+            why = f": {last.error_message}" if last.error_message else ""
+            return error_result(code, f"agent {last.author!r} failed ({last.error_code}){why}")
+        if tool.skip_summarization:
+            actions.skip_summarization = True
+        return {"result": self.answer}
+
+
 @dataclass(slots=True)
 class CallOutcome:
     """What became of one call.
@@ -128,6 +173,7 @@ class CallOutcome:
         approval: the request a human must answer before the call runs.
         long_running: the result is a ticket; the real one comes later.
         return_direct: the result ends the run.
+        waiting: no result yet: the agent the call ran (an ``AgentTool``) paused.
     """
 
     call: FunctionCall
@@ -136,6 +182,7 @@ class CallOutcome:
     approval: ApprovalRequest | None = None
     long_running: bool = False
     return_direct: bool = False
+    waiting: bool = False
 
 
 class ToolExecutor:
@@ -226,6 +273,8 @@ class ToolExecutor:
         with ctx.trace.tool(self.agent_name, tool.name, call.id, call.args) as span:
             try:
                 result, ok = await self._result(ctx, tool, call, tool_context, sink)
+            except InnerRunPaused:  # no result until the agent it ran goes on
+                return CallOutcome(call, None, tool_context.actions, waiting=True)
             finally:  # returned, failed, timed out or cancelled: its processes end with it
                 await tool_context.end_processes()
             limit_bytes = ctx.settings.max_result_bytes
@@ -303,6 +352,8 @@ class ToolExecutor:
             if tool.options.response_format == "content_and_artifact":
                 value = await self._split_artifact(ctx, tool, call, tool_context, value)
             return value
+        except InnerRunPaused:
+            raise
         except ToolArgumentsError as exc:
             return error_result("invalid_arguments", str(exc))
         except _StreamIncomplete as exc:
@@ -359,11 +410,11 @@ class ToolExecutor:
         Every event of the inner run goes to ``sink`` (the caller's stream; ``None``
         under NONE: stored, not shown), through :meth:`Handoff.hand` when it is
         one, so the inner run waits for the caller. The result is
-        ``{"result": <the text of the inner run's last final answer>}``, or an
-        error result when the inner run ended in an error.
+        :meth:`InnerRun.result`.
 
         Raises:
             ToolArgumentsError: ``request`` is missing or not a string (nothing ran).
+            InnerRunPaused: the inner run paused (a call in it waits for a human).
         """
         driver = ctx.driver
         if driver is None:
@@ -374,29 +425,18 @@ class ToolExecutor:
             raise ToolArgumentsError(f"{tool.name} takes one argument, 'request', a string")
         branch = call_branch(ctx.branch, self.agent_name, invocation.call_id)
         hand = sink.hand if isinstance(sink, Handoff) else None
-        last: Event | None = None
-        answer = ""
-        async with aclosing(driver(tool.agent, branch,
-                                   Content("user", [Part(text=request)]))) as events:
+        inner, outcome = InnerRun(), AgentOutcome()
+        async with aclosing(driver(tool.agent, branch, Content("user", [Part(text=request)]),
+                                   outcome)) as events:
             async for event in events:
                 if hand is not None:
                     await hand(event)
                 elif sink is not None:
                     sink(event)
-                if event.partial or event.author == "user":
-                    continue
-                last = event
-                content = event.content
-                if (event.error_code is None and content is not None and content.role == "model"
-                        and not content.function_calls):
-                    answer = content.text  # the last final answer wins (thoughts left out)
-        if last is not None and last.error_code is not None:
-            code = "budget_exceeded" if last.error_code == "budget_exceeded" else "tool_error"
-            why = f": {last.error_message}" if last.error_message else ""
-            return error_result(code, f"agent {last.author!r} failed ({last.error_code}){why}")
-        if tool.skip_summarization:
-            invocation.tool_context.actions.skip_summarization = True
-        return {"result": answer}
+                inner.see(event)
+        if outcome.paused:
+            raise InnerRunPaused(tool.name)
+        return inner.result(tool, invocation.tool_context.actions)
 
     async def _split_artifact(self, ctx: InvocationContext, tool: BaseTool, call: FunctionCall,
                               tool_context: ToolContext, value: Any) -> Any:

@@ -113,12 +113,32 @@ def superseded_result() -> dict[str, Any]:  # the model's JSON
     return error_result("superseded", SUPERSEDED_MESSAGE)
 
 
+SUPERSEDED_INNER_MESSAGE = ("Not finished: the agent this call ran was waiting for an "
+                            "approval, and the user sent another message instead of "
+                            "answering it. Ask again if it is still wanted.")
+"""What the model reads in the ``superseded`` result of a call to an agent used as a tool
+that waited for such an approval."""
+
+
 def superseded_event(ctx: InvocationContext, author: str) -> Event | None:
     """One event giving every call of the session that awaits approval a ``superseded``
-    result, or ``None`` when none does."""
-    waiting = ctx.ledger.awaiting()
-    if not waiting:
+    result, or ``None`` when none does; the calls of agents used as tools that waited only
+    for them get one too (docs/multi-agent.md, "A pause inside a tree")."""
+    ledger = ctx.ledger
+    asked = ledger.awaiting()
+    if not asked:
         return None
     parts = [Part(function_response=FunctionResponse(
-        id=r.call.id, name=r.call.name, response=superseded_result())) for r in waiting]
+        id=r.call.id, name=r.call.name, response=superseded_result())) for r in asked]
+    parts += closed_waiting(ledger, [r.call.id for r in asked], "superseded",
+                            SUPERSEDED_INNER_MESSAGE)
     return Event(invocation_id=ctx.invocation_id, author=author, content=Content("user", parts))
+
+
+def closed_waiting(ledger: CallLedger, closing: list[str], code: str, message: str
+                   ) -> list[Part]:
+    """Results for the calls of agents used as tools that wait only for the calls
+    ``closing`` (which get results in the same event): ``code`` with ``message``."""
+    return [Part(function_response=FunctionResponse(
+        id=r.call.id, name=r.call.name, response=error_result(code, message)))
+        for r in ledger.orphaned_by(closing)]

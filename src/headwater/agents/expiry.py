@@ -5,7 +5,9 @@ function response from the client. A client that never sends it would leave
 the call pending forever (a ``pending`` placeholder in every model request).
 At the start of each run, a ticket older than ``Settings.long_running_ttl`` gets
 a final ``expired`` error result, so the model is told and the call is closed;
-a result sent after that is refused like any answer to a closed call.
+a result sent after that is refused like any answer to a closed call. The call
+of an agent used as a tool that waited only for it gets an ``expired`` result
+too (docs/multi-agent.md, "A pause inside a tree").
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 from ..core.events import Event
 from ..core.types import Content, FunctionResponse, Part
 from ._execution import error_result
+from .approvals import closed_waiting
 from .invocation import InvocationContext
 
 
@@ -27,4 +30,8 @@ def expired_event(ctx: InvocationContext, author: str, now: float) -> Event | No
     parts = [Part(function_response=FunctionResponse(
         id=call.id, name=call.name, response=error_result("expired", message)))
         for call in expired]
+    parts += closed_waiting(ctx.ledger, [call.id for call in expired], "expired", (
+        "Not finished: the agent this call ran was waiting for a long-running call whose "
+        f"result did not arrive within {ttl:g} s (long_running_ttl). Start it again if it "
+        "is still needed."))
     return Event(invocation_id=ctx.invocation_id, author=author, content=Content("user", parts))

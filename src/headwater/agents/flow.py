@@ -142,14 +142,18 @@ class Flow:
 
     # -- run_async --------------------------------------------------------------------------
 
-    def run(self) -> AsyncGenerator[Event, None]:
+    def run(self, decided: Sequence[CallOutcome] = ()) -> AsyncGenerator[Event, None]:
         """Resume answered calls, then run steps until the agent is done.
 
+        ``decided``: outcomes of calls that were waiting (agents used as tools that
+        went on after a pause, ``TreeRun``); they join the answered calls' results.
         Yields partial and non-partial events; the caller commits every
         non-partial event before resuming this generator. Closing it closes the
         model stream and cancels running tools.
         """
-        return _steps(self) if not self.ctx.resume else _resumed(self)
+        if not self.ctx.resume and not decided:
+            return _steps(self)
+        return _resumed(self, decided)
 
     def streams(self, calls: Sequence[FunctionCall]) -> bool:
         """Whether running ``calls`` shows events as they run (tool progress, agents used
@@ -194,10 +198,13 @@ class Flow:
 
         return handoff.relay(run)
 
-    async def resume(self, resume: Resume) -> AsyncGenerator[Event, None]:
-        """Run the calls a human approved and deny the others, before the next model call."""
+    async def resume(self, resume: Resume, decided: Sequence[CallOutcome] = ()
+                     ) -> AsyncGenerator[Event, None]:
+        """Run the calls a human approved and deny the others, before the next model call;
+        ``decided`` outcomes join their results."""
         approved, denied = split_decisions(resume)
-        async with aclosing(self.execute(approved, {c.id for c in approved}, denied)) as events:
+        async with aclosing(self.execute(approved, {c.id for c in approved},
+                                         [*denied, *decided])) as events:
             async for event in events:
                 yield event
 
@@ -431,7 +438,8 @@ class Flow:
         return await self.executor.run(self.ctx, calls, approved, progress)
 
     def results_event(self, outcomes: Sequence[CallOutcome]) -> Event:
-        """One event with every result, and the calls still pending (approvals, tickets)."""
+        """One event with every result, and the calls still pending (approvals, tickets,
+        agents used as tools that paused)."""
         actions = EventActions()
         parts: list[Part] = []
         pending: list[str] = []
@@ -439,6 +447,9 @@ class Flow:
             actions.merge(outcome.actions)
             if outcome.approval is not None:
                 actions.requested_approvals.append(outcome.approval)
+                pending.append(outcome.call.id)
+                continue
+            if outcome.waiting:  # listed without a result: the ledger marks it waiting
                 pending.append(outcome.call.id)
                 continue
             assert outcome.response is not None
@@ -489,11 +500,11 @@ class Flow:
         return results
 
 
-async def _resumed(flow: Flow) -> AsyncGenerator[Event, None]:
+async def _resumed(flow: Flow, decided: Sequence[CallOutcome]) -> AsyncGenerator[Event, None]:
     """:meth:`Flow.run` of a run whose message answered calls: those first, then the steps
     (unless the results ended the agent's turn)."""
     last = None
-    async with aclosing(flow.resume(flow.ctx.resume)) as events:
+    async with aclosing(flow.resume(flow.ctx.resume, decided)) as events:
         async for last in events:
             yield last
     if last is not None and flow.ends_turn(last):

@@ -18,9 +18,24 @@ from ..sessions.base import BaseSessionService, Session
 from ..sessions.ledger import CallLedger
 from .base import BaseAgent
 
-AgentDriver = Callable[[BaseAgent, str, Content], AsyncGenerator[Event, None]]
-"""Runs an agent inside the current run: ``(agent, branch, message)`` → its events, the
-message first (``TreeRun.drive``)."""
+
+@dataclass(slots=True)
+class AgentOutcome:
+    """How an agent's run ended, for whatever drove it (a workflow agent above it, the
+    call of an agent used as a tool)."""
+
+    stopped: bool = False
+    """Its last event was an error, or ended the run (``end_invocation``)."""
+    escalated: bool = False
+    """It (or an agent under it) made an event with ``escalate``."""
+    paused: bool = False
+    """It waits for a human (an approval, a long-running result) somewhere in it: its
+    run goes on when the answer comes (docs/multi-agent.md, "A pause inside a tree")."""
+
+
+AgentDriver = Callable[[BaseAgent, str, Content, AgentOutcome], AsyncGenerator[Event, None]]
+"""Runs an agent inside the current run: ``(agent, branch, message, outcome)`` → its
+events, the message first; ``outcome`` says how it ended (``TreeRun.drive``)."""
 
 
 @dataclass(slots=True)

@@ -43,16 +43,19 @@ from contextlib import aclosing
 from dataclasses import dataclass, replace
 
 from ..core.errors import ERROR_MESSAGES, ErrorCode, SessionError, UserError
-from ..core.events import Event
+from ..core.events import Event, EventActions
 from ..core.live_request_queue import LiveRequestQueue
+from ..core.run_config import StreamingMode
 from ..core.types import Content, FunctionCall
-from ._execution import Handoff, maybe_await
+from ..sessions.ledger import CALL_MARK, CallRecord, call_branch, in_call
+from ._execution import CallOutcome, Handoff, InnerRun, maybe_await
 from .agent import Agent
+from .agent_tool import AgentTool
 from .approvals import Resume
 from .base import BaseAgent
 from .callbacks import AfterAgentCallback, BeforeAgentCallback
 from .flow import Flow, Recorder, recorded, seal_event
-from .invocation import InvocationContext
+from .invocation import AgentOutcome, InvocationContext
 from .live_flow import LiveFlow
 from .transfer import returns_to
 from .workflow import LoopAgent, ParallelAgent, SequentialAgent
@@ -60,12 +63,20 @@ from .workflow import LoopAgent, ParallelAgent, SequentialAgent
 logger = logging.getLogger("headwater.agents")
 
 
-@dataclass(slots=True)
-class _Outcome:
-    """How an agent's turn ended, for the workflow agent above it."""
+_Outcome = AgentOutcome
 
-    stopped: bool = False  # its last event was an error, or ended the run (end_invocation)
-    escalated: bool = False  # it (or an agent under it) made an event with ``escalate``
+
+@dataclass(slots=True)
+class _Plan:
+    """Where a message that answers calls resumes the tree (docs/multi-agent.md, "A pause
+    inside a tree")."""
+
+    answers: dict[tuple[str, str | None], Resume]
+    """Each agent (and branch) whose own calls the message answers: the approval
+    decisions for it (none for long-running results, which the message carries)."""
+    marks: set[tuple[str, str | None]]
+    """The agents (and branches) on the way from the root to each of them, through
+    the calls of agents used as tools that wait for them."""
 
 
 def calls_back(agent: BaseAgent) -> bool:
@@ -133,22 +144,30 @@ class TreeRun:
     def run(self) -> AsyncGenerator[Event, None]:
         """The run's events: the agent that takes the turn, and whatever runs after it.
 
-        Closing the generator closes every running agent's model stream and
-        cancels their tools. Call it once the user's message is committed.
+        A message that answers calls (approvals, long-running results) resumes the
+        tree where it paused instead: each agent whose calls it answers goes on,
+        then whatever was waiting for it (docs/multi-agent.md, "A pause inside a
+        tree"). Closing the generator closes every running agent's model stream
+        and cancels their tools. Call it once the user's message is committed.
 
         Raises (when iterated):
             UserError: an agent kind the orchestrator cannot run, or an
                 instruction naming a state key the session does not hold.
         """
         root = self.root
+        plan = self._plan()
         if (isinstance(root, Agent) and not root.sub_agents and root.parent_agent is None
-                and not calls_back(root)):
+                and not calls_back(root)
+                and (plan is None or plan.marks == {(root.name, None)})):
             return Flow(root, self.ctx, self.recorder).run()  # a lone agent: its flow's run
+        if plan is not None:
+            return self._resume(root, None, True, _Outcome(), plan)
         agent, branch = self.agent_to_run()
         return self._run(agent, branch, True, _Outcome(), self.ctx.resume)
 
     def drive(self, agent: BaseAgent, branch: str | None = None,
-              message: Content | None = None) -> AsyncGenerator[Event, None]:
+              message: Content | None = None, outcome: AgentOutcome | None = None
+              ) -> AsyncGenerator[Event, None]:
         """The events of ``agent`` (any kind) running on ``branch`` within this run.
 
         The seam for running an agent inside another's turn (an ``AgentTool``
@@ -156,20 +175,21 @@ class TreeRun:
         ``message``, when given, is committed first as the user's turn on that
         branch (what the agent is asked); then the agent's events. Everything is
         committed through the run's recorder, never as the run's last event, and
-        spends the run's budgets. Closing the generator stops it as closing the
-        run would.
+        spends the run's budgets. ``outcome`` learns how the agent ended (it
+        paused, say). Closing the generator stops it as closing the run would.
         """
+        done = outcome if outcome is not None else _Outcome()
         if message is None:
-            return self._run(agent, branch, False, _Outcome())
-        return self._asked(agent, branch, message)
+            return self._run(agent, branch, False, done)
+        return self._asked(agent, branch, message, done)
 
-    async def _asked(self, agent: BaseAgent, branch: str | None, message: Content
-                     ) -> AsyncGenerator[Event, None]:
+    async def _asked(self, agent: BaseAgent, branch: str | None, message: Content,
+                     outcome: AgentOutcome) -> AsyncGenerator[Event, None]:
         asked = Event(invocation_id=self.ctx.invocation_id, author="user", branch=branch,
                       content=message)
         await self._inner().commit(asked)
         yield asked
-        async with aclosing(self._run(agent, branch, False, _Outcome())) as events:
+        async with aclosing(self._run(agent, branch, False, outcome)) as events:
             async for event in events:
                 yield event
 
@@ -273,7 +293,7 @@ class TreeRun:
                                        resume)) as events:
             async for event in events:
                 yield event
-        if outcome.stopped:
+        if outcome.stopped or outcome.paused:  # a paused agent's run is not over yet
             return
         reply = await self._agent_reply(agent, branch, after)
         if reply is not None:
@@ -313,23 +333,28 @@ class TreeRun:
                         "cannot drive: use Agent, SequentialAgent, ParallelAgent or LoopAgent")
 
     async def _llm(self, agent: Agent, branch: str | None, tail: bool, outcome: _Outcome,
-                   resume: Resume) -> AsyncGenerator[Event, None]:
+                   resume: Resume, decided: Sequence[CallOutcome] = ()
+                   ) -> AsyncGenerator[Event, None]:
         recorder = self.recorder if tail else self._inner()
         while True:
             flow = Flow(agent, replace(self.ctx, branch=branch, resume=resume), recorder)
             resume = []
             last: Event | None = None
-            async with aclosing(flow.run()) as events:
+            async with aclosing(flow.run(decided)) as events:
                 async for event in events:
                     yield event
                     if not event.partial:
                         last = event
                         if event.actions.escalate and event.branch == branch:
                             outcome.escalated = True  # (not one inside an agent used as a tool)
+            decided = ()
             if last is None:
                 return
             if last.error_code is not None or last.actions.end_invocation:
                 outcome.stopped = True
+                return
+            if last.long_running_tool_ids or self.ctx.ledger.holds(agent.name, branch):
+                outcome.paused = True  # a call of its waits for a human, or for an agent
                 return
             name = last.actions.transfer_to_agent
             target = agent.root_agent.find_agent(name) if name else None
@@ -343,46 +368,70 @@ class TreeRun:
             agent = target  # LLM to LLM: a loop, not a nested generator per transfer
 
     async def _sequence(self, subs: Sequence[BaseAgent], branch: str | None, tail: bool,
-                        outcome: _Outcome) -> AsyncGenerator[Event, None]:
-        for n, sub in enumerate(subs):
+                        outcome: _Outcome, plan: _Plan | None = None
+                        ) -> AsyncGenerator[Event, None]:
+        start = 0 if plan is None else _marked(subs, branch, plan)
+        for n in range(start, len(subs)):
             done = _Outcome()
-            async with aclosing(self._run(sub, branch, tail and n == len(subs) - 1,
-                                          done)) as events:
+            last_step = tail and n == len(subs) - 1
+            steps = (self._resume(subs[n], branch, last_step, done, plan)
+                     if plan is not None and n == start else
+                     self._run(subs[n], branch, last_step, done))
+            async with aclosing(steps) as events:
                 async for event in events:
                     yield event
             outcome.escalated = outcome.escalated or done.escalated
-            if done.stopped:
-                outcome.stopped = True
+            if done.stopped or done.paused:  # a paused step: the next ones wait for it
+                outcome.stopped, outcome.paused = done.stopped, done.paused
                 return
 
-    async def _loop(self, agent: LoopAgent, branch: str | None, outcome: _Outcome
-                    ) -> AsyncGenerator[Event, None]:
+    async def _loop(self, agent: LoopAgent, branch: str | None, outcome: _Outcome,
+                    plan: _Plan | None = None) -> AsyncGenerator[Event, None]:
         limit, rounds, made = agent.max_iterations, 0, True
+        subs = agent.sub_agents
+        start = 0 if plan is None else _marked(subs, branch, plan)  # resumed mid-round
         while made and (limit is None or rounds < limit):
             rounds, made = rounds + 1, False  # a round that made no event would spin forever
-            for sub in agent.sub_agents:
+            for n in range(start, len(subs)):
                 done = _Outcome()
-                async with aclosing(self._run(sub, branch, False, done)) as events:
+                steps = (self._resume(subs[n], branch, False, done, plan)
+                         if plan is not None and n == start else
+                         self._run(subs[n], branch, False, done))
+                async with aclosing(steps) as events:
                     async for event in events:
                         made = True
                         yield event
-                if done.stopped:
-                    outcome.stopped = True
+                if done.stopped or done.paused:
+                    outcome.stopped, outcome.paused = done.stopped, done.paused
                     return
                 if done.escalated:
                     outcome.escalated = True  # as in ADK: an enclosing loop stops too
                     return
+            start, plan = 0, None
 
-    def _parallel(self, agent: ParallelAgent, branch: str | None, outcome: _Outcome
-                  ) -> AsyncGenerator[Event, None]:
+    def _parallel(self, agent: ParallelAgent, branch: str | None, outcome: _Outcome,
+                  plan: _Plan | None = None) -> AsyncGenerator[Event, None]:
         handoff = Handoff()
-
-        async def one(sub: BaseAgent) -> None:
+        ledger = self.ctx.ledger
+        runs: list[tuple[BaseAgent, str, bool]] = []  # (sub, its branch, resumed)
+        for sub in agent.sub_agents:
             sub_branch = f"{branch}.{agent.name}.{sub.name}" if branch else \
                 f"{agent.name}.{sub.name}"
+            if plan is None:
+                runs.append((sub, sub_branch, False))
+            elif (sub.name, sub_branch) in plan.marks:
+                runs.append((sub, sub_branch, True))
+            elif ledger.pending_under(sub_branch):  # still paused: no answer for it yet
+                outcome.paused = True
+            # else: that branch ended in an earlier run
+
+        async def one(sub: BaseAgent, sub_branch: str, resumed: bool) -> None:
             done = _Outcome()
             try:
-                async with aclosing(self._run(sub, sub_branch, False, done)) as events:
+                steps = (self._resume(sub, sub_branch, False, done, plan)
+                         if resumed and plan is not None else
+                         self._run(sub, sub_branch, False, done))
+                async with aclosing(steps) as events:
                     async for event in events:
                         await handoff.hand(event)  # go on once the caller has the event
             except SessionError:
@@ -398,13 +447,178 @@ class TreeRun:
                 await handoff.hand(failed)
             outcome.stopped = outcome.stopped or done.stopped
             outcome.escalated = outcome.escalated or done.escalated
+            outcome.paused = outcome.paused or done.paused  # the others go on to their end
 
         async def branches() -> None:
             try:
                 async with asyncio.TaskGroup() as group:
-                    for sub in agent.sub_agents:
-                        group.create_task(one(sub))
+                    for sub, sub_branch, resumed in runs:
+                        group.create_task(one(sub, sub_branch, resumed))
             except BaseExceptionGroup as group:  # one branch's store failure: as itself
                 raise group.exceptions[0] from None
 
         return handoff.relay(branches)
+
+    # -- resuming a paused tree -------------------------------------------------------------
+
+    def _plan(self) -> _Plan | None:
+        """Where this run's message resumes the tree: the agents whose calls it answers and
+        the way to them; ``None`` when it answers none (or the tree no longer has them:
+        :meth:`agent_to_run` then picks the agent, as before)."""
+        ctx = self.ctx
+        ledger = ctx.ledger
+        answers: dict[tuple[str, str | None], Resume] = {}
+        for call, decision in ctx.resume:
+            record = ledger.record(call.id)
+            if record is not None:
+                answers.setdefault((record.author, record.branch), []).append((call, decision))
+        if not ctx.resume:
+            events = ctx.session.events
+            last = events[-1] if events else None
+            if last is None or last.author != "user" or last.content is None:
+                return None
+            for response in last.content.function_responses:
+                record = ledger.record(response.id)
+                if record is not None:
+                    answers.setdefault((record.author, record.branch), [])
+        if not answers:
+            return None
+        marks: set[tuple[str, str | None]] = set()
+        for author, branch in answers:
+            if not self._mark(author, branch, marks):
+                return None
+        return _Plan(answers, marks)
+
+    def _level(self, branch: str | None) -> tuple[BaseAgent, str | None, CallRecord | None] | None:
+        """The top agent of the run ``branch`` lies in, the branch it runs on, and the call
+        that runs it: the root on no call's branch; else the agent of the ``AgentTool``
+        whose call's branch holds ``branch`` (the innermost). ``None``: not in this tree."""
+        if branch is None or not in_call(branch):
+            return self.root, None, None
+        mark = branch.rfind(CALL_MARK)
+        end = branch.find(".", mark)
+        call_id = branch[mark + 1:] if end < 0 else branch[mark + 1:end]
+        record = self.ctx.ledger.record(call_id)
+        if record is None:
+            return None
+        outer = self._level(record.branch)
+        caller = outer[0].find_agent(record.author) if outer is not None else None
+        tool = caller.tools_by_name.get(record.call.name) if isinstance(caller, Agent) else None
+        if not isinstance(tool, AgentTool):
+            return None
+        return tool.agent, call_branch(record.branch, record.author, call_id), record
+
+    def _mark(self, author: str, branch: str | None, marks: set[tuple[str, str | None]]
+              ) -> bool:
+        """Mark ``author`` on ``branch`` and the agents above it up to the root, through the
+        waiting calls that ran them. ``False``: the tree does not have that place."""
+        level = self._level(branch)
+        if level is None:
+            return False
+        top, top_branch, call = level
+        if call is not None and not self._mark(call.author, call.branch, marks):
+            return False
+        agent = top.find_agent(author)
+        if agent is None:
+            return False
+        while True:
+            marks.add((agent.name, branch))
+            if agent is top:
+                return branch == top_branch
+            parent = agent.parent_agent
+            if parent is None:
+                return False
+            if isinstance(parent, ParallelAgent):  # "<branch>.<parallel>.<sub>" back to <branch>
+                own = f"{parent.name}.{agent.name}"
+                if branch == own:
+                    branch = None
+                elif branch is not None and branch.endswith("." + own):
+                    branch = branch[:-len(own) - 1]
+                else:
+                    return False
+            agent = parent
+
+    async def _resume(self, agent: BaseAgent, branch: str | None, tail: bool,
+                      outcome: _Outcome, plan: _Plan) -> AsyncGenerator[Event, None]:
+        """A marked agent going on from its pause; its after-agent callbacks once it is done
+        (its before-agent ones ran when it started)."""
+        after = agent.after_agent_callbacks
+        async with aclosing(self._resume_kind(agent, branch, tail and not after, outcome,
+                                              plan)) as events:
+            async for event in events:
+                yield event
+        if after and not (outcome.stopped or outcome.paused):
+            reply = await self._agent_reply(agent, branch, after)
+            if reply is not None:
+                yield reply
+
+    def _resume_kind(self, agent: BaseAgent, branch: str | None, tail: bool,
+                     outcome: _Outcome, plan: _Plan) -> AsyncGenerator[Event, None]:
+        if isinstance(agent, Agent):
+            return self._resume_llm(agent, branch, tail, outcome, plan)
+        if isinstance(agent, SequentialAgent):
+            return self._sequence(agent.sub_agents, branch, tail, outcome, plan)
+        if isinstance(agent, LoopAgent):
+            return self._loop(agent, branch, outcome, plan)
+        if isinstance(agent, ParallelAgent):
+            return self._parallel(agent, branch, outcome, plan)
+        return self._kind(agent, branch, tail, outcome)  # refused there
+
+    async def _resume_llm(self, agent: Agent, branch: str | None, tail: bool,
+                          outcome: _Outcome, plan: _Plan) -> AsyncGenerator[Event, None]:
+        """An LLM agent going on: its answered calls run (or are denied), the agents used
+        as tools it waits for go on, and those that finish give their calls' results;
+        then its model, as after any results. An agent marked only because an agent it
+        transferred to paused hands over to that agent."""
+        answers = plan.answers.get((agent.name, branch))
+        tools = agent.tools_by_name
+        waiting: list[tuple[CallRecord, AgentTool, str]] = []
+        for record in self.ctx.ledger.waiting(agent.name, branch):
+            tool = tools.get(record.call.name)
+            inner = call_branch(branch, agent.name, record.call.id)
+            if isinstance(tool, AgentTool) and (tool.agent.name, inner) in plan.marks:
+                waiting.append((record, tool, inner))
+        if answers is None and not waiting:
+            target = _marked_agent(agent.sub_agents, branch, plan)
+            if target is not None:  # it transferred; the agent it went to paused
+                async with aclosing(self._resume(target, branch, tail, outcome, plan)) as events:
+                    async for event in events:
+                        yield event
+            return
+        shown = self.ctx.run_config.streaming_mode is not StreamingMode.NONE
+        decided: list[CallOutcome] = []
+        for record, tool, inner_branch in waiting:
+            seen, done = InnerRun(), _Outcome()
+            async with aclosing(self._resume(tool.agent, inner_branch, False, done,
+                                             plan)) as events:
+                async for event in events:
+                    if shown:  # under NONE an inner run is stored, not shown (as its start)
+                        yield event
+                    seen.see(event)
+            if not done.paused:
+                actions = EventActions()
+                decided.append(CallOutcome(record.call, seen.result(tool, actions), actions))
+        if not decided and answers is None:
+            outcome.paused = True  # every agent it waits for is still waiting
+            return
+        async with aclosing(self._llm(agent, branch, tail, outcome, answers or [],
+                                      decided)) as events:
+            async for event in events:
+                yield event
+
+
+def _marked(subs: Sequence[BaseAgent], branch: str | None, plan: _Plan) -> int:
+    """The index of the sub-agent a resumed sequence or loop goes on from."""
+    for n, sub in enumerate(subs):
+        if (sub.name, branch) in plan.marks:
+            return n
+    return len(subs)  # none: nothing of it paused (the plan passed it by)
+
+
+def _marked_agent(subs: Sequence[BaseAgent], branch: str | None, plan: _Plan
+                  ) -> BaseAgent | None:
+    """The sub-agent (on ``branch``) a resumed run goes on with, if one is marked."""
+    for sub in subs:
+        if (sub.name, branch) in plan.marks:
+            return sub
+    return None

@@ -8,13 +8,20 @@ Every function call a session's history holds is in the ledger with its state:
 - ``awaiting_approval``: the call needs a human's answer before it runs.
 - ``long_running``: the call answered with a ticket; its real result comes later
   as a function response with the same id and name.
+- ``waiting``: a call to an agent used as a tool whose inner run paused (a
+  call under it awaits approval or a long-running result): its result comes
+  when that agent finishes (docs/multi-agent.md, "A pause inside a tree").
 - ``answered``: a final result is stored. Each call has exactly one.
 
 A function response is a *ticket* when the event carrying it lists the call in
 ``long_running_tool_ids``; otherwise it is the call's final result. An approval
 request is recorded by ``actions.requested_approvals``, its answer by
 ``actions.approval_decisions``; an answered approval is ``open`` again until
-its result is stored.
+its result is stored. A call an event lists in ``long_running_tool_ids`` with
+no response and no approval request in it (and that it does not make) is
+``waiting``. A waiting call with nothing pending under it any more (no call on
+its branch that awaits approval, holds a ticket or waits itself) counts as
+dangling: the inner run that would have answered it is gone.
 
 The ledger also keeps the conversation a model sees (:attr:`contents`), built
 incrementally: each call's latest result right after the model turn that made
@@ -46,14 +53,14 @@ request name the call by its fresh id.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from ..core.events import ApprovalRequest, Event, new_id
 from ..core.types import Content, FunctionCall, FunctionResponse, Part
 
-CallStatus = Literal["open", "awaiting_approval", "long_running", "answered"]
+CallStatus = Literal["open", "awaiting_approval", "long_running", "waiting", "answered"]
 
 PENDING_DETAIL = "No result yet: the call awaits a human's approval or is still running."
 
@@ -99,6 +106,12 @@ def call_branch(branch: str | None, agent: str, call_id: str) -> str:
     (``"p.a.a:call_1"``)."""
     own = f"{agent}{CALL_MARK}{call_id}"
     return f"{branch}.{own}" if branch else own
+
+
+def inside(branch: str | None, prefix: str) -> bool:
+    """Whether ``branch`` is ``prefix`` or a branch under it (``"p.a"`` is under ``"p"``,
+    ``"p.ab"`` is not)."""
+    return branch is not None and (branch == prefix or branch.startswith(prefix + "."))
 
 
 def in_call(branch: str | None) -> bool:
@@ -255,6 +268,11 @@ class CallLedger:
             record = self._calls.get(asked.call_id)
             if record is not None and record.status == "open":
                 record.status, record.approval = "awaiting_approval", asked
+        if event.long_running_tool_ids and (content is None or content.role != "model"):
+            for call_id in event.long_running_tool_ids:  # no result, no approval: it waits
+                record = self._calls.get(call_id)
+                if record is not None and record.status == "open":
+                    record.status = "waiting"
 
     def _observe_content(self, event: Event, content: Content) -> None:
         calls: list[FunctionCall] = []
@@ -433,8 +451,57 @@ class CallLedger:
         return self._calls.get(call_id)
 
     def dangling(self) -> list[FunctionCall]:
-        """Calls without a result that nobody is waiting for on purpose, in call order."""
-        return [r.call for r in self._calls.values() if r.status == "open"]
+        """Calls without a result that nobody is waiting for on purpose, in call order: the
+        open ones, and the waiting ones with nothing pending under them any more."""
+        calls = [r.call for r in self._calls.values()
+                 if r.status == "open" or (r.status == "waiting" and not self._held(r, ()))]
+        return calls
+
+    def waiting(self, author: str, branch: str | None) -> list[CallRecord]:
+        """The calls ``author`` made on ``branch`` that wait for an agent used as a tool."""
+        return [r for r in self._calls.values()
+                if r.status == "waiting" and r.author == author and r.branch == branch]
+
+    def holds(self, author: str, branch: str | None) -> bool:
+        """Whether ``author`` has calls on ``branch`` that wait for a human or for an agent
+        it called (awaiting approval, or waiting): its turn cannot be over."""
+        return any(r.status in ("awaiting_approval", "waiting") and r.author == author
+                   and r.branch == branch for r in self._calls.values())
+
+    def pending_under(self, branch: str) -> bool:
+        """Whether a call made on ``branch`` or under it still waits for its result (an
+        approval, a ticket's result, an agent it called)."""
+        return any(r.status in ("awaiting_approval", "long_running", "waiting")
+                   and inside(r.branch, branch) for r in self._calls.values())
+
+    def orphaned_by(self, closing: Sequence[str]) -> list[CallRecord]:
+        """The waiting calls left with nothing pending under them once the calls
+        ``closing`` get results (a supersede, an expiry, a seal): they get one too."""
+        closed = set(closing)
+        found: list[CallRecord] = []
+        changed = True
+        while changed:  # a waiting call closed makes the one above it an orphan too
+            changed = False
+            for record in self._calls.values():
+                if (record.status == "waiting" and record.call.id not in closed
+                        and not self._held(record, closed)):
+                    closed.add(record.call.id)
+                    found.append(record)
+                    changed = True
+        return found
+
+    def _held(self, record: CallRecord, closed: Collection[str]) -> bool:
+        """Whether something under waiting ``record``'s branch still waits for a result
+        (leaving out the calls in ``closed``)."""
+        under = call_branch(record.branch, record.author, record.call.id)
+        for other in self._calls.values():
+            if other.call.id in closed or not inside(other.branch, under):
+                continue
+            if other.status in ("awaiting_approval", "long_running"):
+                return True
+            if other.status == "waiting" and self._held(other, closed):
+                return True
+        return False
 
     def expired_tickets(self, now: float, ttl: float) -> list[FunctionCall]:
         """Long-running calls whose ticket is ``ttl`` seconds old or more at ``now``."""
