@@ -1,8 +1,8 @@
 """The agents ``headwater demo`` serves, and what its page offers for them.
 
 Each agent has one home in :mod:`headwater.examples` (support, docs search,
-deploy, price watcher, people counter, and the indexer, whose tools come from an
-MCP server). The demo's default agent is a coordinator with all of them as
+deploy, release — which calls a deployer agent as a tool —, price watcher, people
+counter, and the indexer, whose tools come from an MCP server). The demo's default agent is a coordinator with all of them as
 sub-agents: it transfers each request to the one that can answer it. The live
 agents (price watcher, people counter) are also served as entries of their own:
 their tools are live streams, so the page opens
@@ -27,7 +27,8 @@ INSTRUCTION = ("You are the front desk of the demo. Transfer each request to the
                "description fits it, with transfer_to_agent; answer anything else yourself.")
 
 PROMPT_AGENTS = {"Where is order 1042?": "support", "Search the docs for streaming": "docs",
-                 "Deploy version 2 to staging": "deploy", "Watch GOOG": "market",
+                 "Deploy version 2 to staging": "deploy",
+                 "Release version 3 to staging": "release", "Watch GOOG": "market",
                  "Count the people": "people", "Index the docs": "indexer",
                  "Tell me a long story": COORDINATOR}
 """The agent that answers each of the demo model's prompts (through the coordinator)."""
@@ -40,8 +41,8 @@ def build_coordinator(model: str | BaseLlm) -> Agent:
     """The demo's default agent: a coordinator over the example agents (the indexer, whose
     tools come from an MCP server, when the MCP SDK is installed: ``headwater[mcp]``)."""
     subs = [support.build_agent(model), docs_search.build_agent(model),
-            deploy.build_agent(model), price_watcher.build_agent(model),
-            people_counter.build_agent(model)]
+            deploy.build_agent(model), deploy.build_release_agent(model),
+            price_watcher.build_agent(model), people_counter.build_agent(model)]
     if has_mcp():
         from ..examples import indexer
 

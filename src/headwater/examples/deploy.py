@@ -10,6 +10,10 @@ Run it::
     python -m headwater.examples.deploy ["Deploy version 2 to staging"] [--approve | --deny]
 
 Without ``--approve`` or ``--deny`` it asks on standard input (no answer: denied).
+
+:func:`build_release_agent` is the same deploy one level down: a ``release`` agent
+that calls a ``deployer`` agent as a tool (the demo's "Release version 3 to
+staging").
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import sys
 from collections.abc import AsyncIterator, Sequence
 
 from ..agents.agent import Agent
+from ..agents.agent_tool import AgentTool
 from ..core.events import ApprovalRequest, ToolStreamEvent
 from ..models.base import BaseLlm
 from ..tools.context import ToolContext
@@ -54,6 +59,22 @@ def build_agent(model: str | BaseLlm) -> Agent:
     """The ``deploy`` agent on ``model``."""
     return Agent(name="deploy", model=model, tools=[deploy], instruction=INSTRUCTION,
                  description=DESCRIPTION)
+
+
+RELEASE_PROMPT = "Release version 3 to staging"
+RELEASE_DESCRIPTION = ("Releases a version of the app: its deployer agent (a tool, deployer) "
+                       "ships it once a human approves.")
+
+
+def build_release_agent(model: str | BaseLlm) -> Agent:
+    """The ``release`` agent on ``model``: it calls a ``deployer`` agent as a tool, whose
+    ``deploy`` needs approval, so the run pauses inside the agent it called and the
+    answer resumes it there (docs/multi-agent.md, "A pause inside a tree")."""
+    deployer = Agent(name="deployer", model=model, tools=[deploy], instruction=INSTRUCTION,
+                     description=DESCRIPTION)
+    return Agent(name="release", model=model, tools=[AgentTool(deployer)],
+                 instruction="Release versions when asked: the deployer agent ships them.",
+                 description=RELEASE_DESCRIPTION)
 
 
 def _options(parser: argparse.ArgumentParser) -> None:

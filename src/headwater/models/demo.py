@@ -39,6 +39,7 @@ PROMPTS = (
     "Where is order 1042?",
     "Search the docs for streaming",
     "Deploy version 2 to staging",
+    "Release version 3 to staging",
     "Watch GOOG",
     "Count the people",
     "Index the docs",
@@ -100,7 +101,8 @@ class DemoModel(ScriptedModel):
         if last is not None and last.function_responses:
             response = last.function_responses[-1]
             said = answer_from_result(response.name, response.response)
-            if _agent_tools(request) and response.name in _agent_tools(request):
+            if (response.name in _agent_tools(request)
+                    and _notes(request.system_instruction or "")):  # a writer's notes first
                 said = f"{write_from_notes(request.system_instruction or '')} {said}"
             return self._then(request, tools, said)
         text = _asked(request)
@@ -311,10 +313,13 @@ def choose_call(text: str, tools: Collection[str] = (), *,
         mine = [name for name in _LIVE_TOOLS if name in tools]
         wanted = "count_people" if "count" in lower or "people" in lower else "watch_price"
         return "stop_streaming", {"function_name": mine[0] if len(mine) == 1 else wanted}
-    if "deploy" in lower:
+    if "deploy" in lower or "release" in lower:
         version = re.search(r"version\s+(\S+)", lower)
         env = "production" if "prod" in lower else "staging"
-        return "deploy", {"version": version.group(1) if version else "1", "environment": env}
+        number = version.group(1) if version else "1"
+        if "release" in lower and "deploy" not in lower:  # the release agent's deployer ships it
+            return "deployer", {"request": f"Deploy version {number} to {env}"}
+        return "deploy", {"version": number, "environment": env}
     if "index" in lower:
         return "index_docs", {}
     if "search" in lower or "docs" in lower:

@@ -153,6 +153,7 @@ function progressView(card) {
 
 const TOOL_WORDS = { running: "running", ok: "answered", error: "failed", denied: "denied",
                      awaiting_approval: "waiting for approval",
+                     waiting: "waiting: an agent it called asks for approval",
                      started: "started: waiting for its first value",
                      superseded: "not run: superseded by a later message", streaming: "streaming…",
                      cancelled: "stopped with the run",

@@ -273,15 +273,35 @@ function asked(card, d) {
 }
 
 function onApprovalRequired(state, d) {
-  return { ...state, items: updateTool(state.items, d.call_id, d.name, (card) => asked(card, d),
-                                       d) };
+  return { ...state, items: waitingAbove(updateTool(state.items, d.call_id, d.name,
+                                                    (card) => asked(card, d), d), d.branch) };
+}
+
+/** Every call a branch lies under (an agent used as a tool runs on `<agent>:<call id>`,
+ *  nested ones one under another), outermost first. */
+export function callsAbove(branch) {
+  const ids = [];
+  for (const segment of (branch ?? "").split(".")) {
+    const mark = segment.indexOf(":");
+    if (mark !== -1) ids.push(segment.slice(mark + 1));
+  }
+  return ids;
+}
+
+// An approval asked inside an agent used as a tool pauses the calls that ran it (docs/
+// multi-agent.md, "A pause inside a tree"): their cards wait until the answer comes.
+function waitingAbove(items, branch) {
+  const above = new Set(callsAbove(branch));
+  if (!above.size) return items;
+  return items.map((i) => (i.kind === "tool" && above.has(i.call_id) && i.status === "running"
+    ? { ...i, status: "waiting" } : i));
 }
 
 /** A plain message the server took supersedes every approval still waiting for an answer
  *  (docs/tools.md, Approvals): those cards say "superseded" and ask nothing more. */
 export function supersede(items) {
-  return items.map((i) => (i.kind === "tool" && i.status === "awaiting_approval"
-    && !i.approval?.decided ? { ...i, status: "superseded" } : i));
+  return items.map((i) => (i.kind === "tool" && ((i.status === "awaiting_approval"
+    && !i.approval?.decided) || i.status === "waiting") ? { ...i, status: "superseded" } : i));
 }
 
 function transferItem(d) {
@@ -327,11 +347,16 @@ export function reduce(state, frame) {
       return { ...state, items: addEmission(state.items, d.call_id, d.id, d.text) };
     case "superseded":  // the server took a plain message: pending approvals are answered
       return { ...state, items: supersede(state.items) };
-    case "decision":  // the page answered an approval
-      return { ...state, items: updateTool(state.items, d.call_id, d.name ?? "", (card) => ({
+    case "decision": {  // the page answered an approval; the calls above it go on
+      const branch = state.items.find((i) => i.kind === "tool" && i.call_id === d.call_id)?.branch;
+      const above = new Set(callsAbove(branch));
+      const items = updateTool(state.items, d.call_id, d.name ?? "", (card) => ({
         ...card, status: d.approved ? "running" : "denied",
         approval: { ...(card.approval ?? {}), decided: d.approved ? "approved" : "denied" },
-      })) };
+      }));
+      return { ...state, items: items.map((i) => (i.kind === "tool" && above.has(i.call_id)
+        && i.status === "waiting" ? { ...i, status: "running" } : i)) };
+    }
     case "error":
       return { ...state, drafts: {}, status: "error",
                items: [...endStreams(state.items), { kind: "error", code: d.code,
@@ -361,7 +386,8 @@ function historyTool(items, item) {
                                       call_id: call?.id, branch: item.branch })];
   }
   for (const a of item.approvals_requested ?? []) {
-    items = updateTool(items, a.call_id, a.name, (card) => asked(card, a), item);
+    items = waitingAbove(updateTool(items, a.call_id, a.name, (card) => asked(card, a), item),
+                         item.branch);
   }
   for (const a of item.approval_decisions ?? []) {
     items = updateTool(items, a.call_id, "", (card) => ({
