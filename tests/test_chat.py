@@ -133,6 +133,24 @@ def test_an_answer_is_shown_once(tmp_path: Path, env: dict[str, str],
     assert f"headwater chat --session {session_of(term.shown)}" in term.shown.replace("\n", " ")
 
 
+def test_an_approval_inside_an_agent_used_as_a_tool_is_asked_and_resumes_it(
+        tmp_path: Path, env: dict[str, str], terminals: list[Terminal]) -> None:
+    """The release agent calls the deployer agent as a tool; its deploy asks (issue 30)."""
+    term = chat(terminals, cwd=tmp_path, env=env)
+    term.expect(PROMPT)
+    term.child.sendline("Release version 3 to staging")
+    asked = term.expect(r"Approve deploy version 3 to staging\? \[y/n\]")
+    assert "→ calls deployer" in asked and "→ calls deploy" in asked
+    assert "deploy needs your approval: deploy version 3 to staging" in asked
+    shown = term.say("y")
+    assert "deployer> Version 3 is live on staging.\n" in shown
+    assert "release> deployer says: Version 3 is live on staging.\n" in shown
+    assert shown.count("release> ") == 1
+    term.child.sendline("/quit")
+    assert term.exit_code() == 0
+    assert "Traceback" not in term.shown
+
+
 def test_an_approval_is_asked_and_the_deploy_reports_progress(
         tmp_path: Path, env: dict[str, str], terminals: list[Terminal]) -> None:
     term = chat(terminals, cwd=tmp_path, env=env)

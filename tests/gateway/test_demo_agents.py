@@ -62,6 +62,7 @@ async def test_the_demo_serves_the_examples_and_offers_their_prompts(
             "Where is order 1042?": ("coordinator", False),
             "Search the docs for streaming": ("coordinator", False),
             "Deploy version 2 to staging": ("coordinator", False),
+            "Release version 3 to staging": ("coordinator", False),
             "Watch GOOG": ("market", True), "Count the people": ("people", True),
             "Index the docs": ("coordinator", False),
             "Tell me a long story": ("coordinator", False)}

@@ -84,6 +84,25 @@ async def test_each_prompt_typed_into_a_fresh_session_reaches_its_agent(
             assert await answered_by(page, "deploy") == "Version 2 is live on staging."
             assert await card.locator(".who").inner_text() == "deploy"
             await transferred(page, "deploy")
+        elif agent == "release":  # a pause inside the deployer agent release calls as a tool
+            card = page.get_by_role("region", name="Tool deploy", exact=True)
+            await card.get_by_role("button", name="Approve", exact=True).wait_for()
+            assert await card.locator(":scope > .who").inner_text() == "deployer"  # inner agent
+            outer = page.get_by_role("region", name="Tool deployer", exact=True)
+            assert await outer.locator(":scope > .who").inner_text() == "release"
+            assert await outer.get_attribute("data-status") == "waiting"
+            await page.screenshot(path=str(ARTIFACTS / "demo-inner-approval.png"))
+            await run_ended(page)
+            await page.reload()  # the pause as the history holds it: the same cards
+            await card.get_by_role("button", name="Approve", exact=True).wait_for()
+            assert await card.locator(":scope > .who").inner_text() == "deployer"
+            assert await outer.get_attribute("data-status") == "waiting"
+            await card.get_by_role("button", name="Approve", exact=True).click()
+            assert await answered_by(page, "release") == (
+                "deployer says: Version 3 is live on staging.")
+            assert await answered_by(page, "deployer") == "Version 3 is live on staging."
+            assert await outer.get_attribute("data-status") == "ok"
+            await transferred(page, "release")
         elif agent == "market":  # the coordinator's transfer opens a live session with market
             await page.wait_for_function(
                 "() => document.querySelectorAll('.emissions li').length >= 1")
