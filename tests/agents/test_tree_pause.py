@@ -23,6 +23,7 @@ from headwater import (
     AgentTool,
     Content,
     Event,
+    LiveRequestQueue,
     LoopAgent,
     ParallelAgent,
     RunConfig,
@@ -401,4 +402,31 @@ async def test_budget_counts_inner_and_outer_calls_across_the_pause() -> None:
     second = await collect(runner, sid, answer(first), RunConfig(max_llm_calls=1))
     assert len(inner.requests) == 2 and len(outer.requests) == 1  # one model call this run
     assert second[-1].error_code == "budget_exceeded" and second[-1].author == "release"
+    await history_ok(runner, sid)
+
+
+# -- a live run -------------------------------------------------------------------------------
+
+
+async def test_a_live_run_pauses_inside_an_agent_tool_and_the_queue_answer_resumes_it() -> None:
+    outer = (ScriptedModel().call("deployer", {"request": "ship L"}, call_id="c1")
+             .reply("Released L."))
+    inner = ScriptedModel().call("deploy", {"version": "L"}, call_id="d1").reply("Deployed L.")
+    runner, sid = await make(release_tree(outer, inner))
+    queue = LiveRequestQueue()
+    queue.send_content(Content.from_text("release L"))
+    events: list[Event] = []
+    async with runner.run_live(user_id="u1", session_id=sid, live_request_queue=queue) as stream:
+        async for event in stream:
+            events.append(event)
+            if event.actions.requested_approvals:
+                assert (event.author, event.branch) == ("deployer", "release:c1")
+                assert RAN == [] and len(outer.requests) == 1
+                queue.send_content(answer([event]))
+            if event.author == "release" and event.text == "Released L." and not event.partial:
+                break
+    assert RAN == ["deploy L"]
+    assert result_of(events, "c1") == {"result": "Deployed L."}
+    assert [e.author for e in events if e.function_responses] == ["deployer", "release"]
+    queue.close()
     await history_ok(runner, sid)

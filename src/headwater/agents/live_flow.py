@@ -49,6 +49,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncGenerator, Callable, Coroutine
+from contextlib import aclosing
 from typing import Any
 
 from ..core.errors import SessionError, UserError
@@ -56,7 +57,7 @@ from ..core.events import Event, EventActions
 from ..core.live_request_queue import LiveRequestQueue
 from ..core.tasks import TaskSet
 from ..core.types import Content, FunctionCall, Part
-from ..sessions.ledger import as_seen_by
+from ..sessions.ledger import as_seen_by, calls_above
 from ._execution import CallOutcome
 from .agent import Agent
 from .approvals import answered_calls, split_approvals
@@ -71,6 +72,10 @@ from .live_streams import stop_declared as stop_declared
 
 logger = logging.getLogger("headwater.live")
 
+ResumeCalls = Callable[[Agent, str | None, list[tuple[FunctionCall, Any]], list[CallOutcome]],
+                       AsyncGenerator[Event, None]]
+"""``TreeRun.resume_calls``: the agents used as tools that wait for answered calls go on."""
+
 
 class LiveFlow:
     """One ``run_live``: owns the task group, the input pump and its gate, and the parts.
@@ -82,14 +87,16 @@ class LiveFlow:
             (``None``: transfers end the agent's turn and nothing runs next).
     """
 
-    __slots__ = ("_flow_of", "_gate", "_group", "_leaving", "_model", "_out", "_store_failure",
-                 "_streams", "_work", "ctx", "queue")
+    __slots__ = ("_flow_of", "_gate", "_group", "_leaving", "_model", "_out", "_resume_calls",
+                 "_store_failure", "_streams", "_work", "ctx", "queue")
 
     def __init__(self, flow: Flow, queue: LiveRequestQueue,
-                 flow_of: Callable[[Agent], Flow] | None = None) -> None:
+                 flow_of: Callable[[Agent], Flow] | None = None,
+                 resume_calls: ResumeCalls | None = None) -> None:
         self.ctx = flow.ctx
         self.queue = queue
         self._flow_of = flow_of
+        self._resume_calls = resume_calls
         self._gate = asyncio.Lock()  # what the input sends to the model, and a transfer's switch
         self._work: set[asyncio.Task[None]] = set()  # the current agent's call handlers
         self._leaving = False  # a transfer is switching agents: the old one starts nothing
@@ -206,12 +213,21 @@ class LiveFlow:
                                    content=rest,
                                    actions=EventActions(approval_decisions=decisions)))
         by_maker: dict[str, list[tuple[FunctionCall, Any]]] = {}
+        inner: dict[str, list[tuple[FunctionCall, Any]]] = {}
+        ledger = self.ctx.ledger
         for call, decision in resume:  # each call runs with the tools of the agent that made it
-            record = self.ctx.ledger.record(call.id)
+            record = ledger.record(call.id)
             maker = record.author if record is not None else self.flow.agent.name
-            by_maker.setdefault(maker, []).append((call, decision))
+            above = calls_above(record.branch) if record is not None else []
+            outer = ledger.record(above[0]) if above else None
+            if outer is not None:  # inside an agent used as a tool: it goes on, then its caller
+                inner.setdefault(outer.author, []).append((call, decision))
+            else:
+                by_maker.setdefault(maker, []).append((call, decision))
         for maker, calls in by_maker.items():
             self._spawn_work(self._resume(self._flow_named(maker), calls))
+        for caller, calls in inner.items():
+            self._spawn_work(self._resume_inner(self._flow_named(caller), calls))
         return True
 
     def _flow_named(self, name: str) -> Flow:
@@ -259,6 +275,20 @@ class LiveFlow:
                                                self._out.show):
                 outcomes[outcome.call.id] = outcome
         await self._send_results(flow, [outcomes[c.id] for c, _ in resume])
+
+    async def _resume_inner(self, flow: Flow, resume: list[tuple[FunctionCall, Any]]) -> None:
+        """Answers for calls inside the agents ``flow``'s agent used as tools: those agents go
+        on (their events are committed by the tree and shown here); a call whose agent
+        finished gets its result, which this agent's model is told."""
+        if self._resume_calls is None:
+            return
+        decided: list[CallOutcome] = []
+        async with aclosing(self._resume_calls(flow.agent, flow.ctx.branch, resume,
+                                               decided)) as events:
+            async for event in events:
+                self._out.show(event)
+        if decided:
+            await self._send_results(flow, decided)
 
     async def _send_results(self, flow: Flow, outcomes: list[CallOutcome]) -> None:
         event = flow.results_event(outcomes)

@@ -47,7 +47,7 @@ from ..core.events import Event, EventActions
 from ..core.live_request_queue import LiveRequestQueue
 from ..core.run_config import StreamingMode
 from ..core.types import Content, FunctionCall
-from ..sessions.ledger import CALL_MARK, CallRecord, call_branch, in_call
+from ..sessions.ledger import CallRecord, call_branch, calls_above
 from ._execution import CallOutcome, Handoff, InnerRun, maybe_await
 from .agent import Agent
 from .agent_tool import AgentTool
@@ -215,7 +215,7 @@ class TreeRun:
         def flow_of(llm_agent: Agent) -> Flow:
             return Flow(llm_agent, ctx, recorder, live=True)
 
-        return LiveFlow(flow_of(agent), queue, flow_of).events()
+        return LiveFlow(flow_of(agent), queue, flow_of, self.resume_calls).events()
 
     def error_event(self, code: ErrorCode, message: str) -> Event:
         """An error record of the run, authored by the root."""
@@ -466,21 +466,28 @@ class TreeRun:
         the way to them; ``None`` when it answers none (or the tree no longer has them:
         :meth:`agent_to_run` then picks the agent, as before)."""
         ctx = self.ctx
-        ledger = ctx.ledger
+        if ctx.resume:
+            return self._plan_of(ctx.resume, [])
+        events = ctx.session.events
+        last = events[-1] if events else None
+        if last is None or last.author != "user" or last.content is None:
+            return None
+        responses = last.content.function_responses
+        return self._plan_of([], [r.id for r in responses]) if responses else None
+
+    def _plan_of(self, resume: Resume, answered: list[str]) -> _Plan | None:
+        """The plan for approval answers ``resume`` and long-running results for the calls
+        ``answered``."""
+        ledger = self.ctx.ledger
         answers: dict[tuple[str, str | None], Resume] = {}
-        for call, decision in ctx.resume:
+        for call, decision in resume:
             record = ledger.record(call.id)
             if record is not None:
                 answers.setdefault((record.author, record.branch), []).append((call, decision))
-        if not ctx.resume:
-            events = ctx.session.events
-            last = events[-1] if events else None
-            if last is None or last.author != "user" or last.content is None:
-                return None
-            for response in last.content.function_responses:
-                record = ledger.record(response.id)
-                if record is not None:
-                    answers.setdefault((record.author, record.branch), [])
+        for call_id in answered:
+            record = ledger.record(call_id)
+            if record is not None:
+                answers.setdefault((record.author, record.branch), [])
         if not answers:
             return None
         marks: set[tuple[str, str | None]] = set()
@@ -493,11 +500,10 @@ class TreeRun:
         """The top agent of the run ``branch`` lies in, the branch it runs on, and the call
         that runs it: the root on no call's branch; else the agent of the ``AgentTool``
         whose call's branch holds ``branch`` (the innermost). ``None``: not in this tree."""
-        if branch is None or not in_call(branch):
+        above = calls_above(branch)
+        if not above:
             return self.root, None, None
-        mark = branch.rfind(CALL_MARK)
-        end = branch.find(".", mark)
-        call_id = branch[mark + 1:] if end < 0 else branch[mark + 1:end]
+        call_id = above[-1]
         record = self.ctx.ledger.record(call_id)
         if record is None:
             return None
@@ -571,13 +577,7 @@ class TreeRun:
         then its model, as after any results. An agent marked only because an agent it
         transferred to paused hands over to that agent."""
         answers = plan.answers.get((agent.name, branch))
-        tools = agent.tools_by_name
-        waiting: list[tuple[CallRecord, AgentTool, str]] = []
-        for record in self.ctx.ledger.waiting(agent.name, branch):
-            tool = tools.get(record.call.name)
-            inner = call_branch(branch, agent.name, record.call.id)
-            if isinstance(tool, AgentTool) and (tool.agent.name, inner) in plan.marks:
-                waiting.append((record, tool, inner))
+        waiting = self._waiting(agent, branch, plan)
         if answers is None and not waiting:
             target = _marked_agent(agent.sub_agents, branch, plan)
             if target is not None:  # it transferred; the agent it went to paused
@@ -585,19 +585,12 @@ class TreeRun:
                     async for event in events:
                         yield event
             return
-        shown = self.ctx.run_config.streaming_mode is not StreamingMode.NONE
         decided: list[CallOutcome] = []
-        for record, tool, inner_branch in waiting:
-            seen, done = InnerRun(), _Outcome()
-            async with aclosing(self._resume(tool.agent, inner_branch, False, done,
-                                             plan)) as events:
-                async for event in events:
-                    if shown:  # under NONE an inner run is stored, not shown (as its start)
-                        yield event
-                    seen.see(event)
-            if not done.paused:
-                actions = EventActions()
-                decided.append(CallOutcome(record.call, seen.result(tool, actions), actions))
+        shown = self.ctx.run_config.streaming_mode is not StreamingMode.NONE
+        async with aclosing(self._go_on(waiting, plan, decided)) as events:
+            async for event in events:
+                if shown:  # under NONE an inner run is stored, not shown (as its start)
+                    yield event
         if not decided and answers is None:
             outcome.paused = True  # every agent it waits for is still waiting
             return
@@ -605,6 +598,50 @@ class TreeRun:
                                       decided)) as events:
             async for event in events:
                 yield event
+
+    def resume_calls(self, agent: Agent, branch: str | None, resume: Resume,
+                     decided: list[CallOutcome]) -> AsyncGenerator[Event, None]:
+        """Within a live run: the agents used as tools by ``agent`` (on ``branch``) that wait
+        for the calls ``resume`` answers go on; the outcomes of the calls whose agent
+        finished are added to ``decided`` (the live flow tells its model). The events
+        yielded are committed already."""
+        plan = self._plan_of(resume, [])
+        if plan is None:
+            return _nothing()
+        return self._go_on(self._waiting(agent, branch, plan), plan, decided)
+
+    def _waiting(self, agent: Agent, branch: str | None, plan: _Plan
+                 ) -> list[tuple[CallRecord, AgentTool, str]]:
+        """The calls of ``agent`` on ``branch`` that wait for an agent the plan resumes: each
+        record, its ``AgentTool`` and the branch its agent runs on."""
+        tools = agent.tools_by_name
+        found: list[tuple[CallRecord, AgentTool, str]] = []
+        for record in self.ctx.ledger.waiting(agent.name, branch):
+            tool = tools.get(record.call.name)
+            inner = call_branch(branch, agent.name, record.call.id)
+            if isinstance(tool, AgentTool) and (tool.agent.name, inner) in plan.marks:
+                found.append((record, tool, inner))
+        return found
+
+    async def _go_on(self, waiting: list[tuple[CallRecord, AgentTool, str]], plan: _Plan,
+                     decided: list[CallOutcome]) -> AsyncGenerator[Event, None]:
+        """Resume the agent each waiting call ran, in call order; a call whose agent
+        finishes gets its result in ``decided`` (:class:`InnerRun`, as on its first run)."""
+        for record, tool, inner_branch in waiting:
+            seen, done = InnerRun(), _Outcome()
+            async with aclosing(self._resume(tool.agent, inner_branch, False, done,
+                                             plan)) as events:
+                async for event in events:
+                    yield event
+                    seen.see(event)
+            if not done.paused:
+                actions = EventActions()
+                decided.append(CallOutcome(record.call, seen.result(tool, actions), actions))
+
+
+async def _nothing() -> AsyncGenerator[Event, None]:
+    return
+    yield  # (an async generator that yields nothing)
 
 
 def _marked(subs: Sequence[BaseAgent], branch: str | None, plan: _Plan) -> int:

@@ -2,8 +2,9 @@
 
 Each agent has one home in :mod:`headwater.examples` (support, docs search,
 deploy, release — which calls a deployer agent as a tool —, price watcher, people
-counter, and the indexer, whose tools come from an MCP server). The demo's default agent is a coordinator with all of them as
-sub-agents: it transfers each request to the one that can answer it. The live
+counter, and the indexer, whose tools come from an MCP server). The demo's
+default agent is a coordinator with all of them as sub-agents: it transfers each
+request to the one that can answer it. The live
 agents (price watcher, people counter) are also served as entries of their own:
 their tools are live streams, so the page opens
 a live session with such an agent when the coordinator transfers to it (docs/

@@ -108,6 +108,16 @@ def call_branch(branch: str | None, agent: str, call_id: str) -> str:
     return f"{branch}.{own}" if branch else own
 
 
+def calls_above(branch: str | None) -> list[str]:
+    """The ids of the calls ``branch`` lies under, outermost first: one per segment
+    ``<agent>:<call id>`` (an agent used as a tool; nested ones one under another). The
+    id runs from the ``:`` to the next ``.`` (docs/multi-agent.md, "Branches")."""
+    if not branch or CALL_MARK not in branch:
+        return []
+    return [segment[segment.index(CALL_MARK) + 1:] for segment in branch.split(".")
+            if CALL_MARK in segment]
+
+
 def inside(branch: str | None, prefix: str) -> bool:
     """Whether ``branch`` is ``prefix`` or a branch under it (``"p.a"`` is under ``"p"``,
     ``"p.ab"`` is not)."""

@@ -32,7 +32,7 @@ from ...agents.transfer import TRANSFER_TO_AGENT
 from ...core.errors import ERRORS, TOOL_ERROR_CODES, ErrorCode, error_info
 from ...core.events import ApprovalRequest, Event
 from ...core.types import Content, FunctionResponse, Usage
-from ...sessions.ledger import CALL_MARK
+from ...sessions.ledger import calls_above
 
 FramePayload = tuple[str, dict[str, Any]]
 """A frame before it is numbered and encoded: its type and its data."""
@@ -81,16 +81,11 @@ def above(branch: str | None, of: str | None) -> bool:
 def outer_call_id(branch: str | None) -> str | None:
     """The call a frame on ``branch`` nests under: an agent used as a tool runs on its
     call's branch, ``<calling agent>:<call id>`` (``sessions.ledger.call_branch``), so
-    the branch's last ``:`` starts the call's id, which runs to the next ``.`` or the
-    end; ``None`` when no segment names a call (the main line, a parallel agent's
+    the innermost such segment names the call (``sessions.ledger.calls_above``);
+    ``None`` when no segment names a call (the main line, a parallel agent's
     ``<parallel>.<sub>``)."""
-    if not branch:
-        return None
-    mark = branch.rfind(CALL_MARK)
-    if mark < 0:
-        return None
-    end = branch.find(".", mark)
-    return branch[mark + 1:] if end < 0 else branch[mark + 1:end]
+    above = calls_above(branch)
+    return above[-1] if above else None
 
 
 def speaker_key(author: str, branch: str | None) -> str:
