@@ -18,7 +18,7 @@ import asyncio
 import inspect
 import json
 import logging
-from collections.abc import AsyncGenerator, Callable, Container, Coroutine, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Container, Mapping, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,7 +35,6 @@ from ..core.events import (
     partial_event,
 )
 from ..core.live_request_queue import LiveRequestQueue
-from ..core.tasks import TaskSet
 from ..core.types import Blob, Content, FunctionCall, Part
 from ..sessions.ledger import call_branch
 from ..tools.approval import args_sha256
@@ -45,60 +44,13 @@ from ..tools.middleware import ToolInvocation, ToolMiddleware, chain
 from ..tools.threads import sync_tool_workers
 from .agent_tool import AgentTool
 from .callbacks import AfterToolCallback, BeforeToolCallback
+from .handoff import Handoff
 from .invocation import AgentOutcome, InvocationContext
 
 logger = logging.getLogger("headwater.tools")
 security_logger = logging.getLogger("headwater.security")
 
 ProgressSink = Callable[[Event], None]
-
-
-class Handoff:
-    """Where the events of running calls go on their way to the caller, in order.
-
-    As a :data:`ProgressSink` it takes tool progress as it comes (bounded per
-    call by ``_Progress``). :meth:`hand` takes an event of an agent used as a
-    tool and returns once the caller has it, so an inner run goes at the
-    caller's pace (as a parallel agent's branches do) and nothing piles up.
-    :meth:`relay` runs the work that hands events off and yields them.
-    """
-
-    __slots__ = ("_queue",)
-
-    def __init__(self) -> None:
-        self._queue: asyncio.Queue[tuple[Event, asyncio.Event | None] | None] = asyncio.Queue()
-
-    def __call__(self, event: Event) -> None:
-        self._queue.put_nowait((event, None))
-
-    async def hand(self, event: Event) -> None:
-        """Pass ``event`` on; returns once the reader has yielded it."""
-        seen = asyncio.Event()
-        self._queue.put_nowait((event, seen))
-        await seen.wait()
-
-    async def relay(self, work: Callable[[], Coroutine[Any, Any, None]]
-                    ) -> AsyncGenerator[Event, None]:
-        """Run ``work()`` in a task and yield what it hands off here, in order, until it ends.
-
-        An event handed with :meth:`hand` is released once it is yielded; ``work``
-        ending closes the stream and its failure is raised here. Closing the
-        generator cancels ``work`` and waits for it (nothing is yielded from
-        inside a task).
-        """
-        tasks = TaskSet("hand-off", logger=logger)  # its failure is raised here, not logged
-        task = tasks.spawn(work(), name="hand-off", expected=BaseException)
-        task.add_done_callback(lambda _: self._queue.put_nowait(None))  # the end
-        queue = self._queue
-        try:
-            while (item := await queue.get()) is not None:
-                event, seen = item
-                yield event
-                if seen is not None:
-                    seen.set()
-            task.result()
-        finally:
-            await tasks.aclose()  # cancels it if it still runs, and waits for it
 
 
 def error_result(code: str, message: str) -> dict[str, Any]:

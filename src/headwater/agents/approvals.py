@@ -19,7 +19,7 @@ from ..core.events import ApprovalDecision, Event
 from ..core.types import Content, FunctionCall, FunctionResponse, Part
 from ..sessions.ledger import CallLedger, CallRecord
 from ..tools.approval import APPROVAL_RESPONSE_NAME
-from ._execution import error_result
+from ._execution import CallOutcome, error_result
 from .invocation import InvocationContext
 
 SUPERSEDED_MESSAGE = ("Not run: the user sent another message instead of answering this "
@@ -142,3 +142,14 @@ def closed_waiting(ledger: CallLedger, closing: list[str], code: str, message: s
     return [Part(function_response=FunctionResponse(
         id=r.call.id, name=r.call.name, response=error_result(code, message)))
         for r in ledger.orphaned_by(closing)]
+
+
+def split_decisions(resume: Resume) -> tuple[list[FunctionCall], list[CallOutcome]]:
+    """The approved calls to run, and a ``denied`` outcome for each refused one."""
+    approved = [call for call, decision in resume if decision.approved]
+    denied = [
+        CallOutcome(call, error_result(
+            "denied", "A human denied this call" + (f": {d.reason}" if d.reason else ".")))
+        for call, d in resume if not d.approved
+    ]
+    return approved, denied

@@ -37,14 +37,14 @@ from ..planners import plan_request, plan_response
 from ..tools.function_tool import BaseTool
 from ._execution import (
     CallOutcome,
-    Handoff,
     ProgressSink,
     ToolExecutor,
-    error_result,
     maybe_await,
 )
 from .agent import Agent
-from .approvals import Resume
+from .approvals import Resume, split_decisions
+from .expiry import seal_event
+from .handoff import Handoff
 from .instructions import system_instruction
 from .invocation import InvocationContext
 from .output_schema import append_schema, parse_output
@@ -52,12 +52,6 @@ from .transfer import TRANSFER_TO_AGENT, TransferToAgentTool, transfer_targets
 from .turn import ModelTurn
 
 logger = logging.getLogger("headwater.agents")
-
-SEAL_MESSAGES: dict[str, str] = {
-    "cancelled": "The call was cancelled before it returned a result.",
-    "interrupted": "The call was interrupted (the process stopped) before it returned a result.",
-}
-
 
 class Recorder(Protocol):
     """Where a run's record goes: the runner's session store (the one place that persists)."""
@@ -573,34 +567,3 @@ async def _steps(flow: Flow) -> AsyncGenerator[Event, None]:
             yield (last := await flow.call(calls))
         if last is None or flow.ends_turn(last) or last.actions.end_invocation:
             return
-
-
-def seal_event(ctx: InvocationContext, author: str, reason: str,
-               results: dict[str, dict[str, Any]] | None = None) -> Event | None:
-    """One event giving every dangling call of the session a result, or ``None``.
-
-    Calls in ``results`` get that result; the others a synthetic ``reason``
-    error (``cancelled`` or ``interrupted``), whichever agent made them.
-    """
-    dangling = ctx.ledger.dangling()
-    if not dangling:
-        return None
-    found = results or {}
-    message = SEAL_MESSAGES[reason]
-    parts = [Part(function_response=FunctionResponse(
-        id=call.id, name=call.name,
-        response=found.get(call.id) or error_result(reason, message)))
-        for call in dangling]
-    return Event(invocation_id=ctx.invocation_id, author=author, content=Content("user", parts),
-                 interrupted=any(call.id not in found for call in dangling))
-
-
-def split_decisions(resume: Resume) -> tuple[list[FunctionCall], list[CallOutcome]]:
-    """The approved calls to run, and a ``denied`` outcome for each refused one."""
-    approved = [call for call, decision in resume if decision.approved]
-    denied = [
-        CallOutcome(call, error_result(
-            "denied", "A human denied this call" + (f": {d.reason}" if d.reason else ".")))
-        for call, d in resume if not d.approved
-    ]
-    return approved, denied

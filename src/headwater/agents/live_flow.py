@@ -60,8 +60,8 @@ from ..core.types import Content, FunctionCall, Part
 from ..sessions.ledger import as_seen_by, calls_above
 from ._execution import CallOutcome
 from .agent import Agent
-from .approvals import answered_calls, split_approvals
-from .flow import Flow, split_decisions
+from .approvals import answered_calls, split_approvals, split_decisions
+from .flow import Flow
 from .live_model import LiveModel
 from .live_out import LiveEnd, LiveOut
 from .live_streams import PENDING as PENDING

@@ -23,7 +23,7 @@ agent's model calls).
   ``max_iterations`` or an ``escalate``; both stop at a sub-agent that ends in
   an error or with ``end_invocation``. **ParallelAgent** runs each sub-agent on its own branch
   (``"<parallel>.<sub>"``) in one task group; their events reach the stream
-  through a :class:`~headwater.agents._execution.Handoff` (nothing is yielded
+  through a :class:`~headwater.agents.handoff.Handoff` (nothing is yielded
   from inside the group; the one hand-off agents used as tools and tool
   progress use too), and each branch goes on only once its event has been
   yielded. A branch that fails ends with its own error event; the others go on.
@@ -40,23 +40,26 @@ import asyncio
 import logging
 from collections.abc import AsyncGenerator, Sequence
 from contextlib import aclosing
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from ..core.errors import ERROR_MESSAGES, ErrorCode, SessionError, UserError
 from ..core.events import Event, EventActions
 from ..core.live_request_queue import LiveRequestQueue
 from ..core.run_config import StreamingMode
 from ..core.types import Content, FunctionCall
-from ..sessions.ledger import CallRecord, call_branch, calls_above
-from ._execution import CallOutcome, Handoff, InnerRun, maybe_await
+from ..sessions.ledger import CallRecord, call_branch
+from ._execution import CallOutcome, InnerRun, maybe_await
 from .agent import Agent
 from .agent_tool import AgentTool
 from .approvals import Resume
 from .base import BaseAgent
 from .callbacks import AfterAgentCallback, BeforeAgentCallback
-from .flow import Flow, Recorder, recorded, seal_event
+from .expiry import seal_event
+from .flow import Flow, Recorder, recorded
+from .handoff import Handoff
 from .invocation import AgentOutcome, InvocationContext
 from .live_flow import LiveFlow
+from .resume_plan import ResumePlan, plan_resume
 from .transfer import returns_to
 from .workflow import LoopAgent, ParallelAgent, SequentialAgent
 
@@ -64,19 +67,6 @@ logger = logging.getLogger("headwater.agents")
 
 
 _Outcome = AgentOutcome
-
-
-@dataclass(slots=True)
-class _Plan:
-    """Where a message that answers calls resumes the tree (docs/multi-agent.md, "A pause
-    inside a tree")."""
-
-    answers: dict[tuple[str, str | None], Resume]
-    """Each agent (and branch) whose own calls the message answers: the approval
-    decisions for it (none for long-running results, which the message carries)."""
-    marks: set[tuple[str, str | None]]
-    """The agents (and branches) on the way from the root to each of them, through
-    the calls of agents used as tools that wait for them."""
 
 
 def calls_back(agent: BaseAgent) -> bool:
@@ -368,9 +358,9 @@ class TreeRun:
             agent = target  # LLM to LLM: a loop, not a nested generator per transfer
 
     async def _sequence(self, subs: Sequence[BaseAgent], branch: str | None, tail: bool,
-                        outcome: _Outcome, plan: _Plan | None = None
+                        outcome: _Outcome, plan: ResumePlan | None = None
                         ) -> AsyncGenerator[Event, None]:
-        start = 0 if plan is None else _marked(subs, branch, plan)
+        start = 0 if plan is None else plan.marked(subs, branch)
         for n in range(start, len(subs)):
             done = _Outcome()
             last_step = tail and n == len(subs) - 1
@@ -386,10 +376,10 @@ class TreeRun:
                 return
 
     async def _loop(self, agent: LoopAgent, branch: str | None, outcome: _Outcome,
-                    plan: _Plan | None = None) -> AsyncGenerator[Event, None]:
+                    plan: ResumePlan | None = None) -> AsyncGenerator[Event, None]:
         limit, rounds, made = agent.max_iterations, 0, True
         subs = agent.sub_agents
-        start = 0 if plan is None else _marked(subs, branch, plan)  # resumed mid-round
+        start = 0 if plan is None else plan.marked(subs, branch)  # resumed mid-round
         while made and (limit is None or rounds < limit):
             rounds, made = rounds + 1, False  # a round that made no event would spin forever
             for n in range(start, len(subs)):
@@ -410,7 +400,7 @@ class TreeRun:
             start, plan = 0, None
 
     def _parallel(self, agent: ParallelAgent, branch: str | None, outcome: _Outcome,
-                  plan: _Plan | None = None) -> AsyncGenerator[Event, None]:
+                  plan: ResumePlan | None = None) -> AsyncGenerator[Event, None]:
         handoff = Handoff()
         ledger = self.ctx.ledger
         runs: list[tuple[BaseAgent, str, bool]] = []  # (sub, its branch, resumed)
@@ -461,91 +451,24 @@ class TreeRun:
 
     # -- resuming a paused tree -------------------------------------------------------------
 
-    def _plan(self) -> _Plan | None:
+    def _plan(self) -> ResumePlan | None:
         """Where this run's message resumes the tree: the agents whose calls it answers and
         the way to them; ``None`` when it answers none (or the tree no longer has them:
         :meth:`agent_to_run` then picks the agent, as before)."""
         ctx = self.ctx
         if ctx.resume:
-            return self._plan_of(ctx.resume, [])
+            return plan_resume(self.root, self.ctx.ledger, ctx.resume, [])
         events = ctx.session.events
         last = events[-1] if events else None
         if last is None or last.author != "user" or last.content is None:
             return None
         responses = last.content.function_responses
-        return self._plan_of([], [r.id for r in responses]) if responses else None
-
-    def _plan_of(self, resume: Resume, answered: list[str]) -> _Plan | None:
-        """The plan for approval answers ``resume`` and long-running results for the calls
-        ``answered``."""
-        ledger = self.ctx.ledger
-        answers: dict[tuple[str, str | None], Resume] = {}
-        for call, decision in resume:
-            record = ledger.record(call.id)
-            if record is not None:
-                answers.setdefault((record.author, record.branch), []).append((call, decision))
-        for call_id in answered:
-            record = ledger.record(call_id)
-            if record is not None:
-                answers.setdefault((record.author, record.branch), [])
-        if not answers:
+        if not responses:
             return None
-        marks: set[tuple[str, str | None]] = set()
-        for author, branch in answers:
-            if not self._mark(author, branch, marks):
-                return None
-        return _Plan(answers, marks)
-
-    def _level(self, branch: str | None) -> tuple[BaseAgent, str | None, CallRecord | None] | None:
-        """The top agent of the run ``branch`` lies in, the branch it runs on, and the call
-        that runs it: the root on no call's branch; else the agent of the ``AgentTool``
-        whose call's branch holds ``branch`` (the innermost). ``None``: not in this tree."""
-        above = calls_above(branch)
-        if not above:
-            return self.root, None, None
-        call_id = above[-1]
-        record = self.ctx.ledger.record(call_id)
-        if record is None:
-            return None
-        outer = self._level(record.branch)
-        caller = outer[0].find_agent(record.author) if outer is not None else None
-        tool = caller.tools_by_name.get(record.call.name) if isinstance(caller, Agent) else None
-        if not isinstance(tool, AgentTool):
-            return None
-        return tool.agent, call_branch(record.branch, record.author, call_id), record
-
-    def _mark(self, author: str, branch: str | None, marks: set[tuple[str, str | None]]
-              ) -> bool:
-        """Mark ``author`` on ``branch`` and the agents above it up to the root, through the
-        waiting calls that ran them. ``False``: the tree does not have that place."""
-        level = self._level(branch)
-        if level is None:
-            return False
-        top, top_branch, call = level
-        if call is not None and not self._mark(call.author, call.branch, marks):
-            return False
-        agent = top.find_agent(author)
-        if agent is None:
-            return False
-        while True:
-            marks.add((agent.name, branch))
-            if agent is top:
-                return branch == top_branch
-            parent = agent.parent_agent
-            if parent is None:
-                return False
-            if isinstance(parent, ParallelAgent):  # "<branch>.<parallel>.<sub>" back to <branch>
-                own = f"{parent.name}.{agent.name}"
-                if branch == own:
-                    branch = None
-                elif branch is not None and branch.endswith("." + own):
-                    branch = branch[:-len(own) - 1]
-                else:
-                    return False
-            agent = parent
+        return plan_resume(self.root, self.ctx.ledger, [], [r.id for r in responses])
 
     async def _resume(self, agent: BaseAgent, branch: str | None, tail: bool,
-                      outcome: _Outcome, plan: _Plan) -> AsyncGenerator[Event, None]:
+                      outcome: _Outcome, plan: ResumePlan) -> AsyncGenerator[Event, None]:
         """A marked agent going on from its pause; its after-agent callbacks once it is done
         (its before-agent ones ran when it started)."""
         after = agent.after_agent_callbacks
@@ -559,7 +482,7 @@ class TreeRun:
                 yield reply
 
     def _resume_kind(self, agent: BaseAgent, branch: str | None, tail: bool,
-                     outcome: _Outcome, plan: _Plan) -> AsyncGenerator[Event, None]:
+                     outcome: _Outcome, plan: ResumePlan) -> AsyncGenerator[Event, None]:
         if isinstance(agent, Agent):
             return self._resume_llm(agent, branch, tail, outcome, plan)
         if isinstance(agent, SequentialAgent):
@@ -571,7 +494,7 @@ class TreeRun:
         return self._kind(agent, branch, tail, outcome)  # refused there
 
     async def _resume_llm(self, agent: Agent, branch: str | None, tail: bool,
-                          outcome: _Outcome, plan: _Plan) -> AsyncGenerator[Event, None]:
+                          outcome: _Outcome, plan: ResumePlan) -> AsyncGenerator[Event, None]:
         """An LLM agent going on: its answered calls run (or are denied), the agents used
         as tools it waits for go on, and those that finish give their calls' results;
         then its model, as after any results. An agent marked only because an agent it
@@ -579,7 +502,7 @@ class TreeRun:
         answers = plan.answers.get((agent.name, branch))
         waiting = self._waiting(agent, branch, plan)
         if answers is None and not waiting:
-            target = _marked_agent(agent.sub_agents, branch, plan)
+            target = plan.marked_agent(agent.sub_agents, branch)
             if target is not None:  # it transferred; the agent it went to paused
                 async with aclosing(self._resume(target, branch, tail, outcome, plan)) as events:
                     async for event in events:
@@ -605,12 +528,12 @@ class TreeRun:
         for the calls ``resume`` answers go on; the outcomes of the calls whose agent
         finished are added to ``decided`` (the live flow tells its model). The events
         yielded are committed already."""
-        plan = self._plan_of(resume, [])
+        plan = plan_resume(self.root, self.ctx.ledger, resume, [])
         if plan is None:
             return _nothing()
         return self._go_on(self._waiting(agent, branch, plan), plan, decided)
 
-    def _waiting(self, agent: Agent, branch: str | None, plan: _Plan
+    def _waiting(self, agent: Agent, branch: str | None, plan: ResumePlan
                  ) -> list[tuple[CallRecord, AgentTool, str]]:
         """The calls of ``agent`` on ``branch`` that wait for an agent the plan resumes: each
         record, its ``AgentTool`` and the branch its agent runs on."""
@@ -623,7 +546,7 @@ class TreeRun:
                 found.append((record, tool, inner))
         return found
 
-    async def _go_on(self, waiting: list[tuple[CallRecord, AgentTool, str]], plan: _Plan,
+    async def _go_on(self, waiting: list[tuple[CallRecord, AgentTool, str]], plan: ResumePlan,
                      decided: list[CallOutcome]) -> AsyncGenerator[Event, None]:
         """Resume the agent each waiting call ran, in call order; a call whose agent
         finishes gets its result in ``decided`` (:class:`InnerRun`, as on its first run)."""
@@ -642,20 +565,3 @@ class TreeRun:
 async def _nothing() -> AsyncGenerator[Event, None]:
     return
     yield  # (an async generator that yields nothing)
-
-
-def _marked(subs: Sequence[BaseAgent], branch: str | None, plan: _Plan) -> int:
-    """The index of the sub-agent a resumed sequence or loop goes on from."""
-    for n, sub in enumerate(subs):
-        if (sub.name, branch) in plan.marks:
-            return n
-    return len(subs)  # none: nothing of it paused (the plan passed it by)
-
-
-def _marked_agent(subs: Sequence[BaseAgent], branch: str | None, plan: _Plan
-                  ) -> BaseAgent | None:
-    """The sub-agent (on ``branch``) a resumed run goes on with, if one is marked."""
-    for sub in subs:
-        if (sub.name, branch) in plan.marks:
-            return sub
-    return None
