@@ -14,18 +14,26 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import httpx
 import pytest
 
 from headwater import Agent, AgentTool, ParallelAgent, SequentialAgent, tool
 from headwater.gateway import create_app
 from headwater.gateway.frames import outer_call_id
+from headwater.settings import Settings
+from headwater.models import LlmRequest
+from headwater.models.scripted import ScriptedCall, ScriptedTurn
 from headwater.testing import ScriptedModel
 
+from . import stores
 from .conftest import require_node
 from .stores import new_service
+from .test_replicas import replicas_for
 from .test_agui import agui, of_role
 from .test_gateway import AUTH, A, new_session, post_run, settings
 from .test_vercel import run_client
+
+__all__ = ["replicas_for"]  # a fixture, used by name
 
 DEPLOYED: list[str] = []
 
@@ -42,10 +50,21 @@ def _clear() -> None:
     DEPLOYED.clear()
 
 
+def answers(call: ScriptedCall, *text: str) -> ScriptedModel:
+    """A model that makes ``call``, then says ``text`` once a result is in: it decides
+    from the request, so a new process (a restart, another replica) answers the same."""
+
+    def respond(request: LlmRequest) -> ScriptedTurn:
+        last = request.contents[-1]
+        return ScriptedTurn(text=text) if last.function_responses else ScriptedTurn(
+            calls=(call,))
+
+    return ScriptedModel(responder=respond)
+
+
 def release(name: str = "release") -> Agent:
-    inner = ScriptedModel().call("deploy", {"version": "2"}, call_id="d1").reply("Deployed 2.")
-    outer = (ScriptedModel().call("deployer", {"request": "ship 2"}, call_id="c1")
-             .reply("Released ", "2."))
+    inner = answers(ScriptedCall("deploy", {"version": "2"}, id="d1"), "Deployed 2.")
+    outer = answers(ScriptedCall("deployer", {"request": "ship 2"}, id="c1"), "Released ", "2.")
     deployer = Agent(name="deployer", model=inner, description="Deploys.", tools=[deploy])
     return Agent(name=name, model=outer, tools=[AgentTool(deployer)])
 
@@ -161,4 +180,59 @@ async def test_vercel_approval_of_an_inner_call(serve: Any) -> None:
     assistant = second["messages"][-1]
     texts = [p["text"] for p in assistant["parts"] if p["type"] == "text"]
     assert texts[-1] == "Released 2."
+    assert DEPLOYED == ["2"]
+
+
+# -- a restart in between, and another replica -----------------------------------------------
+
+
+def gateway_settings(database_url: str, **overrides: Any) -> Settings:
+    return Settings(**{"database_url": database_url, "heartbeat_interval": 5.0,
+                       "send_timeout": 2.0, "session_lock_timeout": 0, "shutdown_grace": 2.0,
+                       **overrides})
+
+
+@pytest.mark.parametrize("store", ["sqlite", "postgres"])
+async def test_the_pause_outlives_a_restart(store: str, request: pytest.FixtureRequest,
+                                            serve: Any) -> None:
+    """Paused on one server, which stops; answered on a new one on the same database."""
+    if store == "postgres":
+        request.getfixturevalue("postgres_url")  # skips locally, fails in CI, when unset
+        assert stores.current is not None
+        url = stores.current.postgres_url()
+    else:
+        url = f"sqlite+aiosqlite:///{request.getfixturevalue('tmp_path') / 'pause.db'}"
+    first = create_app(release(), auth=AUTH, settings=gateway_settings(url))
+    async with httpx.AsyncClient(base_url=await serve(first, lifespan="on"),
+                                 timeout=20) as client:
+        sid = await new_session(client)
+        paused = await post_run(client, sid, {"message": "release 2"})
+        [asked] = [d for _, t, d in paused.frames if t == "approval_required"]
+    first.state.gateway.begin_shutdown()
+    second = create_app(release(), auth=AUTH, settings=gateway_settings(url))
+    async with httpx.AsyncClient(base_url=await serve(second, lifespan="on"),
+                                 timeout=20) as client:
+        resumed = await post_run(client, sid, {"approvals": [
+            {"call_id": asked["call_id"], "approved": True}]})
+        assert kinds(resumed.frames)[-3:] == [
+            ("tool_result", "release", None), ("message", "release", None),
+            ("done", None, None)]
+        items = (await client.get(f"/sessions/{sid}/events", headers=A)).json()["items"]
+    calls = [c["id"] for i in items for c in i.get("calls", [])]
+    results = [r["id"] for i in items for r in i.get("results", [])]
+    assert sorted(calls) == sorted(results) == ["c1", "d1"]  # every call answered once
+    assert DEPLOYED == ["2"]
+
+
+@pytest.mark.redis
+async def test_paused_on_one_replica_answered_on_the_other(replicas_for: Any) -> None:
+    replicas = await replicas_for(release)
+    sid = await new_session(replicas.a)
+    paused = await post_run(replicas.a, sid, {"message": "release 2"})
+    assert ("approval_required", "deployer", "c1") in kinds(paused.frames)
+    resumed = await post_run(replicas.b, sid, {"approvals": [
+        {"call_id": "d1", "approved": True}]})
+    assert kinds(resumed.frames) == [
+        ("tool_result", "deployer", "c1"), ("message", "deployer", "c1"),
+        ("tool_result", "release", None), ("message", "release", None), ("done", None, None)]
     assert DEPLOYED == ["2"]
