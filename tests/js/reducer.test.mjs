@@ -4,7 +4,7 @@ import { readFileSync } from "node:fs";
 import { test } from "node:test";
 
 import {
-  draftKey, draftOf, dropDrafts, emissionText, emittedValues, errorWords, fromHistory,
+  callsAbove, draftKey, draftOf, dropDrafts, emissionText, emittedValues, errorWords, fromHistory,
   initialState, measureOf, outerCallId, progressOf, readEmission, reduce,
 } from "../../src/headwater/gateway/static/reducer.js";
 import { SSEDecoder } from "../../src/headwater/gateway/static/sse.js";
@@ -545,6 +545,42 @@ test("a last turn with no answer stored says so once no run is going on", () => 
                     approval_decisions: [{ call_id: "d", approved: true }] };
   assert.equal(notices([asked, answers[3], decided], { ended: true }).length, 1);
   assert.deepEqual(notices([], { ended: true }), []);
+});
+
+test("an approval inside an agent used as a tool: the calls above it wait, then go on", () => {
+  assert.deepEqual(callsAbove("ops:c0.release:c1"), ["c0", "c1"]);
+  assert.deepEqual(callsAbove("fan.a"), []);
+  assert.deepEqual(callsAbove(null), []);
+  const paused = play([
+    frame("tool_call", { author: "release", names: ["deployer"],
+                         calls: [{ id: "c1", name: "deployer" }] }),
+    frame("tool_call", { author: "deployer", branch: "release:c1", names: ["deploy"],
+                         calls: [{ id: "d1", name: "deploy" }] }),
+    frame("approval_required", { author: "deployer", branch: "release:c1", call_id: "d1",
+                                 name: "deploy", args_sha256: "h", display: "deploy 2" }),
+    frame("done", {}),
+  ]);
+  const card = (id) => paused.items.find((i) => i.kind === "tool" && i.call_id === id);
+  assert.equal(card("c1").status, "waiting");
+  assert.equal(card("d1").status, "awaiting_approval");
+  assert.equal(card("d1").author, "deployer");
+  const answered = reduce(paused, frame("decision", { call_id: "d1", approved: true }));
+  const after = (id) => answered.items.find((i) => i.kind === "tool" && i.call_id === id);
+  assert.equal(after("c1").status, "running");
+  assert.equal(after("d1").approval.decided, "approved");
+  // From the history: the same pause.
+  const history = fromHistory([
+    { author: "release", calls: [{ id: "c1", name: "deployer" }] },
+    { author: "deployer", branch: "release:c1", calls: [{ id: "d1", name: "deploy" }] },
+    { author: "deployer", branch: "release:c1",
+      approvals_requested: [{ call_id: "d1", name: "deploy", args_sha256: "h",
+                              display: "deploy 2" }] },
+  ], { ended: true });
+  assert.equal(history.items.find((i) => i.call_id === "c1").status, "waiting");
+  // A later message supersedes it: both cards say so.
+  const moved = reduce(paused, frame("superseded", {}));
+  assert.deepEqual(moved.items.filter((i) => i.kind === "tool").map((i) => i.status),
+                   ["superseded", "superseded"]);
 });
 
 test("the reducer is pure: it never changes the state it is given", () => {
