@@ -145,10 +145,11 @@ class TreeRun:
                 instruction naming a state key the session does not hold.
         """
         root = self.root
-        plan = self._plan()
-        if (isinstance(root, Agent) and not root.sub_agents and root.parent_agent is None
-                and not calls_back(root)
-                and (plan is None or plan.marks == {(root.name, None)})):
+        lone = (isinstance(root, Agent) and not root.sub_agents and root.parent_agent is None
+                and not calls_back(root))
+        plan = self._plan() if not lone or self.ctx.ledger.in_calls else None
+        if lone and (plan is None or plan.marks == {(root.name, None)}):
+            assert isinstance(root, Agent)
             return Flow(root, self.ctx, self.recorder).run()  # a lone agent: its flow's run
         if plan is not None:
             return self._resume(root, None, True, _Outcome(), plan)

@@ -418,6 +418,11 @@ class CallLedger:
     # -- questions --------------------------------------------------------------------------
 
     @property
+    def in_calls(self) -> bool:
+        """Whether an entry lies on a call's branch (an agent used as a tool ran here)."""
+        return self._in_calls
+
+    @property
     def last_event_id(self) -> str | None:
         """The id of the last event observed (``None`` before the first)."""
         return self._last_id
