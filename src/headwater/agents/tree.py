@@ -327,6 +327,7 @@ class TreeRun:
                    resume: Resume, decided: Sequence[CallOutcome] = ()
                    ) -> AsyncGenerator[Event, None]:
         recorder = self.recorder if tail else self._inner()
+        resumed = bool(resume or decided)  # answers may leave others of its calls waiting
         while True:
             flow = Flow(agent, replace(self.ctx, branch=branch, resume=resume), recorder)
             resume = []
@@ -344,9 +345,11 @@ class TreeRun:
             if last.error_code is not None or last.actions.end_invocation:
                 outcome.stopped = True
                 return
-            if last.long_running_tool_ids or self.ctx.ledger.holds(agent.name, branch):
+            if last.long_running_tool_ids or (resumed and self.ctx.ledger.holds(agent.name,
+                                                                                branch)):
                 outcome.paused = True  # a call of its waits for a human, or for an agent
                 return
+            resumed = False
             name = last.actions.transfer_to_agent
             target = agent.root_agent.find_agent(name) if name else None
             if target is None:

@@ -480,8 +480,11 @@ class CallLedger:
     def holds(self, author: str, branch: str | None) -> bool:
         """Whether ``author`` has calls on ``branch`` that wait for a human or for an agent
         it called (awaiting approval, or waiting): its turn cannot be over."""
-        return any(r.status in ("awaiting_approval", "waiting") and r.author == author
-                   and r.branch == branch for r in self._calls.values())
+        for r in self._calls.values():
+            if r.status in ("awaiting_approval", "waiting") and r.author == author \
+                    and r.branch == branch:
+                return True
+        return False
 
     def pending_under(self, branch: str) -> bool:
         """Whether a call made on ``branch`` or under it still waits for its result (an
