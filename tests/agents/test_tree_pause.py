@@ -29,6 +29,7 @@ from headwater import (
     RunConfig,
     Runner,
     SequentialAgent,
+    StreamingMode,
     tool,
 )
 from headwater.errors import ApprovalError
@@ -429,4 +430,22 @@ async def test_a_live_run_pauses_inside_an_agent_tool_and_the_queue_answer_resum
     assert result_of(events, "c1") == {"result": "Deployed L."}
     assert [e.author for e in events if e.function_responses] == ["deployer", "release"]
     queue.close()
+    await history_ok(runner, sid)
+
+
+async def test_tool_budget_counts_the_resumed_run_as_any_run() -> None:
+    """``max_tool_calls`` of the resumed run counts what runs in it: the approved inner
+    call, then a second inner call is refused (a result the inner model reads)."""
+    outer = (ScriptedModel().call("deployer", {"request": "ship"}, call_id="c1")
+             .reply("done"))
+    inner = (ScriptedModel().call("deploy", {"version": "1"}, call_id="d1")
+             .call("notify", {"text": "shipped"}, call_id="n1").reply("deployed"))
+    deployer = Agent(name="deployer", model=inner, tools=[deploy, notify])
+    runner, sid = await make(Agent(name="release", model=outer, tools=[AgentTool(deployer)]))
+    first = await collect(runner, sid, "release")
+    second = await collect(runner, sid, answer(first),
+                           RunConfig(streaming_mode=StreamingMode.SSE, max_tool_calls=1))
+    assert RAN == ["deploy 1"]
+    assert result_of(second, "n1")["code"] == "budget_exceeded"
+    assert result_of(second, "c1") == {"result": "deployed"}
     await history_ok(runner, sid)
