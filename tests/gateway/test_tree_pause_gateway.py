@@ -20,17 +20,17 @@ import pytest
 from headwater import Agent, AgentTool, ParallelAgent, SequentialAgent, tool
 from headwater.gateway import create_app
 from headwater.gateway.frames import outer_call_id
-from headwater.settings import Settings
 from headwater.models import LlmRequest
 from headwater.models.scripted import ScriptedCall, ScriptedTurn
+from headwater.settings import Settings
 from headwater.testing import ScriptedModel
 
 from . import stores
 from .conftest import require_node
 from .stores import new_service
-from .test_replicas import replicas_for
 from .test_agui import agui, of_role
 from .test_gateway import AUTH, A, new_session, post_run, settings
+from .test_replicas import replicas_for
 from .test_vercel import run_client
 
 __all__ = ["replicas_for"]  # a fixture, used by name
