@@ -191,6 +191,13 @@ class Settings(BaseSettings):
             more). Past it, or when Redis refuses, a request that needs Redis
             answers 503 ``run_store_unavailable`` and a stream following a run
             ends with that error; the next request tries Redis again.
+        redis_batch_window_ms: milliseconds a replica gathers its runs' frames
+            (and run logs opened) before sending them to Redis in one call; 0:
+            one event-loop turn. While a call is on its way the next batch
+            gathers too. Followers on the run's own replica read its frames in
+            process and never wait for it; followers on other replicas see a
+            frame up to this much later (docs/frame-protocol.md, "Resumable runs
+            across replicas").
         gc_freeze: the gateway moves everything alive at startup out of the
             garbage collector's passes (``gc.freeze()``), so full collections
             scan only what runs allocate (shorter event-loop stalls).
@@ -327,6 +334,7 @@ class Settings(BaseSettings):
     redis_max_connections: int = Field(default=2048, ge=2)
     redis_pool_timeout: float = Field(default=10.0, gt=0)
     redis_timeout: float = Field(default=5.0, gt=0)
+    redis_batch_window_ms: float = Field(default=2.0, ge=0, le=1000)
     max_page_size: int = Field(default=200, ge=1)
     session_title_chars: int = Field(default=80, ge=2)
     gc_freeze: bool = True
