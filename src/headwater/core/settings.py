@@ -173,7 +173,8 @@ class Settings(BaseSettings):
         redis_key_prefix: the prefix of every Redis key and channel the gateway
             uses (several deployments can share one Redis).
         redis_run_ttl: seconds a running run's frames stay in Redis after its
-            last frame (a safety net; renewed by every frame).
+            replica last wrote or renewed them (a safety net; renewed by every
+            batch of its frames, and every third of it while the run is quiet).
         redis_ended_ttl: seconds an ended run's frames and record stay in Redis
             after its terminal frame unless the replica that ran it forgets it
             first (after ``run_retention``); keep it above ``run_retention``.
