@@ -3,6 +3,7 @@
     python benchmarks/load.py [--streams 1000] [--deltas 20] [--pace 0.05]
                               [--store memory|sqlite] [--quick] [--profile FILE]
                               [--baseline [--rounds N]] [--replicas 2 [--redis-url URL]]
+                              [--resumable]
 
 Three processes, so none of them measures itself:
 
@@ -24,7 +25,10 @@ Three processes, so none of them measures itself:
 provider's stream (``build_baseline``: the same frames, the same pace) and
 against the gateway, in turn, and reports the server CPU per frame and the added
 latency of both and their ratio. ``--replicas 2`` runs two gateway processes on
-one Redis (``HEADWATER_REDIS_URL``), half the streams each.
+one Redis (``HEADWATER_REDIS_URL``), half the streams each; Redis's own CPU over the
+streaming window (``INFO cpu``) is reported apart (``redis_cpu_*``). ``--resumable``
+starts every run resumable (its frames go to the Redis log even when followed on its
+own replica).
 
 stdout gets one JSON object (figures, targets, sizes); stderr a short table.
 What each figure means: benchmarks/README.md, "Gateway load (L1)". Nothing is
@@ -70,6 +74,7 @@ Figures = dict[str, float]
 
 SIDE_BY_SIDE_TARGETS: dict[str, str] = {
     "cpu_ratio": "<= 3",
+    "replicas_cpu_ratio": "<= 1.5 (issue 32)",
     "gateway_added_p99_ms": "< 25 (1,000 streams)",
 }
 
@@ -94,6 +99,7 @@ class Options:
     profile: str = ""
     replicas: int = 1  # gateway processes; 2 share one Redis run log (``--replicas 2``)
     redis_url: str = "redis://127.0.0.1:6379/0"
+    resumable: bool = False  # every run started with ``"resumable": true``
 
 
 DEFAULT = Options()
@@ -128,6 +134,19 @@ def cpu_s(pid: int) -> float:
     """User + system CPU seconds a process has used (``/proc/<pid>/stat``)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def redis_cpu_s(url: str) -> float:
+    """Redis's own CPU seconds so far (``INFO cpu``: ``used_cpu_sys`` + ``used_cpu_user``,
+    every thread of the server). Other clients of the same server count too."""
+    import redis
+
+    client = redis.Redis.from_url(url)
+    try:
+        cpu = cast(dict[str, Any], client.info("cpu"))
+    finally:
+        client.close()
+    return float(cpu["used_cpu_sys"]) + float(cpu["used_cpu_user"])
 
 
 def runqueue_wait_s(pid: int) -> float:
@@ -599,8 +618,11 @@ async def new_session(port: int, token: str, gate: asyncio.Semaphore) -> str:
     return session_id
 
 
-def run_request(session_id: str, token: str, message: str) -> bytes:
-    return http_request("POST", f"/sessions/{session_id}/runs", token, {"message": message})
+def run_request(session_id: str, token: str, message: str, resumable: bool = False) -> bytes:
+    body: dict[str, Any] = {"message": message}
+    if resumable:
+        body["resumable"] = True
+    return http_request("POST", f"/sessions/{session_id}/runs", token, body)
 
 
 class Child:
@@ -648,6 +670,7 @@ def child_args(options: Options) -> list[str]:
             "--pace", str(options.pace), "--hold", str(hold_for(options)),
             "--store", options.store, "--loop", options.loop, "--pool", options.pool,
             "--replicas", str(options.replicas), "--redis-url", options.redis_url,
+            *(["--resumable"] if options.resumable else []),
             *(["--profile", options.profile] if options.profile else [])]
 
 
@@ -700,7 +723,7 @@ async def drive(options: Options, provider: Child, servers: list[Child]) -> Phas
 
     start = time.monotonic()
     phase.streams = list(await asyncio.gather(*(
-        exchange(port, run_request(sid, t, f"k{i}"), gate, wait=False)
+        exchange(port, run_request(sid, t, f"k{i}", options.resumable), gate, wait=False)
         for i, (port, sid, t) in enumerate(zip(at, sessions, tokens, strict=True)))))
     deadline = start + hold_for(options)
     while int(await provider.aask("count")) < options.streams + len(servers):
@@ -715,6 +738,7 @@ async def drive(options: Options, provider: Child, servers: list[Child]) -> Phas
     pids = {"provider": provider.pid, "client": os.getpid()}
     before = {name: cpu_s(pid) for name, pid in pids.items()}
     server_before = sum(map(cpu_s, server_pids))
+    redis_before = redis_cpu_s(options.redis_url) if len(servers) > 1 else 0.0
     waited, load = sum(map(runqueue_wait_s, server_pids)), os.getloadavg()[0]
 
     budget = hold_for(options) + options.deltas * options.pace + 60
@@ -723,6 +747,8 @@ async def drive(options: Options, provider: Child, servers: list[Child]) -> Phas
             await asyncio.gather(*(s.ended for s in phase.streams))
     phase.cpu = {name: cpu_s(pid) - before[name] for name, pid in pids.items()}
     phase.cpu["server"] = sum(map(cpu_s, server_pids)) - server_before
+    phase.cpu["redis"] = (redis_cpu_s(options.redis_url) - redis_before if len(servers) > 1
+                          else 0.0)
     phase.cpu["server_runqueue_wait"] = sum(map(runqueue_wait_s, server_pids)) - waited
     phase.cpu["loadavg_1min_max"] = max(load, os.getloadavg()[0])
     for stream in phase.streams:
@@ -784,6 +810,8 @@ def figures(options: Options, phase: Phase) -> Figures:
         "stream_s": window,
         **{f"{name}_cpu_s": phase.cpu[name] for name in ("server", "provider", "client")},
         "server_cpu_us_per_frame": phase.cpu["server"] / frames * 1e6 if frames else 0.0,
+        "redis_cpu_s": phase.cpu["redis"],
+        "redis_cpu_us_per_frame": phase.cpu["redis"] / frames * 1e6 if frames else 0.0,
         "server_runqueue_wait_s": phase.cpu["server_runqueue_wait"],
         "loadavg_1min": phase.cpu["loadavg_1min_max"],
         "heartbeats": float(sum(s.heartbeats for s in streams)),
@@ -824,7 +852,8 @@ def measure(options: Options, kind: str = "gateway") -> dict[str, Any]:
     }
 
 
-COMPARED = ("server_cpu_us_per_frame", "added_latency_p50_ms", "added_latency_p99_ms",
+COMPARED = ("server_cpu_us_per_frame", "redis_cpu_us_per_frame", "added_latency_p50_ms",
+            "added_latency_p99_ms",
             "frames_per_s", "done", "errors", "gc_pause_max_ms", "loop_lag_max_ms",
             "server_runqueue_wait_s", "loadavg_1min")
 
@@ -834,7 +863,9 @@ def side_by_side(options: Options, rounds: int) -> dict[str, Any]:
 
     ``cpu_ratio`` is the gateway's server CPU per frame over the baseline's (target
     ≤ 3); ``gateway_added_p99_ms`` the gateway's added-latency p99 less the
-    baseline's (target < 25 ms at 1,000 streams).
+    baseline's (target < 25 ms at 1,000 streams); with two replicas,
+    ``replicas_cpu_ratio`` is their server CPU per frame (both processes; Redis's
+    apart) over one replica's (target ≤ 1.5).
     """
     one = dataclasses.replace(options, replicas=1)
     kinds = {"baseline": ("baseline", one), "gateway": ("gateway", one)}
@@ -849,6 +880,10 @@ def side_by_side(options: Options, rounds: int) -> dict[str, Any]:
     base, gate = medians["baseline"], medians["gateway"]
     ratio = (gate["server_cpu_us_per_frame"] / base["server_cpu_us_per_frame"]
              if base["server_cpu_us_per_frame"] else float("nan"))
+    extra: dict[str, float] = {}
+    if "replicas" in medians and gate["server_cpu_us_per_frame"]:
+        extra["replicas_cpu_ratio"] = (medians["replicas"]["server_cpu_us_per_frame"]
+                                       / gate["server_cpu_us_per_frame"])
     return {
         "date": datetime.date.today().isoformat(),
         "commit": commit(),
@@ -858,7 +893,7 @@ def side_by_side(options: Options, rounds: int) -> dict[str, Any]:
         "options": {k: getattr(options, k) for k in Options.__dataclass_fields__}
         | {"hold": hold_for(options), "rounds": rounds},
         "medians": medians,
-        "figures": {"cpu_ratio": ratio,
+        "figures": {"cpu_ratio": ratio, **extra,
                     "gateway_added_p99_ms": gate["added_latency_p99_ms"]
                     - base["added_latency_p99_ms"],
                     **{f"{kind}_{k}": v for kind, figures in medians.items()
@@ -898,6 +933,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                              "each drives half the streams (with --baseline: a third "
                              "kind of run, beside one replica)")
     parser.add_argument("--redis-url", default=DEFAULT.redis_url)
+    parser.add_argument("--resumable", action="store_true",
+                        help="start every run resumable (with --replicas 2 its frames go "
+                             "to Redis even when followed on its own replica)")
     parser.add_argument("--quick", action="store_true", help="20 short streams: a smoke test")
     parser.add_argument("--profile", default="", help="cProfile the server; stats to FILE")
     parser.add_argument("--child", choices=["provider", "server", "baseline"],
@@ -911,7 +949,7 @@ def options_of(args: argparse.Namespace) -> Options:
                                             pace=args.pace, hold=args.hold)
     return dataclasses.replace(size, store=args.store, loop=args.loop, pool=args.pool,
                                profile=args.profile, replicas=args.replicas,
-                               redis_url=args.redis_url)
+                               redis_url=args.redis_url, resumable=args.resumable)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

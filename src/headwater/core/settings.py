@@ -173,7 +173,8 @@ class Settings(BaseSettings):
         redis_key_prefix: the prefix of every Redis key and channel the gateway
             uses (several deployments can share one Redis).
         redis_run_ttl: seconds a running run's frames stay in Redis after its
-            last frame (a safety net; renewed by every frame).
+            replica last wrote or renewed them (a safety net; renewed by every
+            batch of its frames, and every third of it while the run is quiet).
         redis_ended_ttl: seconds an ended run's frames and record stay in Redis
             after its terminal frame unless the replica that ran it forgets it
             first (after ``run_retention``); keep it above ``run_retention``.
@@ -191,6 +192,13 @@ class Settings(BaseSettings):
             more). Past it, or when Redis refuses, a request that needs Redis
             answers 503 ``run_store_unavailable`` and a stream following a run
             ends with that error; the next request tries Redis again.
+        redis_batch_window_ms: milliseconds a replica gathers its runs' frames
+            (and run logs opened) before sending them to Redis in one call; 0:
+            one event-loop turn. While a call is on its way the next batch
+            gathers too. Followers on the run's own replica read its frames in
+            process and never wait for it; followers on other replicas see a
+            frame up to this much later (docs/frame-protocol.md, "Resumable runs
+            across replicas").
         gc_freeze: the gateway moves everything alive at startup out of the
             garbage collector's passes (``gc.freeze()``), so full collections
             scan only what runs allocate (shorter event-loop stalls).
@@ -327,6 +335,7 @@ class Settings(BaseSettings):
     redis_max_connections: int = Field(default=2048, ge=2)
     redis_pool_timeout: float = Field(default=10.0, gt=0)
     redis_timeout: float = Field(default=5.0, gt=0)
+    redis_batch_window_ms: float = Field(default=2.0, ge=0, le=1000)
     max_page_size: int = Field(default=200, ge=1)
     session_title_chars: int = Field(default=80, ge=2)
     gc_freeze: bool = True

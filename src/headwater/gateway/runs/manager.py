@@ -120,7 +120,7 @@ class RunManager:
                   resumable=resumable, request_id=request_id, stream=stream)
         opened = False
         try:
-            await self.log.open(run.id)
+            await self.log.open(run.id, resumable=resumable)
             opened = True
             await self.registry.register(RunInfo(
                 id=run.id, user_id=user_id, session_id=session_id, agent=agent,

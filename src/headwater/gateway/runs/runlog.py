@@ -37,8 +37,13 @@ class RunLog(Protocol):
     :meth:`last_id` before starting a response.
     """
 
-    async def open(self, run_id: str) -> None:
+    async def open(self, run_id: str, *, resumable: bool = True) -> None:
         """Make a new, empty log for ``run_id``.
+
+        ``resumable`` says whether the run may be resumed after its client left: a
+        backend shared by replicas keeps a run that is not in the writer's process
+        until a follower elsewhere asks for it (:class:`~.redis_runlog.RedisRunLog`);
+        what the log answers is the same either way.
 
         Raises:
             UserError: ``run_id`` already has a log, or the log is closed.
@@ -127,24 +132,62 @@ class RunLog(Protocol):
         ...
 
 
-class _Run:
-    """One run's frames and the futures of the followers waiting for the next one.
+class RunFrames:
+    """One run's frames in this process and the futures of the followers waiting for more.
 
     Every frame is kept as its bytes; only the last few are kept as
     :class:`Frame` objects too (what a live follower takes), older ones are
     decoded again when a replay asks for them. A kept frame is a few objects
     the garbage collector would walk on every pass while the run is retained;
     bytes are not (see benchmarks/README.md, "Gateway load").
+
+    :class:`InMemoryRunLog` keeps each run as one; the Redis log keeps the runs
+    its replica writes as one too, so their followers there read in process.
+    Followers see the frames up to ``shown``: all of them, unless the log holds
+    the newest back (the Redis log, until Redis has them). ``failure`` is an
+    error its followers raise once they have every frame shown (the Redis log's:
+    its copy in Redis could not be written).
     """
 
-    __slots__ = ("ended", "gone", "raws", "recent", "waiters")
+    __slots__ = ("ended", "failure", "gone", "raws", "recent", "shown", "waiters")
 
     def __init__(self, keep: int) -> None:
         self.raws: list[bytes] = []
         self.recent: deque[Frame] = deque(maxlen=keep)  # the last frames, as objects
-        self.ended = False
+        self.shown = 0  # the frames followers may see
+        self.ended = False  # the terminal frame was added (shown or not)
         self.gone = False  # forgotten: followers that catch up raise RunNotFound
+        self.failure: Exception | None = None
         self.waiters: list[asyncio.Future[None]] = []  # one per waiting follower
+
+    def add(self, type: str, data: Mapping[str, Any], *, hold: bool = False) -> Frame:
+        """Encode and keep the next frame; the frame. Shown to the followers (and they
+        are woken) unless ``hold``: then :meth:`show` does it.
+
+        Raises:
+            ValueError: an unknown frame type (and what ``encode_frame`` refuses).
+        """
+        frame = encode_frame(len(self.raws) + 1, type, data)
+        self.raws.append(frame.raw)
+        self.recent.append(frame)
+        self.ended = frame.terminal
+        if not hold:
+            self.shown = len(self.raws)
+            self.wake()
+        return frame
+
+    def show(self, upto: int) -> None:
+        """Show the followers the frames up to id ``upto`` (held by :meth:`add`)."""
+        if upto > self.shown:
+            self.shown = min(upto, len(self.raws))
+            self.wake()
+
+    def fail(self, failure: Exception) -> None:
+        """Make the followers raise ``failure`` once they have every frame (the first
+        failure stays)."""
+        if self.failure is None:
+            self.failure = failure
+        self.wake()
 
     def frame(self, id: int) -> Frame:
         """Frame ``id`` (1 ≤ id ≤ the last id)."""
@@ -197,36 +240,29 @@ class InMemoryRunLog(RunLog):
             raise ValueError(f"keep_objects must be at least 1, got {keep_objects}")
         self.max_frames = max_frames
         self.keep_objects = keep_objects
-        self._runs: dict[str, _Run] = {}
+        self._runs: dict[str, RunFrames] = {}
         self._closed = False
 
-    def _run(self, run_id: str) -> _Run:
+    def _run(self, run_id: str) -> RunFrames:
         try:
             return self._runs[run_id]
         except KeyError:
             raise RunNotFound(f"no run log for run {run_id!r}") from None
 
-    async def open(self, run_id: str) -> None:
+    async def open(self, run_id: str, *, resumable: bool = True) -> None:
         if self._closed:
             raise UserError("the run log is closed; make a new one")
         if run_id in self._runs:
             raise UserError(f"run {run_id!r} already has a log; run ids must be unique")
-        self._runs[run_id] = _Run(self.keep_objects)
+        self._runs[run_id] = RunFrames(self.keep_objects)
 
     async def append(self, run_id: str, type: str, data: Mapping[str, Any]) -> Frame:
         run = self._run(run_id)
         if run.ended:
             raise RunLogClosed(f"run {run_id!r} already has its terminal frame")
-        raws = run.raws
-        terminal = type in TERMINAL_TYPES
-        if not terminal and len(raws) >= self.max_frames:
+        if type not in TERMINAL_TYPES and len(run.raws) >= self.max_frames:
             raise RunLogFull(f"run {run_id!r} wrote its {self.max_frames} frames")
-        frame = encode_frame(len(raws) + 1, type, data)
-        raws.append(frame.raw)
-        run.recent.append(frame)
-        run.ended = terminal
-        run.wake()
-        return frame
+        return run.add(type, data)
 
     async def read_after(self, run_id: str, after: int) -> list[Frame]:
         check_after(after)
@@ -235,27 +271,14 @@ class InMemoryRunLog(RunLog):
 
     def follow(self, run_id: str, after: int) -> AsyncGenerator[Frame, None]:
         check_after(after)
-        return self._follow(run_id, after)
+        return follow_frames(self._runs, run_id, after)
 
-    async def _follow(self, run_id: str, after: int) -> AsyncGenerator[Frame, None]:
-        run = self._run(run_id)
-        raws = run.raws
-        cursor = after
-        while True:
-            while cursor < len(raws):
-                cursor += 1
-                yield run.frame(cursor)
-            if run.ended:
-                return
-            if run.gone:
-                raise RunNotFound(f"run {run_id!r} was forgotten before its terminal frame")
-            await run.changed()
 
     async def ended(self, run_id: str) -> bool:
         return self._run(run_id).ended
 
     async def last_id(self, run_id: str) -> int:
-        return len(self._run(run_id).raws)
+        return self._run(run_id).shown
 
     async def forget(self, run_id: str) -> None:
         run = self._runs.pop(run_id, None)
@@ -267,6 +290,38 @@ class InMemoryRunLog(RunLog):
         self._closed = True
         for run_id in list(self._runs):
             await self.forget(run_id)
+
+
+async def follow_frames(runs: Mapping[str, RunFrames], run_id: str,
+                        after: int) -> AsyncGenerator[Frame, None]:
+    """The frames of ``runs[run_id]`` after ``after``, then each new one, until the
+    terminal frame (:meth:`RunLog.follow` of a run kept in this process).
+
+    Raises:
+        RunNotFound: on the first iteration, no such run; later, the run was
+            forgotten before its terminal frame.
+        Exception: the run's ``failure``, once every frame is yielded (unless the
+            terminal frame is among them).
+    """
+    run = runs.get(run_id)
+    if run is None:
+        raise RunNotFound(f"no run log for run {run_id!r}")
+    cursor = after
+    while True:
+        while cursor < run.shown:
+            cursor += 1
+            frame = run.frame(cursor)
+            yield frame
+            if frame.type in TERMINAL_TYPES:
+                return
+        if run.ended and cursor >= len(run.raws):
+            return  # the terminal frame is at or before ``after``
+        if run.gone:
+            raise RunNotFound(f"run {run_id!r} was forgotten before its terminal frame")
+        if run.failure is not None:
+            failure = run.failure
+            raise type(failure)(*failure.args)  # a new one per follower: its own traceback
+        await run.changed()
 
 
 def check_after(after: int) -> None:
