@@ -99,6 +99,7 @@ LOAD_FIGURES = {
     "loop_lag_stream_max_ms", "loop_lag_stream_p99_ms", "loop_lag_max_ms", "loop_lag_samples",
     "gc_pause_max_ms", "stream_s", "server_cpu_s", "provider_cpu_s", "client_cpu_s",
     "server_runqueue_wait_s", "loadavg_1min", "heartbeats", "server_cpu_us_per_frame",
+    "redis_cpu_s", "redis_cpu_us_per_frame",  # zero with one replica (issue 32)
     *(f"gc{gen}_stream_{name}" for gen in range(3) for name in ("count", "max_ms", "cpu_ms")),
 }
 
@@ -141,7 +142,7 @@ def test_gateway_load_baseline_serves_the_same_frames_side_by_side() -> None:
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(done.stdout)
     assert report["kind"] == "side_by_side"
-    assert set(report["targets"]) == {"cpu_ratio", "gateway_added_p99_ms"}
+    assert set(report["targets"]) == {"cpu_ratio", "replicas_cpu_ratio", "gateway_added_p99_ms"}
     streams, deltas = report["options"]["streams"], report["options"]["deltas"]
     runs = report["runs"]
     assert set(runs) == {"baseline", "gateway"} and len(runs["baseline"]) == 1
