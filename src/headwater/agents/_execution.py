@@ -223,7 +223,8 @@ class ToolExecutor:
                 f"the run's budget of {limit} tool calls is spent; not executed"))
         ctx.stats.tool_calls += 1
         tool_context = self.tool_context(ctx, call)
-        with ctx.trace.tool(self.agent_name, tool.name, call.id, call.args) as span:
+        with ctx.trace.tool(self.agent_name, tool.name, call.id, call.args,
+                            branch=ctx.branch) as span:
             try:
                 result, ok = await self._result(ctx, tool, call, tool_context, sink)
             finally:  # returned, failed, timed out or cancelled: its processes end with it

@@ -1,0 +1,316 @@
+"""The run inspector's spans, recorded by the same calls as the OpenTelemetry ones.
+
+A run started inside :func:`recording` (the gateway does, for
+``Settings.inspect_runs``) gets a :class:`RecordedRun`: it records each span into
+a :class:`~.trace_record.TraceRecord` and forwards every call to the run's
+OpenTelemetry trace, so one place records both (:func:`.telemetry.start_run`).
+The record adds the agents' turns (:meth:`RunTrace.agent
+<.spans.RunTrace.agent>`) and transfers and parents each span as it happened
+(docs/inspector.md); outside :func:`recording` a run pays one context variable
+read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncGenerator, Iterator, Mapping
+from contextlib import aclosing, contextmanager
+from contextvars import ContextVar
+from types import TracebackType
+from typing import Any
+
+from .spans import (
+    ChatTrace,
+    ModelLike,
+    RequestLike,
+    ResponseLike,
+    RunTrace,
+    ToolTrace,
+    error_type,
+)
+from .trace_record import SpanRecord, TraceRecord
+from .types import Usage
+
+__all__ = ("RecordedRun", "recorded", "recording")
+
+_recording: ContextVar[TraceRecord | None] = ContextVar("headwater_trace_record", default=None)
+
+
+@contextmanager
+def recording(record: TraceRecord) -> Iterator[TraceRecord]:
+    """The run started in the block (its first :func:`start_run`) records its spans into
+    ``record`` too, for the run inspector (docs/inspector.md); a record serves one run."""
+    token = _recording.set(record)
+    try:
+        yield record
+    finally:
+        _recording.reset(token)
+
+
+def recorded(otel: RunTrace, agent: str) -> RunTrace:
+    """The run's trace: ``otel`` (its OpenTelemetry spans, or ``NO_TRACE``), recording the
+    inspector's spans too when the run starts inside :func:`recording`."""
+    record = _recording.get()
+    if record is None or record.claimed:
+        return otel
+    record.claimed = True
+    return RecordedRun(otel, record, agent)
+
+
+class RecordedRun(RunTrace):
+    """A run that records the inspector's spans (:mod:`.trace_record`) and forwards every
+    call to its OpenTelemetry trace (``inner``, :data:`NO_TRACE` without one).
+
+    Parents: each branch has a stack of the spans open on it (agents' turns,
+    transfers). A model or tool call goes under the top of its branch's stack
+    (opening a lazy span for its agent when the top is another's); an agent's
+    turn or a transfer goes on top of it. A branch with no open span takes its
+    parent from where it was made: a call's branch (``"<agent>:<call id>"``,
+    an agent used as a tool) from that call's span, a parallel agent's
+    branch from the branch above it, the main line from the run's root.
+    """
+
+    __slots__ = ("_calls", "_inner", "_record", "_root", "_stacks")
+
+    def __init__(self, inner: RunTrace, record: TraceRecord, agent: str) -> None:
+        self._inner = inner
+        self._record = record
+        root = record.open("agent", agent, agent, None, None)
+        assert root is not None  # the first span of a new record
+        record.origin = root.start  # times are seconds since the run's start
+        self._root = root
+        self._stacks: dict[str | None, list[SpanRecord]] = {}
+        self._calls: dict[str, SpanRecord] = {}  # call id -> its tool span
+
+    # -- parents ----------------------------------------------------------------------------
+
+    def _from_above(self, branch: str | None) -> SpanRecord:
+        """The span a branch with nothing open on it was made under (class docstring)."""
+        stacks, calls = self._stacks, self._calls
+        while branch:
+            head, _, last = branch.rpartition(".")
+            _, mark, call_id = last.rpartition(":")
+            if mark and call_id in calls:
+                return calls[call_id]
+            branch = head or None
+            stack = stacks.get(branch)
+            if stack:
+                return stack[-1]
+        return self._root
+
+    def _agent_span(self, agent: str, branch: str | None) -> SpanRecord:
+        """The span a model or tool call of ``agent`` on ``branch`` goes under."""
+        stack = self._stacks.get(branch)
+        if stack:
+            top = stack[-1]
+            if top.kind == "agent" and top.agent == agent:
+                return top
+            if top.lazy:  # a live run's agent after a transfer: the last one's turn is over
+                top.close()
+                stack.pop()
+        parent = stack[-1] if stack else self._from_above(branch)
+        if parent.kind == "agent" and parent.agent == agent:
+            return parent
+        span = self._record.open("agent", agent, agent, branch, parent.id)
+        if span is None:
+            return parent
+        span.lazy = True
+        self._stacks.setdefault(branch, []).append(span)
+        return span
+
+    # -- the spans --------------------------------------------------------------------------
+
+    def chat(self, agent: str, model: ModelLike, request: RequestLike | None, *,
+             stream: bool = True, branch: str | None = None) -> ChatTrace:
+        inner = self._inner.chat(agent, model, request, stream=stream, branch=branch)
+        record = self._record
+        parent = self._agent_span(agent, branch)
+        span = record.open("model", model.model, agent, branch, parent.id, {
+            "model": model.model, "provider": model.provider, "stream": stream})
+        if span is None:
+            return inner
+        if record.payloads:
+            if request is not None:
+                record.learn_secrets(request.tools)
+                span.payload = {"request": {
+                    "system_instruction": request.system_instruction,
+                    "contents": list(request.contents), "tools": list(request.tools),
+                    "config": dict(request.config),
+                    "generate_content_config": request.generate_content_config}}
+            else:
+                span.payload = {}
+        return _RecordedChat(inner, span, record.payloads)
+
+    def tool(self, agent: str, name: str, call_id: str, args: Mapping[str, Any], *,
+             branch: str | None = None) -> ToolTrace:
+        return _RecordedTool(self._inner.tool(agent, name, call_id, args, branch=branch),
+                             self, agent, name, call_id, args, branch)
+
+    def start_tool(self, agent: str, name: str, call_id: str, args: Mapping[str, Any],
+                   branch: str | None) -> SpanRecord | None:
+        """Open the span of a tool call (as its block is entered)."""
+        parent = self._agent_span(agent, branch)
+        record = self._record
+        span = record.open("tool", name, agent, branch, parent.id,
+                           {"tool": name, "call_id": call_id})
+        if span is not None:
+            self._calls[call_id] = span
+            if record.payloads:
+                span.payload = {"arguments": (name, args)}
+        return span
+
+    def agent(self, name: str, branch: str | None,
+              events: AsyncGenerator[Any, None]) -> AsyncGenerator[Any, None]:
+        return self._turn(name, branch, self._inner.agent(name, branch, events))
+
+    async def _turn(self, name: str, branch: str | None,
+                    events: AsyncGenerator[Any, None]) -> AsyncGenerator[Any, None]:
+        stack = self._stacks.setdefault(branch, [])
+        depth = len(stack)
+        root = self._root
+        if not stack and branch is None and name == root.agent and root.end is None:
+            stack.append(root)  # the root agent's turn is the run's root span
+        else:
+            parent = stack[-1] if stack else self._from_above(branch)
+            span = self._record.open("agent", name, name, branch, parent.id)
+            if span is not None:
+                stack.append(span)
+        try:
+            async with aclosing(events) as turn:
+                async for event in turn:
+                    yield event
+        finally:
+            self._unwind(branch, depth)
+
+    def _unwind(self, branch: str | None, depth: int) -> None:
+        """End the spans of ``branch`` above ``depth`` (a turn's, and what it opened)."""
+        stack = self._stacks.get(branch)
+        if stack is None:
+            return
+        while len(stack) > depth:
+            span = stack.pop()
+            if span is not self._root:
+                span.close()
+        if not stack:
+            del self._stacks[branch]
+
+    def transfer(self, source: str, target: str, branch: str | None) -> None:
+        self._inner.transfer(source, target, branch)
+        stack = self._stacks.setdefault(branch, [])
+        parent = stack[-1] if stack else self._from_above(branch)
+        span = self._record.open("transfer", f"{source} → {target}", source, branch,
+                                 parent.id, {"from": source, "to": target})
+        if span is not None:
+            stack.append(span)
+        elif not stack:
+            del self._stacks[branch]
+
+    def fail(self, error_type: str) -> None:
+        self._inner.fail(error_type)
+        attributes = self._root.attributes
+        if "error_type" not in attributes:
+            attributes["error_type"] = error_type
+
+    def end(self, usage: Usage, error_type: str | None = None) -> None:
+        self._inner.end(usage, error_type)
+        root, record = self._root, self._record
+        if record.ended:
+            return
+        if error_type is not None:
+            self.fail(error_type)
+        root.attributes["input_tokens"] = usage.input_tokens
+        root.attributes["output_tokens"] = usage.output_tokens
+        root.close()
+        self._stacks.clear()
+        record.finish()
+
+
+class _RecordedChat(ChatTrace):
+    __slots__ = ("_inner", "_payloads", "_span")
+    recording = True
+
+    def __init__(self, inner: ChatTrace, span: SpanRecord, payloads: bool) -> None:
+        self._inner = inner
+        self._span = span
+        self._payloads = payloads
+
+    def first_chunk(self) -> bool:
+        span = self._span
+        span.attributes["time_to_first_chunk"] = round(time.monotonic() - span.start, 6)
+        if self._inner.recording:
+            self._inner.first_chunk()
+        return False
+
+    def end(self, response: ResponseLike) -> None:
+        self._inner.end(response)
+        span = self._span
+        if span.end is not None:
+            return
+        span.close()
+        attributes = span.attributes
+        usage = response.usage
+        if usage is not None:
+            attributes["input_tokens"] = usage.input_tokens
+            attributes["output_tokens"] = usage.output_tokens
+        if response.finish_reason:
+            attributes["finish_reason"] = response.finish_reason
+        if response.error_code is not None:
+            attributes["error_code"] = response.error_code
+        if self._payloads and span.payload is not None:
+            span.payload["response"] = response.content
+
+    def fail(self, error_type: str) -> None:
+        self._inner.fail(error_type)
+        span = self._span
+        if span.end is None:
+            span.close()
+            span.attributes["error_code"] = error_type
+
+
+class _RecordedTool(ToolTrace):
+    __slots__ = ("_agent", "_args", "_branch", "_call_id", "_inner", "_name", "_run", "_span")
+
+    def __init__(self, inner: ToolTrace, run: RecordedRun, agent: str, name: str, call_id: str,
+                 args: Mapping[str, Any], branch: str | None) -> None:
+        self._inner = inner
+        self._run = run
+        self._agent = agent
+        self._name = name
+        self._call_id = call_id
+        self._args = args
+        self._branch = branch
+        self._span: SpanRecord | None = None
+
+    def __enter__(self) -> ToolTrace:
+        self._span = self._run.start_tool(self._agent, self._name, self._call_id, self._args,
+                                          self._branch)
+        self._inner.__enter__()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self._inner.__exit__(exc_type, exc, tb)
+        span = self._span
+        if span is None or span.end is not None:
+            return
+        span.close()
+        attributes = span.attributes
+        if exc is not None:
+            attributes["status"] = "cancelled" if isinstance(
+                exc, (asyncio.CancelledError, GeneratorExit)) else "error"
+            attributes["error_code"] = error_type(exc)
+        else:
+            attributes.setdefault("status", "ok")
+
+    def result(self, result: Mapping[str, Any]) -> None:
+        self._inner.result(result)
+        span = self._span
+        if span is None:
+            return
+        if "error" in result:
+            code = result.get("code")
+            span.attributes["status"] = "error"
+            span.attributes["error_code"] = code if isinstance(code, str) else "tool_error"
+        if span.payload is not None:
+            span.payload["result"] = result
