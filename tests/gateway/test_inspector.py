@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
+from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
 import httpx
@@ -15,7 +16,8 @@ import pytest
 from pydantic import Field
 from websockets.asyncio.client import connect
 
-from headwater import Agent, ParallelAgent
+from headwater import Agent, ParallelAgent, tool
+from headwater.events import ToolStreamEvent
 from headwater.gateway import StaticTokenAuth, create_app
 from headwater.settings import Settings
 from headwater.testing import ScriptedModel
@@ -328,3 +330,36 @@ async def test_any_replica_answers_an_ended_run_s_trace(redis_url: str, serve: S
         for client in clients:
             await client.aclose()
         await drop_keys(redis_url, prefix)
+
+
+@tool(requires_approval=True)
+async def deploy(env: str) -> AsyncIterator[ToolStreamEvent]:
+    """Deploy the service, in steps.
+
+    Args:
+        env: where to.
+    """
+    for step in ("build", "push", "switch"):
+        yield ToolStreamEvent("part_delta", delta=step)
+    yield ToolStreamEvent("done", response=f"deployed to {env}")
+
+
+async def test_a_tool_span_counts_its_progress_and_the_wait_for_its_approval(
+        client_for: Any) -> None:
+    model = ScriptedModel(model="m").call("deploy", {"env": "prod"}, call_id="d1").reply("Done.")
+    app = create_app(Agent(name="ops", model=model, tools=[deploy]), auth=AUTH,
+                     session_service=new_service(), settings=settings())
+    client = await client_for(app)
+    sid = await new_session(client)
+    paused = await post_run(client, sid, {"message": "deploy to prod"})
+    asked = next(d for _, t, d in paused.frames if t == "approval_required")
+    first = await trace_of(client, paused.headers["x-run-id"])
+    assert [s["kind"] for s in first["spans"]] == ["agent", "model"]  # asked: nothing ran
+    await asyncio.sleep(0.05)
+    answered = await post_run(client, sid, {"approvals": [
+        {"call_id": "d1", "approved": True, "args_sha256": asked["args_sha256"]}]})
+    trace = await trace_of(client, answered.headers["x-run-id"])
+    check_tree(trace["spans"])
+    (span,) = [s for s in trace["spans"] if s["kind"] == "tool"]
+    assert span["attributes"]["progress"] == 3 and span["attributes"]["status"] == "ok"
+    assert 0.05 <= span["attributes"]["approval_wait"] < 10

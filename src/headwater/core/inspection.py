@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncGenerator, Iterator, Mapping
-from contextlib import aclosing, contextmanager
-from contextvars import ContextVar
+from collections.abc import AsyncGenerator, Mapping
+from contextlib import aclosing
+from contextvars import ContextVar, Token
 from types import TracebackType
 from typing import Any
 
@@ -37,15 +37,28 @@ __all__ = ("RecordedRun", "recorded", "recording")
 _recording: ContextVar[TraceRecord | None] = ContextVar("headwater_trace_record", default=None)
 
 
-@contextmanager
-def recording(record: TraceRecord) -> Iterator[TraceRecord]:
+class recording:  # used as a function: ``with recording(record):``
     """The run started in the block (its first :func:`start_run`) records its spans into
-    ``record`` too, for the run inspector (docs/inspector.md); a record serves one run."""
-    token = _recording.set(record)
-    try:
-        yield record
-    finally:
-        _recording.reset(token)
+    ``record`` too, for the run inspector (docs/inspector.md); a record serves one run.
+
+    A class rather than a generator-based context manager: the gateway enters one per run.
+    """
+
+    __slots__ = ("_record", "_token")
+
+    def __init__(self, record: TraceRecord) -> None:
+        self._record = record
+        self._token: Token[TraceRecord | None] | None = None
+
+    def __enter__(self) -> TraceRecord:
+        self._token = _recording.set(self._record)
+        return self._record
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if self._token is not None:
+            _recording.reset(self._token)
+            self._token = None
 
 
 def recorded(otel: RunTrace, agent: str) -> RunTrace:
@@ -101,7 +114,10 @@ class RecordedRun(RunTrace):
 
     def _agent_span(self, agent: str, branch: str | None) -> SpanRecord:
         """The span a model or tool call of ``agent`` on ``branch`` goes under."""
-        stack = self._stacks.get(branch)
+        stacks, root = self._stacks, self._root
+        if not stacks and branch is None and agent == root.agent:
+            return root  # a lone agent's call: under the run's own span
+        stack = stacks.get(branch)
         if stack:
             top = stack[-1]
             if top.kind == "agent" and top.agent == agent:
@@ -195,6 +211,12 @@ class RecordedRun(RunTrace):
         if not stack:
             del self._stacks[branch]
 
+    def progress(self, call_id: str, count: int) -> None:
+        self._inner.progress(call_id, count)
+        span = self._calls.get(call_id)
+        if span is not None:
+            span.attributes["progress"] = count
+
     def transfer(self, source: str, target: str, branch: str | None) -> None:
         self._inner.transfer(source, target, branch)
         stack = self._stacks.setdefault(branch, [])
@@ -237,7 +259,7 @@ class _RecordedChat(ChatTrace):
 
     def first_chunk(self) -> bool:
         span = self._span
-        span.attributes["time_to_first_chunk"] = round(time.monotonic() - span.start, 6)
+        span.attributes["time_to_first_chunk"] = time.monotonic() - span.start
         if self._inner.recording:
             self._inner.first_chunk()
         return False
@@ -314,3 +336,9 @@ class _RecordedTool(ToolTrace):
             span.attributes["error_code"] = code if isinstance(code, str) else "tool_error"
         if span.payload is not None:
             span.payload["result"] = result
+
+    def approved(self, asked_at: float | None) -> None:
+        self._inner.approved(asked_at)
+        span = self._span
+        if span is not None and asked_at is not None:
+            span.attributes["approval_wait"] = max(0.0, time.time() - asked_at)

@@ -103,6 +103,10 @@ class ToolTrace:
         """Record the call's result: an error result (``"error"`` and ``"code"`` keys) sets
         ``error.type`` to its code and status ERROR."""
 
+    def approved(self, asked_at: float | None) -> None:
+        """The call runs on a human's approval, asked at ``asked_at`` (seconds since the
+        epoch, as event stamps; ``None``: not found): the inspector's approval wait."""
+
 
 class RunTrace:
     """The span of one run (``invoke_agent``), parent of its chat and tool spans.
@@ -134,6 +138,9 @@ class RunTrace:
         """``events`` (an agent's turn on ``branch``) as one span of the inspector: from its
         first iteration to its close. Untraced: ``events`` itself."""
         return events
+
+    def progress(self, call_id: str, count: int) -> None:
+        """A streaming tool call ``call_id`` ended after ``count`` progress events."""
 
     def transfer(self, source: str, target: str, branch: str | None) -> None:
         """``source`` hands the turn to ``target`` on ``branch`` (the inspector's arrow): the

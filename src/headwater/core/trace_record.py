@@ -108,11 +108,12 @@ class TraceRecord:
              ) -> SpanRecord | None:
         """Start a span; ``None`` (and one more :attr:`dropped`) past ``max_spans``."""
         spans = self.spans
-        if len(spans) >= self.max_spans:
+        count = len(spans)
+        if count >= self.max_spans:
             self.dropped += 1
             return None
-        span = SpanRecord(len(spans) + 1, parent_id, kind, name, agent, branch,
-                          attributes if attributes is not None else {})
+        span = SpanRecord(count + 1, parent_id, kind, name, agent, branch,
+                          {} if attributes is None else attributes)
         spans.append(span)
         return span
 
@@ -153,7 +154,8 @@ class TraceRecord:
                 "name": span.name, "agent": span.agent, "branch": span.branch,
                 "start": round(span.start - origin, 6),
                 "end": None if span.end is None else round(span.end - origin, 6),
-                "attributes": dict(span.attributes)}
+                "attributes": {key: round(value, 6) if isinstance(value, float) else value
+                               for key, value in span.attributes.items()}}
             if payloads and span.payload is not None:
                 item["payload"] = self._payload(span.payload)
             spans.append(item)
