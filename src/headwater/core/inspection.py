@@ -156,12 +156,13 @@ class RecordedRun(RunTrace):
                     "generate_content_config": request.generate_content_config}}
             else:
                 span.payload = {}
-        return _RecordedChat(inner, span, record.payloads)
+        return _RecordedChat(inner, span)
 
     def tool(self, agent: str, name: str, call_id: str, args: Mapping[str, Any], *,
              branch: str | None = None) -> ToolTrace:
-        return _RecordedTool(self._inner.tool(agent, name, call_id, args, branch=branch),
-                             self, agent, name, call_id, args, branch)
+        inner = self._inner.tool(agent, name, call_id, args, branch=branch)
+        span = self.start_tool(agent, name, call_id, args, branch)  # the block begins now
+        return inner if span is None else _RecordedTool(inner, span)
 
     def start_tool(self, agent: str, name: str, call_id: str, args: Mapping[str, Any],
                    branch: str | None) -> SpanRecord | None:
@@ -249,13 +250,12 @@ class RecordedRun(RunTrace):
 
 
 class _RecordedChat(ChatTrace):
-    __slots__ = ("_inner", "_payloads", "_span")
+    __slots__ = ("_inner", "_span")
     recording = True
 
-    def __init__(self, inner: ChatTrace, span: SpanRecord, payloads: bool) -> None:
+    def __init__(self, inner: ChatTrace, span: SpanRecord) -> None:
         self._inner = inner
         self._span = span
-        self._payloads = payloads
 
     def first_chunk(self) -> bool:
         span = self._span
@@ -279,7 +279,7 @@ class _RecordedChat(ChatTrace):
             attributes["finish_reason"] = response.finish_reason
         if response.error_code is not None:
             attributes["error_code"] = response.error_code
-        if self._payloads and span.payload is not None:
+        if span.payload is not None:  # payloads on
             span.payload["response"] = response.content
 
     def fail(self, error_type: str) -> None:
@@ -291,22 +291,13 @@ class _RecordedChat(ChatTrace):
 
 
 class _RecordedTool(ToolTrace):
-    __slots__ = ("_agent", "_args", "_branch", "_call_id", "_inner", "_name", "_run", "_span")
+    __slots__ = ("_inner", "_span")
 
-    def __init__(self, inner: ToolTrace, run: RecordedRun, agent: str, name: str, call_id: str,
-                 args: Mapping[str, Any], branch: str | None) -> None:
+    def __init__(self, inner: ToolTrace, span: SpanRecord) -> None:
         self._inner = inner
-        self._run = run
-        self._agent = agent
-        self._name = name
-        self._call_id = call_id
-        self._args = args
-        self._branch = branch
-        self._span: SpanRecord | None = None
+        self._span = span
 
     def __enter__(self) -> ToolTrace:
-        self._span = self._run.start_tool(self._agent, self._name, self._call_id, self._args,
-                                          self._branch)
         self._inner.__enter__()
         return self
 
@@ -314,7 +305,7 @@ class _RecordedTool(ToolTrace):
                  tb: TracebackType | None) -> None:
         self._inner.__exit__(exc_type, exc, tb)
         span = self._span
-        if span is None or span.end is not None:
+        if span.end is not None:
             return
         span.close()
         attributes = span.attributes
@@ -328,8 +319,6 @@ class _RecordedTool(ToolTrace):
     def result(self, result: Mapping[str, Any]) -> None:
         self._inner.result(result)
         span = self._span
-        if span is None:
-            return
         if "error" in result:
             code = result.get("code")
             span.attributes["status"] = "error"
@@ -339,6 +328,5 @@ class _RecordedTool(ToolTrace):
 
     def approved(self, asked_at: float | None) -> None:
         self._inner.approved(asked_at)
-        span = self._span
-        if span is not None and asked_at is not None:
-            span.attributes["approval_wait"] = max(0.0, time.time() - asked_at)
+        if asked_at is not None:
+            self._span.attributes["approval_wait"] = max(0.0, time.time() - asked_at)
