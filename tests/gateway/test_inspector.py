@@ -16,7 +16,7 @@ import pytest
 from pydantic import Field
 from websockets.asyncio.client import connect
 
-from headwater import Agent, ParallelAgent, tool
+from headwater import Agent, AgentTool, ParallelAgent, tool
 from headwater.events import ToolStreamEvent
 from headwater.gateway import StaticTokenAuth, create_app
 from headwater.settings import Settings
@@ -363,3 +363,20 @@ async def test_a_tool_span_counts_its_progress_and_the_wait_for_its_approval(
     (span,) = [s for s in trace["spans"] if s["kind"] == "tool"]
     assert span["attributes"]["progress"] == 3 and span["attributes"]["status"] == "ok"
     assert 0.05 <= span["attributes"]["approval_wait"] < 10
+
+
+async def test_an_agent_used_as_a_tool_runs_under_its_call(client_for: Any) -> None:
+    writer = Agent(name="writer", model=ScriptedModel(model="m-writer").reply("A haiku."))
+    editor = Agent(name="editor", tools=[AgentTool(writer)], model=ScriptedModel(
+        model="m-editor").call("writer", {"request": "a haiku"}, call_id="w1").reply("Here."))
+    app = create_app(editor, auth=AUTH, session_service=new_service(), settings=settings())
+    client = await client_for(app)
+    _, trace, _ = await run_and_trace(client, {"message": "write me a haiku"})
+    spans = trace["spans"]
+    check_tree(spans)
+    assert shape(spans) == [(1, None, "agent", "editor", None),
+                            (2, 1, "model", "m-editor", None),
+                            (3, 1, "tool", "writer", None),
+                            (4, 3, "agent", "writer", "editor:w1"),
+                            (5, 4, "model", "m-writer", "editor:w1"),
+                            (6, 1, "model", "m-editor", None)]
