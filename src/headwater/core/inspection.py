@@ -21,6 +21,9 @@ from types import TracebackType
 from typing import Any
 
 from .spans import (
+    NO_CHAT,
+    NO_TOOL,
+    NO_TRACE,
     ChatTrace,
     ModelLike,
     RequestLike,
@@ -84,10 +87,11 @@ class RecordedRun(RunTrace):
     branch from the branch above it, the main line from the run's root.
     """
 
-    __slots__ = ("_calls", "_inner", "_record", "_root", "_stacks")
+    __slots__ = ("_calls", "_otel", "_record", "_root", "_stacks")
 
     def __init__(self, inner: RunTrace, record: TraceRecord, agent: str) -> None:
-        self._inner = inner
+        # The run's OpenTelemetry trace; None when it has none (no call to forward then).
+        self._otel = None if inner is NO_TRACE else inner
         self._record = record
         root = record.open("agent", agent, agent, None, None)
         assert root is not None  # the first span of a new record
@@ -139,13 +143,17 @@ class RecordedRun(RunTrace):
 
     def chat(self, agent: str, model: ModelLike, request: RequestLike | None, *,
              stream: bool = True, branch: str | None = None) -> ChatTrace:
-        inner = self._inner.chat(agent, model, request, stream=stream, branch=branch)
-        record = self._record
-        parent = self._agent_span(agent, branch)
-        span = record.open("model", model.model, agent, branch, parent.id, {
-            "model": model.model, "provider": model.provider, "stream": stream})
+        otel = self._otel
+        inner = None if otel is None else otel.chat(agent, model, request, stream=stream,
+                                                     branch=branch)
+        record, root = self._record, self._root
+        parent = root if (branch is None and not self._stacks and agent == root.agent) \
+            else self._agent_span(agent, branch)  # (a lone agent's call: under the root)
+        name = model.model
+        span = record.open("model", name, agent, branch, parent.id, {
+            "model": name, "provider": model.provider, "stream": stream})
         if span is None:
-            return inner
+            return NO_CHAT if inner is None else inner
         if record.payloads:
             if request is not None:
                 record.learn_secrets(request.tools)
@@ -160,14 +168,19 @@ class RecordedRun(RunTrace):
 
     def tool(self, agent: str, name: str, call_id: str, args: Mapping[str, Any], *,
              branch: str | None = None) -> ToolTrace:
-        inner = self._inner.tool(agent, name, call_id, args, branch=branch)
+        otel = self._otel
+        inner = None if otel is None else otel.tool(agent, name, call_id, args, branch=branch)
         span = self.start_tool(agent, name, call_id, args, branch)  # the block begins now
-        return inner if span is None else _RecordedTool(inner, span)
+        if span is None:
+            return NO_TOOL if inner is None else inner
+        return _RecordedTool(inner, span)
 
     def start_tool(self, agent: str, name: str, call_id: str, args: Mapping[str, Any],
                    branch: str | None) -> SpanRecord | None:
         """Open the span of a tool call (as its block is entered)."""
-        parent = self._agent_span(agent, branch)
+        root = self._root
+        parent = root if (branch is None and not self._stacks and agent == root.agent) \
+            else self._agent_span(agent, branch)
         record = self._record
         span = record.open("tool", name, agent, branch, parent.id,
                            {"tool": name, "call_id": call_id})
@@ -179,7 +192,9 @@ class RecordedRun(RunTrace):
 
     def agent(self, name: str, branch: str | None,
               events: AsyncGenerator[Any, None]) -> AsyncGenerator[Any, None]:
-        return self._turn(name, branch, self._inner.agent(name, branch, events))
+        otel = self._otel
+        return self._turn(name, branch, events if otel is None else otel.agent(name, branch,
+                                                                                events))
 
     async def _turn(self, name: str, branch: str | None,
                     events: AsyncGenerator[Any, None]) -> AsyncGenerator[Any, None]:
@@ -213,13 +228,15 @@ class RecordedRun(RunTrace):
             del self._stacks[branch]
 
     def progress(self, call_id: str, count: int) -> None:
-        self._inner.progress(call_id, count)
+        if self._otel is not None:
+            self._otel.progress(call_id, count)
         span = self._calls.get(call_id)
         if span is not None:
             span.attributes["progress"] = count
 
     def transfer(self, source: str, target: str, branch: str | None) -> None:
-        self._inner.transfer(source, target, branch)
+        if self._otel is not None:
+            self._otel.transfer(source, target, branch)
         stack = self._stacks.setdefault(branch, [])
         parent = stack[-1] if stack else self._from_above(branch)
         span = self._record.open("transfer", f"{source} → {target}", source, branch,
@@ -230,20 +247,23 @@ class RecordedRun(RunTrace):
             del self._stacks[branch]
 
     def fail(self, error_type: str) -> None:
-        self._inner.fail(error_type)
+        if self._otel is not None:
+            self._otel.fail(error_type)
         attributes = self._root.attributes
         if "error_type" not in attributes:
             attributes["error_type"] = error_type
 
     def end(self, usage: Usage, error_type: str | None = None) -> None:
-        self._inner.end(usage, error_type)
+        if self._otel is not None:
+            self._otel.end(usage, error_type)
         root, record = self._root, self._record
         if record.ended:
             return
-        if error_type is not None:
-            self.fail(error_type)
-        root.attributes["input_tokens"] = usage.input_tokens
-        root.attributes["output_tokens"] = usage.output_tokens
+        attributes = root.attributes
+        if error_type is not None and "error_type" not in attributes:
+            attributes["error_type"] = error_type
+        attributes["input_tokens"] = usage.input_tokens
+        attributes["output_tokens"] = usage.output_tokens
         root.close()
         self._stacks.clear()
         record.finish()
@@ -253,23 +273,24 @@ class _RecordedChat(ChatTrace):
     __slots__ = ("_inner", "_span")
     recording = True
 
-    def __init__(self, inner: ChatTrace, span: SpanRecord) -> None:
-        self._inner = inner
+    def __init__(self, inner: ChatTrace | None, span: SpanRecord) -> None:
+        self._inner = inner  # the OpenTelemetry span's, None without one
         self._span = span
 
     def first_chunk(self) -> bool:
-        span = self._span
+        span, inner = self._span, self._inner
         span.attributes["time_to_first_chunk"] = time.monotonic() - span.start
-        if self._inner.recording:
-            self._inner.first_chunk()
+        if inner is not None and inner.recording:
+            inner.first_chunk()
         return False
 
     def end(self, response: ResponseLike) -> None:
-        self._inner.end(response)
+        if self._inner is not None:
+            self._inner.end(response)
         span = self._span
         if span.end is not None:
             return
-        span.close()
+        span.end = time.monotonic()
         attributes = span.attributes
         usage = response.usage
         if usage is not None:
@@ -283,7 +304,8 @@ class _RecordedChat(ChatTrace):
             span.payload["response"] = response.content
 
     def fail(self, error_type: str) -> None:
-        self._inner.fail(error_type)
+        if self._inner is not None:
+            self._inner.fail(error_type)
         span = self._span
         if span.end is None:
             span.close()
@@ -293,21 +315,23 @@ class _RecordedChat(ChatTrace):
 class _RecordedTool(ToolTrace):
     __slots__ = ("_inner", "_span")
 
-    def __init__(self, inner: ToolTrace, span: SpanRecord) -> None:
-        self._inner = inner
+    def __init__(self, inner: ToolTrace | None, span: SpanRecord) -> None:
+        self._inner = inner  # the OpenTelemetry span's, None without one
         self._span = span
 
     def __enter__(self) -> ToolTrace:
-        self._inner.__enter__()
+        if self._inner is not None:
+            self._inner.__enter__()
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
-        self._inner.__exit__(exc_type, exc, tb)
+        if self._inner is not None:
+            self._inner.__exit__(exc_type, exc, tb)
         span = self._span
         if span.end is not None:
             return
-        span.close()
+        span.end = time.monotonic()
         attributes = span.attributes
         if exc is not None:
             attributes["status"] = "cancelled" if isinstance(
@@ -317,7 +341,8 @@ class _RecordedTool(ToolTrace):
             attributes.setdefault("status", "ok")
 
     def result(self, result: Mapping[str, Any]) -> None:
-        self._inner.result(result)
+        if self._inner is not None:
+            self._inner.result(result)
         span = self._span
         if "error" in result:
             code = result.get("code")
@@ -327,6 +352,7 @@ class _RecordedTool(ToolTrace):
             span.payload["result"] = result
 
     def approved(self, asked_at: float | None) -> None:
-        self._inner.approved(asked_at)
+        if self._inner is not None:
+            self._inner.approved(asked_at)
         if asked_at is not None:
             self._span.attributes["approval_wait"] = max(0.0, time.time() - asked_at)
