@@ -190,3 +190,30 @@ async def test_a_live_run_can_be_inspected_while_it_goes(
     types = await page.locator("#inspect-panel tr[data-frame]").evaluate_all(
         "rows => rows.map(r => r.children[2].innerText)")
     assert types.count("turn_complete") == 2 and types.count("message") == 2
+
+
+async def test_the_frames_of_a_stream_resumed_after_a_reload_say_where_it_resumed(
+        serve: Serve, open_page: Any) -> None:  # noqa: F811
+    model = ScriptedModel(model="m-slow").reply(*(f"word{n} " for n in range(30)), delay=0.06)
+    app = create_app(Agent(name="storyteller", model=model),
+                     session_service=InMemorySessionService(), settings=settings())
+    base = await serve(app)
+    page = await open_page(base)
+    await page.get_by_role("button", name="New session", exact=True).click()
+    await page.get_by_label("Message", exact=True).fill("Tell me a long story")
+    await page.get_by_role("button", name="Send", exact=True).click()
+    await page.wait_for_function(
+        "() => (document.querySelector('[data-draft]')?.textContent ?? '').includes('word3 ')")
+    await page.reload()  # the page follows the run again after the last stored frame
+    await page.wait_for_selector('[data-author="storyteller"]:not([data-draft])')
+    await run_ended(page)
+    button = page.get_by_role("button", name="Inspect this run")
+    run_id = await button.get_attribute("data-run")
+    await button.click()
+    await page.get_by_role("tab", name="Frames").click()
+    marker = page.locator("#inspect-panel tr.resumed")
+    await marker.wait_for()
+    assert "resumed after frame 0" in await marker.inner_text()  # no frame of it was stored
+    rows = await page.locator("#inspect-panel tr[data-frame]").evaluate_all(
+        "rows => rows.map(r => [Number(r.dataset.frame), r.children[2].innerText])")
+    assert [tuple(r) for r in rows] == await frames_of(base, run_id)  # replayed whole, in order

@@ -62,9 +62,9 @@ function frame(runId, received) {
 }
 
 function resumed(runId, after) {
-  if (!runId) return;
-  const run = runOf(runId);
-  if (after > 0 || run.frames.length) run.resumes.push({ after, at: Date.now() });
+  // The page follows the run again (GET /runs/{id}/stream, Last-Event-ID `after`): a
+  // dropped connection, or a reload during the run.
+  if (runId) runOf(runId).resumes.push({ after, at: Date.now() });
 }
 
 // -- the drawer ---------------------------------------------------------------------------
@@ -258,7 +258,7 @@ function frames(runId) {
               "This run's frames were not streamed to this page (it ran before the page was "
               + "loaded, or elsewhere): the timeline and the events come from the server.");
   }
-  const first = run.frames[0].at;
+  const first = Math.min(run.frames[0].at, run.resumes[0]?.at ?? Infinity);
   const rows = [];
   let resume = 0;
   for (const f of run.frames) {
