@@ -299,7 +299,7 @@ async function events(runId) {
   return el("ol", { class: "events" }, ...mine.map((e) => {
     const changed = Object.keys(e.state_delta ?? {});
     return el("li", { "data-event": e.id },
-      el("details", {},
+      el("details", { open: mine.length <= 12 },  // a short run: every event's JSON shown
         el("summary", {}, el("strong", {}, e.author),
            e.branch ? el("span", { class: "branch" }, ` on ${e.branch}`) : null,
            ` · ${summary(e)}`,
