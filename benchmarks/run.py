@@ -35,6 +35,7 @@ from typing import Any
 
 import adapters  # benchmarks/adapters.py, beside this file
 import hardening  # benchmarks/hardening.py, beside this file
+import inspect_turns  # benchmarks/inspect_turns.py, beside this file
 import mcp_turns  # benchmarks/mcp_turns.py, beside this file
 from common import commit, quantile  # benchmarks/common.py, beside this file
 from headwater import Agent, Content, Event, Part, RunConfig, Runner, StreamingMode
@@ -85,6 +86,10 @@ class Sizes:
     p1_block: int = 50
     p1_warmup: int = 20
     p1_samples: int = 10
+    i1_rounds: int = 12
+    i1_turns: int = 100
+    i1_chunks: int = 50
+    i1_warmup: int = 20
 
 
 FULL = Sizes()
@@ -93,7 +98,8 @@ SMALL = Sizes(s1_chunks=50, s1_samples=1, s2_chunks=5, s2_turns_memory=5, s2_tur
               a1_chunks=50, a1_samples=1, a2_bytes=1 << 12, a2_samples=1, a3_samples=1,
               w1_sessions=3, w1_turns=2, w1_long_events=8, s5_turns=4, s5_window=1,
               h1_result_mib=1, m1_chunks=5, m1_turns_memory=5, m1_turns_sqlite=3, m1_warmup=1,
-              p1_rounds=1, p1_block=2, p1_warmup=1, p1_samples=1)
+              p1_rounds=1, p1_block=2, p1_warmup=1, p1_samples=1, i1_rounds=2, i1_turns=2,
+              i1_chunks=5, i1_warmup=1)
 
 TARGETS: dict[str, dict[str, str]] = {
     "S1": {"overhead_us_per_chunk": "< 2"},
@@ -112,11 +118,17 @@ TARGETS: dict[str, dict[str, str]] = {
     "M1": {"memory_ms_per_turn": "< 1", "sqlite_ms_per_turn": "< 3"},
     "H1": {"loop_stall_ms": "< 50", "getaddrinfo_ms": "< 100",
            "connections_per_20_calls": "1"},
+    "I1": {"traced_overhead_pct": "<= 5", "payloads_overhead_pct": "(reported)"},
     "P1": {"overhead_ms_per_call": "<= 2", "cancel_seen_ms": "< 1000",
            "crash_error_ms": "< 2000"},
 }
 
 METHODS: dict[str, str] = {
+    "I1": ("benchmarks/inspect_turns.py: S2's tool turn in memory, run plain (no trace: "
+           "inspect_runs 0), traced (the run inspector's record, payloads off) and with "
+           "payloads, in rounds of N turns each that alternate the three (ABCCBA); figures "
+           "are the medians over rounds, overheads the median of each round's ratio to its "
+           "plain block"),
     "P1": ("benchmarks/mcp_turns.py: a tool turn (the model calls echo, then answers) in "
            "memory, the tool in process or served over stdio through McpToolset by "
            "benchmarks/mcp_echo_server.py (the SDK's low-level Server; --bare: no SDK in the "
@@ -720,6 +732,8 @@ SCENARIOS: dict[str, Callable[[Sizes], Figures]] = {
     "S5": lambda sizes: asyncio.run(_s5(sizes)),
     "H1": lambda sizes: hardening.h1(sizes.h1_result_mib),
     "M1": lambda sizes: asyncio.run(_m1(sizes)),
+    "I1": lambda sizes: inspect_turns.i1(sizes.i1_rounds, sizes.i1_turns, sizes.i1_chunks,
+                                         sizes.i1_warmup),
     "P1": lambda sizes: mcp_turns.p1(sizes.p1_rounds, sizes.p1_block, sizes.p1_warmup,
                                      sizes.p1_samples),
 }

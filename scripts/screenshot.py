@@ -1,9 +1,11 @@
-"""Refresh docs/page.png, the README's picture of the page: ``python scripts/screenshot.py``.
+"""Refresh docs/page.png, the README's picture of the page, and docs/inspector.png, the run
+inspector's drawer (docs/inspector.md): ``python scripts/screenshot.py``.
 
 Serves ``headwater demo``'s app (demo model, a throwaway SQLite file) on a free
 loopback port, asks about order 1042 (the coordinator hands it to support) and
 for a deploy (support hands it to deploy) and approves it in Debian's chromium (``/usr/bin/chromium``, Playwright's async API), then saves
-the page. Needs ``pip install -e ".[dev]"`` and ``apt-get install chromium``.
+the page; then opens the Inspect drawer on the first run (its timeline, a model call's
+request) and saves that. Needs ``pip install -e ".[dev]"`` and ``apt-get install chromium``.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from headwater.cli._demo import _Config, build_app  # noqa: E402
 from headwater.models.demo import DemoModel  # noqa: E402
 
 OUT = ROOT / "docs" / "page.png"
+INSPECTOR = ROOT / "docs" / "inspector.png"
 
 
 async def main() -> None:
@@ -42,7 +45,7 @@ async def main() -> None:
         finally:
             server.should_exit = True
             await task
-    print(f"wrote {OUT.relative_to(ROOT)}")
+    print(f"wrote {OUT.relative_to(ROOT)} and {INSPECTOR.relative_to(ROOT)}")
 
 
 async def shoot(base: str) -> None:
@@ -62,6 +65,11 @@ async def shoot(base: str) -> None:
         await page.wait_for_selector('[data-author="deploy"]:not([data-draft])')
         await page.wait_for_function("() => document.getElementById('stop').disabled")
         await page.screenshot(path=str(OUT))
+        await page.get_by_role("button", name="Inspect this run").first.click()
+        await page.wait_for_selector("#inspect-panel .tracks")
+        await page.locator("#inspect-panel .bar.model").last.click()
+        await page.wait_for_selector("#inspect-panel .span-detail pre")
+        await page.screenshot(path=str(INSPECTOR))
         await browser.close()
 
 

@@ -306,6 +306,25 @@ def serving(targets: list[str], cwd: Path, env: dict[str, str]) -> Iterator[list
             log.close()
 
 
+def test_inspect_prints_the_last_run_s_timeline_indented_by_parent(
+        tmp_path: Path, env: dict[str, str], terminals: list[Terminal]) -> None:
+    term = chat(terminals, cwd=tmp_path, env=env)
+    term.expect(PROMPT)
+    assert "no run yet" in term.say("/inspect")
+    term.say("Where is order 1042?")  # the coordinator hands it to support, which looks it up
+    lines = [line for line in term.say("/inspect").splitlines() if line.strip()]
+    spans = [line for line in lines if re.match(r"\s*(agent|model|tool|transfer) ", line)]
+    assert re.match(r"agent +coordinator  @0ms \d+ms  input_tokens=\d+", spans[0]), lines
+    assert re.match(r"  model +demo  @\d+ms \d+ms  input_tokens=\d+ output_tokens=\d+", spans[1])
+    assert spans[2].startswith("  tool     transfer_to_agent  @") and "status=ok" in spans[2]
+    assert spans[3].startswith("  transfer coordinator → support  @")
+    assert spans[4].startswith("    agent    support  @")  # under the transfer
+    assert [s.split()[0] for s in spans[5:]] == ["model", "tool", "model"]
+    assert all(s.startswith("      ") for s in spans[5:])  # support's calls, under its turn
+    term.child.sendeof()
+    assert term.exit_code() == 0
+
+
 def test_chat_with_a_running_gateway(tmp_path: Path, env: dict[str, str], served: str,
                                      terminals: list[Terminal]) -> None:
     demo_url, auth_url = served.split()

@@ -18,7 +18,8 @@ from headwater.settings import Settings
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 PAGES = ("architecture.md", "coming-from-adk.md", "deployment.md", "event-contract.md",
-         "frame-protocol.md", "observability.md", "production.md", "public-api.md")
+         "frame-protocol.md", "inspector.md", "observability.md", "production.md",
+         "public-api.md")
 
 # Codes the docs list before the code has them -> the work that adds them.
 PENDING_CODES: dict[str, str] = {}  # codes documented before errors.py has them

@@ -396,3 +396,32 @@ async def test_a_workflow_root_has_no_model_of_its_own(exporter: InMemorySpanExp
     assert "gen_ai.request.model" not in agent.attributes
     assert [(c.attributes or {}).get("gen_ai.agent.name") for c in ops["chat"]] == [
         "first", "second"]
+
+
+async def test_the_same_hooks_record_the_inspector_s_trace_beside_the_spans(
+        exporter: InMemorySpanExporter) -> None:
+    """One place records both: a run inside ``recording`` has its OpenTelemetry spans and the
+    run inspector's record (docs/inspector.md), the same calls in the same order."""
+    from headwater.core.trace_record import TraceRecord
+
+    seen_in_tool.clear()
+    record = TraceRecord()
+    runner = Runner(agent=courier(parcel_model()), app_name="post",
+                    session_service=InMemorySessionService(), auto_create_session=True)
+    stream = runner.run_async(user_id="u1", session_id="s1", new_message=QUESTION,
+                              run_config=RunConfig(streaming_mode=StreamingMode.SSE))
+    with telemetry.recording(record):
+        await stream.start()
+    async for _ in stream:
+        pass
+    spans = sorted(exporter.get_finished_spans(), key=lambda s: s.start_time or 0)
+    assert [s.name for s in spans] == ["invoke_agent courier", "chat scripted-courier",
+                                       "execute_tool track_parcel", "chat scripted-courier"]
+    recorded = record.as_json()["spans"]
+    assert [(s["kind"], s["name"]) for s in recorded] == [
+        ("agent", "courier"), ("model", "scripted-courier"), ("tool", "track_parcel"),
+        ("model", "scripted-courier")]
+    assert [s["attributes"].get("input_tokens") for s in recorded[1::2]] == [40, 71]
+    tool_span = next(s for s in spans if s.name.startswith("execute_tool"))
+    assert [c.get_span_context() for c in seen_in_tool] == [tool_span.context]  # still current
+    assert record.ended and len(exporter.get_finished_spans()) == 4

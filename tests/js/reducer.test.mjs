@@ -624,3 +624,14 @@ test("the SSE decoder reads what the Python encoder writes, at every byte split"
   }
   assert.deepEqual(decodeIn([...bytes].map((b) => Uint8Array.of(b))), events);
 });
+
+test("an answer knows the run that said it, streamed or from the history (the Inspect button)", () => {
+  const streamed = play([{ ...frame("message", { author: "support", id: "e1", final: true,
+                                                 text: "Shipped." }), run: "inv-1" }]);
+  assert.equal(messages(streamed)[0].run, "inv-1");
+  const stored = fromHistory([{ id: "e1", invocation_id: "inv-2", author: "support",
+                                text: "Shipped.", final: true }]);
+  assert.equal(messages(stored)[0].run, "inv-2");
+  assert.equal(messages(play([frame("message", { author: "a", id: "e2", text: "x" })]))[0].run,
+               undefined);  // a frame no run was given for: none
+});

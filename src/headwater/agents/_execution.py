@@ -222,7 +222,11 @@ class ToolExecutor:
                 f"the run's budget of {limit} tool calls is spent; not executed"))
         ctx.stats.tool_calls += 1
         tool_context = self.tool_context(ctx, call)
-        with ctx.trace.tool(self.agent_name, tool.name, call.id, call.args) as span:
+        with ctx.trace.tool(self.agent_name, tool.name, call.id, call.args,
+                            branch=ctx.branch) as span:
+            if call.id in approved:  # the inspector's approval wait (docs/inspector.md)
+                span.approved(next((e.timestamp for e in reversed(ctx.session.events) if any(
+                    a.call_id == call.id for a in e.actions.requested_approvals)), None))
             try:
                 result, ok = await self._result(ctx, tool, call, tool_context, sink)
             except InnerRunPaused:  # no result until the agent it ran goes on
@@ -411,7 +415,8 @@ class _Progress:
     """Bounded forwarding of one call's progress (count and bytes; then latest wins)."""
 
     __slots__ = ("_author", "_branch", "_bytes", "_held", "_invocation", "_max_bytes",
-                 "_max_events", "_sent", "_sink", "_suppressed", "call_id", "seen", "tool_name")
+                 "_max_events", "_sent", "_sink", "_suppressed", "_trace", "call_id", "seen",
+                 "tool_name")
 
     def __init__(self, author: str, ctx: InvocationContext, tool_name: str, call_id: str,
                  sink: ProgressSink | None) -> None:
@@ -419,6 +424,7 @@ class _Progress:
         self._invocation = ctx.invocation_id
         self._branch = ctx.branch
         self._sink = sink
+        self._trace = ctx.trace
         self._max_events = ctx.settings.max_progress_events
         self._max_bytes = ctx.settings.max_progress_bytes
         self.tool_name = tool_name
@@ -441,7 +447,8 @@ class _Progress:
             self._held = event
             self._suppressed += 1
 
-    def flush(self) -> None:
+    def flush(self) -> None:  # the stream's end
+        self._trace.progress(self.call_id, self.seen)  # the inspector's progress count
         if self._held is not None:
             self._send(self._held, self._suppressed - 1)
             self._held = None

@@ -264,9 +264,9 @@ class TreeRun:
 
     def _run(self, agent: BaseAgent, branch: str | None, tail: bool, outcome: _Outcome,
              resume: Resume | None = None) -> AsyncGenerator[Event, None]:
-        if calls_back(agent):
-            return self._called_back(agent, branch, tail, outcome, resume)
-        return self._kind(agent, branch, tail, outcome, resume)
+        events = (self._called_back(agent, branch, tail, outcome, resume) if calls_back(agent)
+                  else self._kind(agent, branch, tail, outcome, resume))
+        return self.ctx.trace.agent(agent.name, branch, events)  # its turn's span
 
     async def _called_back(self, agent: BaseAgent, branch: str | None, tail: bool,
                            outcome: _Outcome, resume: Resume | None
@@ -354,6 +354,7 @@ class TreeRun:
             target = agent.root_agent.find_agent(name) if name else None
             if target is None:
                 return
+            self.ctx.trace.transfer(agent.name, target.name, branch)
             if not isinstance(target, Agent) or calls_back(target):
                 async with aclosing(self._run(target, branch, tail, outcome)) as events:
                     async for event in events:

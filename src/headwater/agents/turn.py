@@ -49,7 +49,8 @@ class ModelTurn:
         self._author = author
         self._branch = ctx.branch
         self.contract = StreamContract(ctx.settings.max_output_chars)
-        self.chat: ChatTrace = ctx.trace.chat(author, model, request, stream=stream)
+        self.chat: ChatTrace = ctx.trace.chat(author, model, request, stream=stream,
+                                              branch=ctx.branch)
 
     def partial(self, response: LlmResponse) -> Event:
         """Check a partial response; the partial event that shows it.

@@ -38,6 +38,7 @@ from ._chat_view import Approval, RunView, error_words
 from ._common import CommandError
 from ._drafts import nesting
 from ._gateway_client import GatewayClient, GatewayError
+from ._inspect import timeline_lines
 
 STOP_TIMEOUT = 10.0
 """Seconds a stopped run has to end with its ``cancelled`` frame before the chat closes
@@ -49,6 +50,7 @@ commands:
   /agent NAME    start a new session with agent NAME
   /agents        list the agents the gateway serves
   /session       show the session's id
+  /inspect [ID]  the last run's timeline (or run ID's): one line per span
   /help          this text
   /quit          leave (Ctrl-D or Ctrl-C at the prompt too)
 Ctrl-C during an answer stops it."""
@@ -123,6 +125,7 @@ class Chat:
         self.session_id: str | None = None
         self.embedded = False  # the chat's own server (gone when it ends), not a gateway
         self._run_id: str | None = None
+        self._last_run: str | None = None  # the last run this chat started (/inspect)
         self._pending: list[Approval] = []  # a resumed session's approvals still unanswered
 
     # -- opening ---------------------------------------------------------------------------
@@ -275,9 +278,29 @@ class Chat:
                                    f"{escape(str(agent.get('model')))}")
         elif name == "/session":
             self.console.print(self.session_id or "no session yet")
+        elif name == "/inspect":
+            self._inspect(rest or None)
         else:
             self.console.print(f"[red]unknown command {escape(line)!r}[/] (/help lists them)")
         return True
+
+    def _inspect(self, run_id: str | None) -> None:
+        """Print a run's timeline: ``run_id``'s, else the last run of this chat or session."""
+        async def lines() -> list[str]:
+            wanted = run_id or self._last_run
+            if wanted is None and self.session_id is not None:
+                runs = [i.get("invocation_id") for i in await self.client.history(
+                    self.session_id)]
+                wanted = next((str(r) for r in reversed(runs) if r), None)
+            if wanted is None:
+                return ["no run yet: /inspect shows the last run's timeline"]
+            return [f"run {wanted}", *timeline_lines(await self.client.trace(wanted))]
+
+        try:
+            for line in self.loop.run_until_complete(lines()):
+                self.console.print(escape(line), highlight=False)
+        except GatewayError as exc:
+            self.console.print(f"[red]{escape(_gateway_line(exc))}[/]")
 
     # -- runs ----------------------------------------------------------------------------------
 
@@ -328,7 +351,7 @@ class Chat:
                 if created is not None:
                     self.console.print(f"[dim]new session {escape(self.session_id)} "
                                        f"(agent {escape(str(created['agent']))})[/]")
-                self._run_id = run.run_id
+                self._run_id = self._last_run = run.run_id
                 async for frame in run.frames():
                     view.show(frame)
         except GatewayError as exc:

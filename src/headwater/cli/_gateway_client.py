@@ -159,6 +159,11 @@ class GatewayClient:
             if not cursor:
                 return items
 
+    async def trace(self, run_id: str) -> dict[str, Any]:
+        """The run's trace (``GET /runs/{id}/trace``, docs/inspector.md)."""
+        result: dict[str, Any] = await self._call("GET", f"runs/{run_id}/trace")
+        return result
+
     async def delete_session(self, session_id: str) -> None:
         """Delete one of the caller's sessions and its events."""
         await self._call("DELETE", f"sessions/{session_id}")

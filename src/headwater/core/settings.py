@@ -246,6 +246,21 @@ class Settings(BaseSettings):
             results in the OpenTelemetry spans (``gen_ai.input.messages``,
             ``gen_ai.output.messages``, ``gen_ai.tool.call.arguments``/``result``);
             off, no span holds payload text (docs/observability.md).
+        inspect_runs: runs per session whose trace the gateway keeps for the run
+            inspector (``GET /runs/{id}/trace``, the page's Inspect drawer,
+            docs/inspector.md); the oldest goes when a newer run ends. 0: no
+            trace is recorded at all.
+        inspect_payloads: the inspector's traces also keep what each model call
+            was sent and answered and each tool call's arguments and result
+            (``?payloads=1``; credentials and arguments a tool marks secret are
+            never kept). ``None``: on in dev mode (no authenticator: ``headwater
+            demo``, ``serve`` without auth), off otherwise.
+        inspect_max_spans: spans one run's trace keeps at most; past it they
+            are counted (``dropped``) and not kept.
+        inspect_sessions: sessions whose traces one gateway process keeps in
+            memory (the least recently used goes first); with ``redis_url`` the
+            traces are in Redis instead, for ``inspect_ttl``.
+        inspect_ttl: seconds a trace stays in Redis after its run ended.
         auth_tokens: the bearer tokens ``headwater serve`` gives an agent target
             (``StaticTokenAuth``): ``token=user`` pairs separated by commas or
             whitespace, or the path of a file of them (one a line, ``#``
@@ -353,6 +368,11 @@ class Settings(BaseSettings):
     live_close_timeout: float = Field(default=2.0, gt=0)
     live_go_away_margin: float = Field(default=1.0, ge=0)
     otel_capture_content: bool = False
+    inspect_runs: int = Field(default=20, ge=0)
+    inspect_payloads: bool | None = None
+    inspect_max_spans: int = Field(default=2000, ge=1)
+    inspect_sessions: int = Field(default=1000, ge=1)
+    inspect_ttl: float = Field(default=86400.0, gt=0)
     auth_tokens: SecretStr | None = None
     jwt_key: SecretStr | None = None
     jwt_key_file: str | None = None

@@ -10,6 +10,13 @@ with it but no SDK configured, the API's own no-op tracer answers. Nothing here 
 per streamed chunk: a chat span is started before the model call, touched once at its
 first chunk (the flow checks a flag it holds) and ended with the aggregate.
 
+The same calls record the run inspector's spans (:mod:`.trace_record`) when the run
+starts inside :func:`recording` (the gateway does, for ``Settings.inspect_runs``):
+one place records both. The inspector's spans add the agents' turns
+(:meth:`RunTrace.agent`) and transfers (:meth:`RunTrace.transfer`) and parent
+each span as it happened; outside :func:`recording` they cost one context
+variable read per run.
+
 Spans never hold a prompt, a completion or a tool's arguments or result unless
 ``Settings.otel_capture_content`` is on (``HEADWATER_OTEL_CAPTURE_CONTENT=1``).
 
@@ -24,16 +31,29 @@ await of the executor), so the tool's own instrumented calls nest under it.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from pydantic_core import to_json
 
-from .types import Content, Usage
+from .inspection import recorded, recording
+from .spans import (
+    NO_CHAT,
+    NO_TOOL,
+    NO_TRACE,
+    ChatTrace,
+    ModelLike,
+    RequestLike,
+    ResponseLike,
+    RunTrace,
+    ToolTrace,
+    error_type,
+)
+from .trace_record import message_json
+from .types import Usage
 
 if TYPE_CHECKING:
     from opentelemetry.context import Context
@@ -45,6 +65,7 @@ __all__ = (
     "RunTrace",
     "ToolTrace",
     "error_type",
+    "recording",
     "remote_parent",
     "set_tracer_provider",
     "start_run",
@@ -119,120 +140,6 @@ def _no_provider() -> bool:
     return False
 
 
-class _Request(Protocol):
-    """What a chat span reads of an ``LlmRequest``."""
-
-    @property
-    def system_instruction(self) -> str | None: ...
-    @property
-    def contents(self) -> list[Content]: ...
-
-
-class _Response(Protocol):
-    """What a chat span reads of an ``LlmResponse``."""
-
-    @property
-    def content(self) -> Content | None: ...
-    @property
-    def finish_reason(self) -> str | None: ...
-    @property
-    def usage(self) -> Usage | None: ...
-    @property
-    def error_code(self) -> str | None: ...
-
-
-class _Model(Protocol):
-    """What a chat span reads of a model (``BaseLlm``)."""
-
-    @property
-    def model(self) -> str: ...
-    @property
-    def provider(self) -> str: ...
-
-
-# -- the no-op objects (no API installed), which the recording ones extend ------------------
-
-
-class ChatTrace:
-    """The span of one model call. This base does nothing (tracing is off).
-
-    Attributes:
-        recording: whether :meth:`first_chunk` does anything; the flow copies it
-            into a local flag, which :meth:`first_chunk` clears.
-    """
-
-    __slots__ = ()
-    recording = False
-
-    def first_chunk(self) -> bool:
-        """Record the time to the first chunk; returns ``False`` (the flag's next value)."""
-        return False
-
-    def end(self, response: _Response) -> None:
-        """End the span with the call's aggregate (usage, finish reason, error code)."""
-
-    def fail(self, error_type: str) -> None:
-        """End the span as failed: ``error.type`` and status ERROR."""
-
-
-class ToolTrace:
-    """The span of one tool call, as a context manager around its execution.
-
-    Inside the block the span is the current one (the tool's own instrumented
-    calls nest under it); leaving the block ends it (an exception marks it
-    failed). This base does nothing (tracing is off).
-    """
-
-    __slots__ = ()
-
-    def __enter__(self) -> ToolTrace:
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        return None
-
-    def result(self, result: Mapping[str, Any]) -> None:
-        """Record the call's result: an error result (``"error"`` and ``"code"`` keys) sets
-        ``error.type`` to its code and status ERROR."""
-
-
-class RunTrace:
-    """The span of one run (``invoke_agent``), parent of its chat and tool spans.
-
-    This base does nothing (tracing is off); :func:`start_run` returns a
-    recording one when the OpenTelemetry API is installed.
-    """
-
-    __slots__ = ()
-
-    def chat(self, agent: str, model: _Model, request: _Request | None, *,
-             stream: bool = True) -> ChatTrace:
-        """Start the span of one model call of ``agent`` (ended by the returned object).
-
-        ``request``: what the call was sent (recorded only with capture on);
-        ``None`` for a live turn, whose input is the connection's.
-        """
-        return _NO_CHAT
-
-    def tool(self, agent: str, name: str, call_id: str, args: Mapping[str, Any]) -> ToolTrace:
-        """The span of one tool call of ``agent``, started as the returned context manager
-        is entered."""
-        return _NO_TOOL
-
-    def fail(self, error_type: str) -> None:
-        """Mark the run failed (``error.type``); the first failure recorded wins."""
-
-    def end(self, usage: Usage, error_type: str | None = None) -> None:
-        """End the run span with the run's usage; ``error_type`` marks it failed. Idempotent."""
-
-
-_NO_CHAT = ChatTrace()
-_NO_TOOL = ToolTrace()
-NO_TRACE = RunTrace()
-"""The run trace of a run that is not traced (the default of ``InvocationContext``)."""
-
-
 def start_run(*, agent: str, session_id: str, invocation_id: str,
               capture_content: bool = False) -> RunTrace:
     """Start the span of a run, a child of the current context.
@@ -250,8 +157,14 @@ def start_run(*, agent: str, session_id: str, invocation_id: str,
             (``Settings.otel_capture_content``).
 
     Returns:
-        :data:`NO_TRACE` when the OpenTelemetry API is not installed.
+        :data:`NO_TRACE` when the OpenTelemetry API is not installed and the run is
+        not inside :func:`recording`.
     """
+    return recorded(_start_otel(agent, session_id, invocation_id, capture_content), agent)
+
+
+def _start_otel(agent: str, session_id: str, invocation_id: str,
+                capture_content: bool) -> RunTrace:
     tracer = _get_tracer()
     if tracer is None or _no_provider():
         return NO_TRACE
@@ -264,7 +177,7 @@ def start_run(*, agent: str, session_id: str, invocation_id: str,
     return _RunSpan(tracer, span, _otel.set_span_in_context(span), agent, capture_content)
 
 
-def _provider_name(model: _Model) -> str:
+def _provider_name(model: ModelLike) -> str:
     provider = model.provider
     return _PROVIDER_NAMES.get(provider, provider) or "_OTHER"
 
@@ -272,17 +185,6 @@ def _provider_name(model: _Model) -> str:
 def _fail(span: Span, error_type: str) -> None:
     span.set_attribute("error.type", error_type)
     span.set_status(_otel.Status(_otel.StatusCode.ERROR))
-
-
-def error_type(exc: BaseException) -> str:
-    """A low-cardinality name for an exception (``error.type``): ``cancelled`` for a stop,
-    a headwater error's wire code (``session_busy``), else the exception's class name."""
-    if isinstance(exc, (GeneratorExit, asyncio.CancelledError)):
-        return "cancelled"
-    code = getattr(exc, "code", None)
-    if isinstance(code, str) and code != "internal":
-        return code
-    return type(exc).__qualname__
 
 
 class _RunSpan(RunTrace):
@@ -297,10 +199,10 @@ class _RunSpan(RunTrace):
         self._capture = capture
         self._error: str | None = None
 
-    def chat(self, agent: str, model: _Model, request: _Request | None, *,
-             stream: bool = True) -> ChatTrace:
+    def chat(self, agent: str, model: ModelLike, request: RequestLike | None, *,
+             stream: bool = True, branch: str | None = None) -> ChatTrace:
         if self._context is None:
-            return _NO_CHAT
+            return NO_CHAT
         provider = _provider_name(model)
         if agent == self._root and self._span is not None:
             self._root = None
@@ -316,12 +218,13 @@ class _RunSpan(RunTrace):
                 span.set_attribute("gen_ai.system_instructions", _json(
                     [{"type": "text", "content": request.system_instruction}]))
             span.set_attribute("gen_ai.input.messages",
-                               _json([_message(c) for c in request.contents]))
+                               _json([message_json(c) for c in request.contents]))
         return _ChatSpan(span, model.model, self._capture)
 
-    def tool(self, agent: str, name: str, call_id: str, args: Mapping[str, Any]) -> ToolTrace:
+    def tool(self, agent: str, name: str, call_id: str, args: Mapping[str, Any], *,
+             branch: str | None = None) -> ToolTrace:
         if self._context is None:
-            return _NO_TOOL
+            return NO_TOOL
         return _ToolSpan(self, agent, name, call_id, args)
 
     def start_tool(self, agent: str, name: str, call_id: str, args: Mapping[str, Any]) -> Span:
@@ -372,7 +275,7 @@ class _ChatSpan(ChatTrace):
                                      time.monotonic() - self._started)
         return False
 
-    def end(self, response: _Response) -> None:
+    def end(self, response: ResponseLike) -> None:
         span, self._span = self._span, None
         if span is None:
             return
@@ -384,7 +287,7 @@ class _ChatSpan(ChatTrace):
             span.set_attribute("gen_ai.usage.input_tokens", usage.input_tokens)
             span.set_attribute("gen_ai.usage.output_tokens", usage.output_tokens)
         if self._capture and response.content is not None:
-            message = _message(response.content)
+            message = message_json(response.content)
             message["finish_reason"] = response.finish_reason or "stop"
             span.set_attribute("gen_ai.output.messages", _json([message]))
         if response.error_code is not None:
@@ -445,29 +348,6 @@ class _ToolSpan(ToolTrace):
 def _json(value: object) -> str:
     return to_json(value, fallback=repr).decode()
 
-
-def _message(content: Content) -> dict[str, Any]:
-    """A content as the conventions' message: role and typed parts (blobs without bytes)."""
-    parts: list[dict[str, Any]] = []
-    tool = False
-    for part in content.parts:
-        if part.function_call is not None:
-            call = part.function_call
-            parts.append({"type": "tool_call", "id": call.id, "name": call.name,
-                          "arguments": call.args})
-        elif part.function_response is not None:
-            tool = True
-            response = part.function_response
-            parts.append({"type": "tool_call_response", "id": response.id,
-                          "response": response.response})
-        elif part.inline_data is not None:
-            parts.append({"type": "blob", "mime_type": part.inline_data.mime_type,
-                          "size": len(part.inline_data.data)})
-        elif part.text is not None:
-            parts.append({"type": "reasoning" if part.thought else "text",
-                          "content": part.text})
-    role = "tool" if tool else ("assistant" if content.role == "model" else content.role)
-    return {"role": role, "parts": parts}
 
 
 # -- propagation ----------------------------------------------------------------------------

@@ -31,7 +31,7 @@ from ..core.types import Content, FunctionResponse, Part
 from ..sessions.base import BaseSessionService, Session
 from ..sessions.sql import SqlSessionService
 from ..tools.approval import approval_response
-from . import agui, page, vercel, websocket
+from . import agui, inspector, page, vercel, websocket
 from .core import (
     NOT_FOUND_RUN,
     NOT_FOUND_SESSION,
@@ -203,8 +203,8 @@ def create_app(
     app.add_middleware(RequestLimits, max_body_bytes=settings.max_body_bytes,
                        body_read_timeout=settings.body_read_timeout)
     app.add_middleware(TraceContext)  # outermost: the caller's trace for all of the request
-    for router in (meta, sessions, runs, agui.router, page.router, vercel.router,
-                   websocket.router):
+    for router in (meta, sessions, runs, inspector.router, agui.router, page.router,
+                   vercel.router, websocket.router):
         app.include_router(router)
     if importlib.util.find_spec("mcp") is not None:  # headwater[mcp]: the agents as MCP tools
         from .mcp import mount
@@ -271,7 +271,7 @@ async def _serving(gateway: Gateway) -> AsyncIterator[None]:
         if settings.gc_freeze:
             gc.unfreeze()
         await stop.restore()
-        await gateway.runs.aclose()
+        await gateway.close_runs()
         await gateway.stall_watch.aclose()
         await gateway.close_tools()
         if gateway.owns_service:

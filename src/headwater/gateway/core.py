@@ -32,6 +32,7 @@ from ..core.errors import (
 )
 from ..core.run_config import RunConfig, StreamingMode
 from ..core.settings import Settings
+from ..core.telemetry import recording
 from ..core.types import Content
 from ..runner import Runner, RunStream
 from ..sessions.base import BaseSessionService, Session
@@ -40,8 +41,10 @@ from .http.problems import ErrorBody, GatewayHTTPError, too_large
 from .http.ratelimit import UserRateLimit
 from .http.responses import Render, SSEResponse, StallWatch, render_frame
 from .runs.manager import Run, RunManager
+from .runs.redis_registry import RedisRunRegistry
 from .runs.registry import RunInfo, RunRegistry
 from .runs.runlog import RunLog
+from .runs.traces import TraceStore, trace_store
 from .wire.frames import FrameMapper
 
 logger = logging.getLogger("headwater.gateway")
@@ -82,6 +85,9 @@ class Gateway:
         self.auth = auth
         self.settings = settings
         self.runs = RunManager(log, settings, registry)
+        self.traces: TraceStore = trace_store(  # the run inspector's, docs/inspector.md
+            settings, dev_mode=auth is None,
+            health=registry.health if isinstance(registry, RedisRunRegistry) else None)
         self.stall_watch = StallWatch(settings.send_timeout)
         self.rate_limit = UserRateLimit(settings.rate_limit_per_minute,
                                         settings.rate_limit_burst)
@@ -231,15 +237,23 @@ class Gateway:
         if not await self.runs.has_room(user_id):
             raise GatewayHTTPError("too_many_streams")
         await self.open_tools(agent)
+        record = self.traces.new_record()  # the run inspector's, docs/inspector.md
         try:
             stream = stream_of(self.runners[agent], user_id, session_id)
-            await stream.start()
+            if record is None:
+                await stream.start()
+            else:
+                with recording(record):
+                    await stream.start()
         except (SessionError, UserError) as exc:
             raise request_error(exc) from None
         mapper = (self.live_mappers if live else self.mappers)[agent]
-        return await self.runs.start(stream, user_id=user_id, session_id=session_id,
-                                     agent=agent, resumable=resumable, request_id=request_id,
-                                     mapper=mapper)
+        run = await self.runs.start(stream, user_id=user_id, session_id=session_id,
+                                    agent=agent, resumable=resumable, request_id=request_id,
+                                    mapper=mapper)
+        if record is not None and record.claimed:
+            self.traces.keep(run.id, user_id, session_id, record)
+        return run
 
     async def open_tools(self, agent: str) -> None:
         """List the toolsets of ``agent``'s tree (at once when listed): a run never waits for a
@@ -312,6 +326,13 @@ class Gateway:
                            heartbeat_interval=settings.heartbeat_interval,
                            send_timeout=settings.send_timeout, on_end=on_end, render=render,
                            prologue=prologue, watch=self.stall_watch)
+
+    async def close_runs(self) -> None:
+        """Stop every run, then close the run inspector's trace store (the app's stop)."""
+        try:
+            await self.runs.aclose()
+        finally:
+            await self.traces.aclose()
 
     def begin_shutdown(self) -> None:
         """Stop every run now (SIGTERM): streams end with ``server_shutdown``."""

@@ -47,6 +47,7 @@ from ..core.errors import (
     ProviderTruncated,
     ProviderUnavailable,
 )
+from ..core.redaction import redact
 from ..core.settings import Settings, settings_or_default
 from ..core.sse import ServerSentEvent, SSEDecoder
 from .aggregator import StreamAggregator
@@ -58,25 +59,6 @@ _MAX_ERROR_BODY = 64 * 1024
 _MAX_LOGGED = 2000
 
 logger = logging.getLogger("headwater.models")
-
-_SECRETS = re.compile(
-    r"(?i)(?:bearer\s+|basic\s+)[A-Za-z0-9._~+/=-]+"  # authorization values
-    r"|\b(?:sk|pk|rk)-[A-Za-z0-9_-]{6,}"  # sk-…, sk-ant-…, sk-proj-…
-    r"|\b(?:api[_-]?key|x-api-key|authorization|token|secret|password)"  # key=value, "key": …
-    r"[\"']?\s*[:=]\s*[\"']?(?:(?:bearer|basic)\s+)?[^\"'\s,}]+"
-)
-
-
-def redact(text: str, *secrets: str | None) -> str:
-    """``text`` with the given secrets and anything shaped like a credential replaced."""
-    for secret in secrets:
-        if secret:
-            text = text.replace(secret, "[redacted]")
-    return _SECRETS.sub("[redacted]", text)
-
-
-
-
 
 
 class _Retry(Exception):

@@ -9,6 +9,7 @@ import {
   readEmission, reduce,
 } from "./reducer.js";
 import { SSEDecoder } from "./sse.js";
+import { inspector } from "./inspect.js";
 import {
   base64FromBytes, bytesFromBase64, parsePnm, pgmFromRgba, rgbaFromLuma,
 } from "./media.js";
@@ -134,6 +135,7 @@ function messageView(item, draft = false) {
   return el("article", { class: draft ? "message draft" : "message", "data-author": item.author,
                          "data-branch": item.branch ?? null,
                          "data-draft": draft ? "true" : null, "data-id": item.id ?? null,
+                         "data-run": item.run ?? null,
                          "aria-busy": draft ? "true" : null },
             // The user's turn on a branch is a caller's request to an agent used as a tool.
             el("span", { class: "who" }, item.author === "user" && item.branch ? "request"
@@ -347,7 +349,8 @@ async function readFrames(response, run) {
       if (done) return false;  // cut off before its terminal frame: follow it again
       for (const frame of decoder.feed(text.decode(value, { stream: true }))) {
         if (run.sessionId !== sessionId) return true;
-        dispatch(frame);
+        inspector.frame(run.runId, frame);
+        dispatch({ ...frame, run: run.runId });
         noteHandoff(run, frame);
         if (frame.id) {
           // record_id: the last frame the history holds (a delta or progress is not stored);
@@ -372,6 +375,7 @@ async function follow(run) {
   // Resume after the last frame seen; a dropped connection is followed again a few times.
   for (let attempt = 0; attempt < 3; attempt++) {
     const last = savedRun()?.last_id ?? 0;
+    inspector.resumed(run.runId, last);
     let response;
     try {
       response = await fetch(`/runs/${run.runId}/stream`, {
@@ -657,6 +661,7 @@ function onLiveMessage(mine, message) {
   if (message.id === null) {  // a notice about the socket, not a run frame
     if (message.type === "ready") {  // a live run is a new turn: it superseded what waited
       mine.ready = true;
+      mine.runId = message.data?.run_id ?? null;
       state = reduce(state, { type: "superseded" });
     }
     else if (message.type === "error") {
@@ -668,7 +673,8 @@ function onLiveMessage(mine, message) {
     render();
     return;
   }
-  dispatch({ type: message.type, data: message.data });
+  inspector.frame(mine.runId, message);
+  dispatch({ type: message.type, data: message.data, run: mine.runId });
   if (TERMINAL.has(message.type)) mine.ended = true;
 }
 
@@ -994,6 +1000,7 @@ async function start() {
     $("token-cancel").onclick = () => $("token-dialog").close();
   }
   setUpChoices();
+  inspector.install({ api, session: () => sessionId });
   $("new-session").onclick = () => newSession();
   $("agent").onchange = () => {
     if (!sessionId) { draftAgent = null; markCurrent(); render(); }  // the draft's agent

@@ -1,7 +1,7 @@
 // The chat reducer (seed 004): pure, no DOM, no I/O.
 //
 //   state = { items, drafts, status, error }
-//   items:  the record, in order: {kind: "message", author, branch?, id, text, final}
+//   items:  the record, in order: {kind: "message", author, branch?, id, text, final, run?}
 //           | {kind: "tool", call_id, name, author?, branch?, status, progress, message, approval,
 //              lines, emissions?}: approval {args_sha256, display, decided} once asked
 //           | {kind: "transfer", author, to, call_id, branch?}: the conversation went to `to`
@@ -165,10 +165,11 @@ function endStreams(items) {
     ? { ...i, status: "stopped" } : i));
 }
 
-function addMessage(state, d) {
+function addMessage(state, d, run = null) {
   const message = { kind: "message", author: d.author, id: d.id ?? null, text: d.text ?? "",
                     final: Boolean(d.final) };
   if (d.branch) message.branch = d.branch;
+  if (run) message.run = run;  // the run that said it (the page's Inspect)
   if (d.interrupted) message.interrupted = true;
   const items = message.id === null
     ? [...state.items, message]
@@ -332,7 +333,7 @@ export function reduce(state, frame) {
       return { ...state, drafts: { ...state.drafts, [key]: text } };
     }
     case "message":  // the aggregate replaces the draft; it is the record
-      return addMessage(state, d);
+      return addMessage(state, d, frame.run);
     case "tool_call":
       return onToolCall(state, d);
     case "tool_progress":
@@ -414,6 +415,7 @@ function historyItem(items, item) {
                       final: Boolean(item.final) };
     if (item.branch) message.branch = item.branch;
     if (item.interrupted) message.interrupted = true;
+    if (item.invocation_id) message.run = item.invocation_id;
     items = [...items, message];
   }
   if (item.error) items = [...items, { kind: "error", code: item.error.code, retryable: false }];

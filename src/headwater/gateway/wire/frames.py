@@ -243,6 +243,8 @@ class FrameMapper:
                              "message": error_info(event.error_code).message}
         if actions.transfer_to_agent:
             item["transfer_to"] = actions.transfer_to_agent
+        if actions.state_delta:  # the session's own state, which its owner reads anyway
+            item["state_delta"] = dict(actions.state_delta)
         if event.usage is not None:
             item["usage"] = {"input_tokens": event.usage.input_tokens,
                              "output_tokens": event.usage.output_tokens}
