@@ -472,10 +472,15 @@ class TreeRun:
             return None
         return plan_resume(self.root, self.ctx.ledger, [], [r.id for r in responses])
 
-    async def _resume(self, agent: BaseAgent, branch: str | None, tail: bool,
-                      outcome: _Outcome, plan: ResumePlan) -> AsyncGenerator[Event, None]:
+    def _resume(self, agent: BaseAgent, branch: str | None, tail: bool, outcome: _Outcome,
+                plan: ResumePlan) -> AsyncGenerator[Event, None]:
         """A marked agent going on from its pause; its after-agent callbacks once it is done
-        (its before-agent ones ran when it started)."""
+        (its before-agent ones ran when it started). One span of the inspector, as a turn."""
+        return self.ctx.trace.agent(agent.name, branch,
+                                    self._going_on(agent, branch, tail, outcome, plan))
+
+    async def _going_on(self, agent: BaseAgent, branch: str | None, tail: bool,
+                        outcome: _Outcome, plan: ResumePlan) -> AsyncGenerator[Event, None]:
         after = agent.after_agent_callbacks
         async with aclosing(self._resume_kind(agent, branch, tail and not after, outcome,
                                               plan)) as events:
