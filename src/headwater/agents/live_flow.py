@@ -333,6 +333,7 @@ class LiveFlow:
             await self._streams.stop_all()
             await self._cancel_handlers(old)
             # Its connection closes; what it still delivers (an answer cut short) is stored.
+            self.ctx.trace.transfer(old.agent.name, target.name, self.ctx.branch)  # the arrow
             await self._model.switch(self._flow_of(target))
             sealed = old.seal("cancelled")  # the calls its cancelled handlers left
             if sealed is not None:

@@ -171,22 +171,30 @@ class LiveStreams:
         tool, call = stream.tool, stream.call
         context = executor.tool_context(self.ctx, call, stream.input_stream)
         emitter = _Emitter(self, stream)
-        try:
-            ending = await emitter.pump(tool.stream(call.args, context))
-        except asyncio.CancelledError:
-            raise  # stopped: the stop_streaming result says so
-        except Exception as exc:  # never silent: the model and the caller are told
-            logger.warning("live stream %s (call %s) failed", tool.name, call.id, exc_info=exc)
-            await emitter.flush()
-            await self.tell(stream, f"Function {tool.name} failed: {type(exc).__name__}: {exc}")
-        else:
-            await emitter.flush()
-            await self.tell(stream, ending)
-        finally:
-            if stream.input_stream is not None:
-                stream.input_stream.close()
-            self._running.pop(call.id, None)
-            await context.end_processes()
+        trace = self.ctx.trace
+        # The stream's span (the inspector's bar, an OpenTelemetry span): from its start to
+        # its end, its emissions counted as a progress tool's progress.
+        with trace.tool(executor.agent_name, tool.name, call.id, call.args,
+                        branch=self.ctx.branch):
+            try:
+                ending = await emitter.pump(tool.stream(call.args, context))
+            except asyncio.CancelledError:
+                raise  # stopped: the stop_streaming result says so
+            except Exception as exc:  # never silent: the model and the caller are told
+                logger.warning("live stream %s (call %s) failed", tool.name, call.id,
+                               exc_info=exc)
+                await emitter.flush()
+                await self.tell(stream,
+                                f"Function {tool.name} failed: {type(exc).__name__}: {exc}")
+            else:
+                await emitter.flush()
+                await self.tell(stream, ending)
+            finally:
+                trace.progress(call.id, emitter.sent)
+                if stream.input_stream is not None:
+                    stream.input_stream.close()
+                self._running.pop(call.id, None)
+                await context.end_processes()
 
     async def tell(self, stream: _Stream, text: str) -> None:
         """Say something to the model and the caller about a stream, once it is stored.
