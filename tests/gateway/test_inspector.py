@@ -332,6 +332,53 @@ async def test_any_replica_answers_an_ended_run_s_trace(redis_url: str, serve: S
         await drop_keys(redis_url, prefix)
 
 
+async def test_another_replica_shows_a_run_while_it_runs(redis_url: str, serve: Serve) -> None:
+    """A live run on A: B answers its trace as of A's last snapshot, ``ended`` false."""
+    prefix = f"hwtest:{uuid.uuid4().hex}:"
+    values: dict[str, Any] = {"redis_url": redis_url, "redis_key_prefix": prefix,
+                              "database_url": new_database_url(), "session_lock_timeout": 0,
+                              "heartbeat_interval": 1.0, "inspect_live_interval": 0.05}
+    model = ScriptedModel(model="m-live").reply("Hello.")
+    apps = [create_app(Agent(name="voice", model=model), auth=AUTH, settings=Settings(**values))
+            for _ in range(2)]
+    bases = [await serve(app, lifespan="on") for app in apps]
+    clients = [httpx.AsyncClient(base_url=base, timeout=20) for base in bases]
+    try:
+        sid = await new_session(clients[0])
+        url = bases[0].replace("http://", "ws://", 1) + f"/live/{sid}"
+        async with connect(url, additional_headers=A) as ws:
+            run_id = json.loads(await ws.recv())["data"]["run_id"]
+            await ws.send(json.dumps({"type": "content", "text": "hi"}))
+            while json.loads(await ws.recv())["type"] != "turn_complete":
+                pass
+            there: dict[str, Any] = {}
+            for _ in range(300):  # A's next snapshot
+                response = await clients[1].get(f"/runs/{run_id}/trace", headers=A)
+                if response.status_code == 200:
+                    there = response.json()
+                    if any(s["kind"] == "model" for s in there["spans"]):
+                        break
+                await asyncio.sleep(0.01)
+            assert there["ended"] is False
+            assert [(s["kind"], s["name"]) for s in there["spans"]] == [
+                ("agent", "voice"), ("model", "m-live")]
+            assert (await clients[1].get(f"/runs/{run_id}/trace",
+                                         headers=B)).status_code == 404
+            await ws.send(json.dumps({"type": "close"}))
+            while json.loads(await ws.recv())["type"] not in ("done", "error"):
+                pass
+        for _ in range(300):  # then the ended trace replaces the snapshot
+            ended = (await clients[1].get(f"/runs/{run_id}/trace", headers=A)).json()
+            if ended["ended"]:
+                break
+            await asyncio.sleep(0.01)
+        assert ended["ended"] is True
+    finally:
+        for client in clients:
+            await client.aclose()
+        await drop_keys(redis_url, prefix)
+
+
 @tool(requires_approval=True)
 async def deploy(env: str) -> AsyncIterator[ToolStreamEvent]:
     """Deploy the service, in steps.

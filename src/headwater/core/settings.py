@@ -261,6 +261,9 @@ class Settings(BaseSettings):
             memory (the least recently used goes first); with ``redis_url`` the
             traces are in Redis instead, for ``inspect_ttl``.
         inspect_ttl: seconds a trace stays in Redis after its run ended.
+        inspect_live_interval: with ``redis_url``, seconds between the snapshots of
+            a running run's trace written to Redis, so another replica shows it
+            while it runs (0: only once it has ended).
         auth_tokens: the bearer tokens ``headwater serve`` gives an agent target
             (``StaticTokenAuth``): ``token=user`` pairs separated by commas or
             whitespace, or the path of a file of them (one a line, ``#``
@@ -373,6 +376,7 @@ class Settings(BaseSettings):
     inspect_max_spans: int = Field(default=2000, ge=1)
     inspect_sessions: int = Field(default=1000, ge=1)
     inspect_ttl: float = Field(default=86400.0, gt=0)
+    inspect_live_interval: float = Field(default=1.0, ge=0)
     auth_tokens: SecretStr | None = None
     jwt_key: SecretStr | None = None
     jwt_key_file: str | None = None

@@ -12,7 +12,10 @@ answers it to that owner only (docs/inspector.md).
 - :class:`RedisTraceStore` (``Settings.redis_url``) also writes each ended
   run's trace to Redis (``trace:<id>``: the JSON, for ``inspect_ttl``;
   ``traces:<len>:<user>:<sid>``: the session's list of run ids, trimmed to
-  ``inspect_runs``), so any replica answers any ended run.
+  ``inspect_runs``), so any replica answers any ended run; while a run goes
+  on, a snapshot of its trace is written every ``inspect_live_interval`` when
+  it changed (``trace:<id>:live``, short-lived), so another replica answers a
+  running run too, as it stood at the last snapshot.
 
 With ``inspect_runs`` 0 nothing is recorded: :meth:`TraceStore.new_record`
 answers ``None`` and the run's spans cost nothing.
@@ -20,6 +23,7 @@ answers ``None`` and the run's spans cost nothing.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections import OrderedDict, deque
@@ -148,6 +152,9 @@ class RedisTraceStore(TraceStore):
         self._ttl = max(1, int(settings.inspect_ttl))
         self._writes = TaskSet("trace store", logger=logger)
         self._grace = settings.redis_timeout  # the last writes may finish; no longer
+        self._interval = settings.inspect_live_interval
+        self._running: dict[str, tuple[_Kept, tuple[int, int]]] = {}  # run -> (it, written)
+        self._snapshots: asyncio.Task[None] | None = None
 
     def _key(self, run_id: str) -> str:
         return f"{self._prefix}trace:{run_id}"
@@ -155,7 +162,43 @@ class RedisTraceStore(TraceStore):
     def _list(self, user_id: str, session_id: str) -> str:
         return f"{self._prefix}traces:{len(user_id)}:{user_id}:{session_id}"
 
+    def _live(self, run_id: str) -> str:
+        return f"{self._prefix}trace:{run_id}:live"
+
+    def keep(self, run_id: str, user_id: str, session_id: str, record: TraceRecord) -> None:
+        super().keep(run_id, user_id, session_id, record)
+        kept = self._traces.get(run_id)
+        if kept is None or record.ended or self._interval <= 0:
+            return
+        self._running[run_id] = (kept, (0, 0))
+        if self._snapshots is None:  # one task for every running run of this replica
+            self._snapshots = self._writes.spawn(self._snapshot_loop(), name="trace snapshots",
+                                                 expected=(RunStoreUnavailable,))
+
+    async def _snapshot_loop(self) -> None:
+        """Every ``inspect_live_interval``, each running run whose trace changed is written
+        to its ``:live`` key (short-lived; the ended trace's key wins over it), so any
+        replica shows a run while it runs."""
+        while True:
+            await asyncio.sleep(self._interval)
+            for run_id, (kept, written) in list(self._running.items()):
+                spans = kept.record.spans
+                now = (len(spans), sum(1 for span in spans if span.end is not None))
+                if now == written or run_id not in self._running:
+                    continue
+                self._running[run_id] = (kept, now)
+                body = {"user_id": kept.user_id, "session_id": kept.session_id,
+                        **kept.record.as_json(payloads=True)}
+                text = json.dumps(body, separators=(",", ":"))
+                ttl = max(1, int(self._interval * 10))
+                try:
+                    with self._health.guard():
+                        await self._client.set(self._live(run_id), text, ex=ttl)
+                except RunStoreUnavailable:
+                    continue  # an outage: the next round tries again
+
     def _ended(self, run_id: str, kept: _Kept | None) -> None:
+        self._running.pop(run_id, None)
         if kept is None:
             return
         body = {"user_id": kept.user_id, "session_id": kept.session_id,
@@ -171,12 +214,13 @@ class RedisTraceStore(TraceStore):
         with self._health.guard():
             async with self._client.pipeline(transaction=True) as pipe:
                 pipe.set(self._key(run_id), text, ex=self._ttl)
+                pipe.delete(self._live(run_id))
                 pipe.rpush(listing, run_id)
                 pipe.lrange(listing, 0, -self.per_session - 1)
                 pipe.ltrim(listing, -self.per_session, -1)
                 pipe.expire(listing, self._ttl)
                 answers = await pipe.execute()
-            gone = answers[2]
+            gone = answers[3]
             if gone:
                 await self._client.delete(*(self._key(_text(old)) for old in gone))
 
@@ -187,6 +231,8 @@ class RedisTraceStore(TraceStore):
             return here
         with self._health.guard():
             text = await self._client.get(self._key(run_id))
+            if text is None:  # still running on another replica: its latest snapshot
+                text = await self._client.get(self._live(run_id))
         if text is None:
             return None
         body: dict[str, Any] = json.loads(text)
@@ -200,6 +246,9 @@ class RedisTraceStore(TraceStore):
     async def aclose(self) -> None:
         from .redis_client import disconnect
 
+        if self._snapshots is not None:
+            self._snapshots.cancel()  # (awaited with the other writes below)
+        self._running.clear()
         await self._writes.aclose(grace=self._grace)
         await super().aclose()
         await disconnect(self._client)
