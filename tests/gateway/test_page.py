@@ -88,6 +88,7 @@ async def test_the_page_and_its_modules_come_from_this_origin(client_for: Any) -
     assert 'src="/static/app.js"' in page.text and "http" not in page.text.split("<body>")[0]
     for name, kind in (("app.js", "text/javascript"), ("reducer.js", "text/javascript"),
                        ("sse.js", "text/javascript"), ("media.js", "text/javascript"),
+                       ("inspect.js", "text/javascript"), ("dom.js", "text/javascript"),
                        ("style.css", "text/css"), ("icon.svg", "image/svg+xml")):
         asset = await client.get(f"/static/{name}")
         assert asset.status_code == 200, name

@@ -5,21 +5,24 @@
 turned out closed); :class:`RedisHealth` runs each call, turns an unreachable
 Redis into :class:`~headwater.errors.RunStoreUnavailable` and logs one line
 when an outage starts and one when it ends. redis-py (``pip install
-"headwater[redis]"``) is imported here only, when a client is made. Used by
-:mod:`.redis_runlog` and :mod:`.redis_registry`; imports only the settings and
-the errors.
+"headwater[redis]"``) is imported here only, when a client is made.
+:class:`ChannelListener` is the one way those pieces listen on a pub/sub channel.
+Used by :mod:`.redis_runlog` and :mod:`.redis_registry`; imports only the
+settings, the errors and the task set.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 from urllib.parse import urlsplit
 
 from ...core.errors import RunStoreUnavailable
 from ...core.settings import Settings
+from ...core.tasks import TaskSet
 
 logger = logging.getLogger("headwater.gateway")
 
@@ -157,3 +160,81 @@ def _where(url: str) -> str:
 def ms(seconds: float) -> int:
     """``seconds`` in the whole milliseconds Redis takes (at least 1)."""
     return max(1, round(seconds * 1000))
+
+
+class ChannelListener:
+    """One pub/sub channel a Redis piece listens on (a replica's cancels, a run log's
+    requests from followers elsewhere).
+
+    :meth:`start` subscribes once (again after a failed attempt; a cancelled caller does
+    not stop it, the next caller gets its failure); every message then goes to
+    ``on_message`` as text. A failure to read is retried every second, an outage logged
+    once by ``health``. Its tasks are the owner's (``tasks``, closed by the owner);
+    :meth:`aclose` closes the subscription after them.
+
+    Args:
+        redis: the redis-py client.
+        health: the owner's :class:`RedisHealth`.
+        tasks: the owner's task set.
+        channel: the channel's name.
+        on_message: called with each message's text.
+        what: what it listens for, in log lines ("cancels").
+    """
+
+    __slots__ = ("_channel", "_health", "_on_message", "_pubsub", "_redis", "_subscribed",
+                 "_tasks", "_what")
+
+    def __init__(self, redis: Any, health: RedisHealth, tasks: TaskSet, channel: str,
+                 on_message: Callable[[str], None], what: str) -> None:
+        self._redis = redis
+        self._health = health
+        self._tasks = tasks
+        self._channel = channel
+        self._on_message = on_message
+        self._what = what
+        self._subscribed: asyncio.Task[None] | None = None
+        self._pubsub: Any = None
+
+    async def start(self) -> None:
+        """Listening from now on (subscribed once; again after a failed attempt).
+
+        Raises:
+            RunStoreUnavailable: Redis could not be reached.
+        """
+        if self._subscribed is None or (self._subscribed.done()
+                                        and self._subscribed.exception() is not None):
+            self._subscribed = self._tasks.spawn(self._subscribe(), name="subscribe",
+                                                 expected=Exception)
+        await asyncio.shield(self._subscribed)
+
+    async def _subscribe(self) -> None:
+        pubsub = self._redis.pubsub(ignore_subscribe_messages=True)
+        with self._health.guard():
+            await pubsub.subscribe(self._channel)
+        self._pubsub = pubsub
+        self._tasks.spawn(self._listen(pubsub), name=f"listen for {self._what}")
+
+    async def _listen(self, pubsub: Any) -> None:
+        while True:
+            try:
+                with self._health.guard():
+                    message = await pubsub.get_message(ignore_subscribe_messages=True,
+                                                       timeout=None)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                if not isinstance(exc, RunStoreUnavailable):  # an outage is logged once
+                    logger.warning("listening for %s failed (%s); again in 1 s", self._what,
+                                   type(exc).__name__)
+                await asyncio.sleep(1.0)
+                continue
+            if message is None or message.get("type") != "message":
+                continue
+            data = message["data"]
+            self._on_message(data.decode() if isinstance(data, bytes) else str(data))
+
+    async def aclose(self) -> None:
+        """Close the subscription (after the owner closed its tasks); quiet on failure."""
+        if self._pubsub is not None:
+            with contextlib.suppress(Exception):
+                await self._pubsub.aclose()

@@ -17,12 +17,12 @@ import contextlib
 import logging
 import uuid
 from collections.abc import Callable
-from typing import Any, cast, get_args
+from typing import cast, get_args
 
 from ...core.errors import RunStoreUnavailable
 from ...core.settings import Settings
 from ...core.tasks import TaskSet
-from .redis_client import RedisHealth, connect, disconnect, ms
+from .redis_client import ChannelListener, RedisHealth, connect, disconnect, ms
 from .registry import RunInfo, RunRegistry, RunStatus
 
 logger = logging.getLogger("headwater.gateway")
@@ -128,12 +128,13 @@ class RedisRunRegistry(RunRegistry):
         self._runs: dict[str, RunInfo] = {}  # this replica's running runs: renewed
         self._streams: dict[str, set[_Stream]] = {}  # this replica's open streams, by user
         self._callback: Callable[[str], None] | None = None
-        self._subscribed: asyncio.Task[None] | None = None
-        self._pubsub: Any = None
         self._renewer: asyncio.Task[None] | None = None
         # The listener, the renewer and each stream's hold and release: closed in close().
         self._tasks = TaskSet("Redis run registry", logger=logger)
         self._closed = False
+        self._listener = ChannelListener(self._redis, self.health, self._tasks,
+                                         self._channel(self.replica), self._cancel_asked,
+                                         "cancels")
 
     # keys
 
@@ -152,7 +153,7 @@ class RedisRunRegistry(RunRegistry):
     # runs
 
     async def register(self, info: RunInfo) -> None:
-        await self._subscribe()
+        await self._listener.start()
         self._renew_in_background()
         with self.health.guard():
             async with self._redis.pipeline(transaction=True) as pipe:
@@ -268,45 +269,13 @@ class RedisRunRegistry(RunRegistry):
     def on_cancel(self, callback: Callable[[str], None]) -> None:
         self._callback = callback
 
-    async def _subscribe(self) -> None:
-        """Listen to this replica's cancel channel (once; again after a failed attempt)."""
-        if self._subscribed is None or (self._subscribed.done()
-                                        and self._subscribed.exception() is not None):
-            # Its callers await it (and get its failure); a cancelled caller does not stop it.
-            self._subscribed = self._tasks.spawn(self._start_listening(), name="subscribe",
-                                                 expected=Exception)
-        await asyncio.shield(self._subscribed)
-
-    async def _start_listening(self) -> None:
-        pubsub = self._redis.pubsub(ignore_subscribe_messages=True)
-        with self.health.guard():
-            await pubsub.subscribe(self._channel(self.replica))
-        self._pubsub = pubsub
-        self._tasks.spawn(self._listen(pubsub), name="listen for cancels")
-
-    async def _listen(self, pubsub: Any) -> None:
-        while True:
+    def _cancel_asked(self, run_id: str) -> None:
+        """Another replica asks this one to cancel ``run_id``."""
+        if self._callback is not None:
             try:
-                with self.health.guard():
-                    message = await pubsub.get_message(ignore_subscribe_messages=True,
-                                                       timeout=None)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                if not isinstance(exc, RunStoreUnavailable):  # an outage is logged once
-                    logger.warning("listening for cancels failed (%s); again in 1 s",
-                                   type(exc).__name__)
-                await asyncio.sleep(1.0)
-                continue
-            if message is None or message.get("type") != "message":
-                continue
-            data = message["data"]
-            run_id = data.decode() if isinstance(data, bytes) else str(data)
-            if self._callback is not None:
-                try:
-                    self._callback(run_id)
-                except Exception:
-                    logger.exception("cancelling run %s failed", run_id)
+                self._callback(run_id)
+            except Exception:
+                logger.exception("cancelling run %s failed", run_id)
 
     # renewal
 
@@ -356,7 +325,6 @@ class RedisRunRegistry(RunRegistry):
         self._closed = True
         await self._tasks.aclose()  # their end, whatever it was; a cancel of ours still raises
         try:
-            if self._pubsub is not None:
-                await self._pubsub.aclose()
+            await self._listener.aclose()
         finally:
             await disconnect(self._redis)

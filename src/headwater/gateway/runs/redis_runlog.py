@@ -29,7 +29,7 @@ from ...core.errors import RunLogClosed, RunLogFull, RunNotFound, RunStoreUnavai
 from ...core.settings import Settings
 from ...core.tasks import TaskSet
 from ..wire.sse import TERMINAL_TYPES, Frame, decode_frame, encode_frame
-from .redis_client import RedisHealth, connect, disconnect, ms
+from .redis_client import ChannelListener, RedisHealth, connect, disconnect, ms
 from .redis_writer import FrameWriter, WrittenRun
 from .runlog import RunLog, check_after, follow_frames
 
@@ -160,14 +160,15 @@ class RedisRunLog(RunLog):
         self._append = self._redis.register_script(_APPEND)
         self._forget = self._redis.register_script(_FORGET)
         self._opens: dict[str, asyncio.Future[int]] = {}  # run ids being opened
-        self._listening: asyncio.Task[None] | None = None
-        self._pubsub: Any = None
         # The writer, the listener for other replicas' followers: closed in close().
         self._tasks = TaskSet("Redis run log", logger=logger)
         self._writer = FrameWriter(
             self._redis, self.health, settings, owner=self.id, keys=self._keys,
             max_frames=max_frames, write_batch=write_batch, tasks=self._tasks,
             write_terminal=self._write_terminal)
+        self._listener = ChannelListener(self._redis, self.health, self._tasks,
+                                         self._channel(self.id), self._requested,
+                                         "followers elsewhere")
         self._closed = False
 
     @property
@@ -202,7 +203,7 @@ class RedisRunLog(RunLog):
         self._opens[run_id] = done
         try:
             if not resumable:
-                await self._listen()  # listening before another replica may ask for it
+                await self._listener.start()  # before another replica may ask for it
             # the opener's token: a call redis-py sends again (its connection closed before
             # the answer) finds the log it opened, not another's
             self._writer.open(run_id, uuid.uuid4().hex, not resumable, done)
@@ -254,43 +255,12 @@ class RedisRunLog(RunLog):
 
     # -- requests from other replicas ----------------------------------------------------
 
-    async def _listen(self) -> None:
-        """Listen on this log's ``frames:<id>`` channel (once; again after a failure)."""
-        if self._listening is None or (self._listening.done()
-                                       and self._listening.exception() is not None):
-            self._listening = self._tasks.spawn(self._subscribe(), name="subscribe",
-                                                expected=Exception)
-        await asyncio.shield(self._listening)
-
-    async def _subscribe(self) -> None:
-        pubsub = self._redis.pubsub(ignore_subscribe_messages=True)
-        with self.health.guard():
-            await pubsub.subscribe(self._channel(self.id))
-        self._pubsub = pubsub
-        self._tasks.spawn(self._requests(pubsub), name="listen for followers elsewhere")
-
-    async def _requests(self, pubsub: Any) -> None:
+    def _requested(self, run_id: str) -> None:
         """Another replica follows a run written here that Redis does not hold: send it."""
-        while True:
-            try:
-                with self.health.guard():
-                    message = await pubsub.get_message(ignore_subscribe_messages=True,
-                                                       timeout=None)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                if not isinstance(exc, RunStoreUnavailable):  # an outage is logged once
-                    logger.warning("listening for followers failed (%s); again in 1 s",
-                                   type(exc).__name__)
-                await asyncio.sleep(1.0)
-                continue
-            if message is None or message.get("type") != "message":
-                continue
-            data = message["data"]
-            run = self._writer.runs.get(data.decode() if isinstance(data, bytes) else str(data))
-            if run is not None and run.lazy and run.failure is None:
-                run.sent = True  # from now on, as a resumable run
-                self._writer.send(run)
+        run = self._writer.runs.get(run_id)
+        if run is not None and run.lazy and run.failure is None:
+            run.sent = True  # from now on, as a resumable run
+            self._writer.send(run)
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -461,9 +431,7 @@ class RedisRunLog(RunLog):
                     done.set_exception(UserError("the run log is closed"))
             try:
                 await self._tasks.aclose()
-                if self._pubsub is not None:
-                    with contextlib.suppress(Exception):
-                        await self._pubsub.aclose()
+                await self._listener.aclose()
             finally:
                 try:
                     await disconnect(self._redis)

@@ -9,6 +9,7 @@ import {
   readEmission, reduce,
 } from "./reducer.js";
 import { SSEDecoder } from "./sse.js";
+import { el } from "./dom.js";
 import { inspector } from "./inspect.js";
 import {
   base64FromBytes, bytesFromBase64, parsePnm, pgmFromRgba, rgbaFromLuma,
@@ -117,18 +118,6 @@ function saveRun(run) { sessionStorage.setItem(RUN_KEY, JSON.stringify(run)); }
 function forgetRun() { sessionStorage.removeItem(RUN_KEY); }
 
 // -- rendering -------------------------------------------------------------------------------
-
-function el(tag, attrs = {}, ...children) {
-  const node = document.createElement(tag);
-  for (const [key, value] of Object.entries(attrs)) {
-    if (value === null || value === undefined || value === false) continue;
-    if (key === "class") node.className = value;
-    else if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
-    else node.setAttribute(key, value === true ? "" : String(value));
-  }
-  for (const child of children) if (child !== null) node.append(child);
-  return node;
-}
 
 function messageView(item, draft = false) {
   // Labelled with its agent (the author); a draft is one author's, on one branch.

@@ -9,6 +9,8 @@
 // app.js tells it the frames (inspector.frame / .resumed) and gives it its api();
 // an "Inspect" button follows each run's last answer, and Alt+I opens the last run.
 
+import { el } from "./dom.js";
+
 const TABS = ["Timeline", "Frames", "Events", "State"];
 const MAX_FRAMES = 5000;  // per run, in this page's memory
 
@@ -16,18 +18,6 @@ const runs = new Map();  // run id -> {frames: [{id, type, data, at}], resumes: 
 let lastRun = null;  // the run whose frames came last
 let options = null;  // {api, session}
 let current = null;  // {runId, tab}
-
-function el(tag, attrs = {}, ...children) {
-  const node = document.createElement(tag);
-  for (const [key, value] of Object.entries(attrs)) {
-    if (value === null || value === undefined || value === false) continue;
-    if (key === "class") node.className = value;
-    else if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
-    else node.setAttribute(key, value === true ? "" : String(value));
-  }
-  for (const child of children) if (child !== null && child !== undefined) node.append(child);
-  return node;
-}
 
 function runOf(runId) {
   let run = runs.get(runId);
