@@ -244,11 +244,7 @@ class TreeRun:
         if not root.sub_agents:
             return root, None
         ledger = ctx.ledger
-        answered = [call.id for call, _ in ctx.resume]
-        events = ctx.session.events
-        if not answered and events and events[-1].author == "user":
-            answered = [response.id for response in events[-1].function_responses]
-        for call_id in answered:
+        for call_id in [call.id for call, _ in ctx.resume] or self._results_sent():
             record = ledger.record(call_id)
             if record is not None and (agent := root.find_agent(record.author)) is not None:
                 return agent, record.branch
@@ -462,15 +458,18 @@ class TreeRun:
         :meth:`agent_to_run` then picks the agent, as before)."""
         ctx = self.ctx
         if ctx.resume:
-            return plan_resume(self.root, self.ctx.ledger, ctx.resume, [])
-        events = ctx.session.events
+            return plan_resume(self.root, ctx.ledger, ctx.resume, [])
+        sent = self._results_sent()
+        return plan_resume(self.root, ctx.ledger, [], sent) if sent else None
+
+    def _results_sent(self) -> list[str]:
+        """The calls whose long-running results this run's message (the session's last
+        event, the user's) carries."""
+        events = self.ctx.session.events
         last = events[-1] if events else None
         if last is None or last.author != "user" or last.content is None:
-            return None
-        responses = last.content.function_responses
-        if not responses:
-            return None
-        return plan_resume(self.root, self.ctx.ledger, [], [r.id for r in responses])
+            return []
+        return [response.id for response in last.content.function_responses]
 
     def _resume(self, agent: BaseAgent, branch: str | None, tail: bool, outcome: _Outcome,
                 plan: ResumePlan) -> AsyncGenerator[Event, None]:
